@@ -1,0 +1,38 @@
+//! # redcount-core
+//!
+//! The sans-IO heart of redcount: atomic counting primitives for Redis, each one Lua
+//! script run in one round trip. This crate turns typed operations into Redis commands and
+//! Upstash REST bodies, and replies back into typed outcomes. It never does I/O, never
+//! reads a clock and never draws randomness of its own: time and a [`rand_core`] RNG come
+//! in as parameters, so every path is deterministic under test.
+//!
+//! ```text
+//!            validated input                         bytes on the wire
+//!  caller ──▶ ops::X::new(..) ──▶ Request ──▶ Command ──▶ REST JSON body / RESP ──▶ (I/O: caller)
+//!                                    │                                               │
+//!  caller ◀── Outcome ◀── op.parse(Value) ◀── rest::decode_reply / RESP reader ◀────┘
+//!                                    └── on NOSCRIPT: Request::fallback() = EVAL, once
+//! ```
+//!
+//! `no_std` + `alloc`; the default `std` feature only adds `std::error::Error` impls.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+pub mod command;
+pub mod error;
+pub mod keys;
+pub mod ops;
+pub mod rest;
+pub mod script;
+pub mod sha1;
+pub mod split;
+pub mod validate;
+pub mod value;
+
+pub use command::Command;
+pub use error::{ErrorKind, ErrorReply, InputError, Problem, ShapeError};
+pub use ops::Operation;
+pub use script::{Invocation, Request, Script};
+pub use value::Value;

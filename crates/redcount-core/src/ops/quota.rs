@@ -1,0 +1,184 @@
+//! Quotas: N units per window, by fixed window, sliding window log, or token bucket.
+
+use alloc::string::String;
+
+use super::Operation;
+use crate::command::{Command, itoa_i};
+use crate::error::{InputError, ShapeError};
+use crate::keys;
+use crate::script::{Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_SLIDING, Request};
+use crate::validate;
+use crate::value::Value;
+
+/// Largest limit or capacity of a fixed window or token bucket.
+pub const MAX_LIMIT: i64 = 1_000_000_000;
+/// Largest limit of a sliding window (its log keeps one entry per admitted call).
+pub const MAX_SLIDING_LIMIT: i64 = 10_000;
+/// Longest window or refill step, in ms.
+pub const MAX_WINDOW_MS: i64 = 1_000_000_000_000;
+
+/// How a quota counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// `limit` units per window; windows aligned to the Unix epoch.
+    FixedWindow {
+        /// Units per window.
+        limit: i64,
+        /// Window length in ms.
+        window_ms: i64,
+    },
+    /// At most `limit` units in any `window_ms` (exact: a log of admitted calls).
+    SlidingWindow {
+        /// Units per window (at most [`MAX_SLIDING_LIMIT`]).
+        limit: i64,
+        /// Window length in ms.
+        window_ms: i64,
+    },
+    /// A bucket of `capacity` tokens, `refill` added every `interval_ms`.
+    TokenBucket {
+        /// Bucket size (and the starting amount).
+        capacity: i64,
+        /// Tokens added per step.
+        refill: i64,
+        /// Step in ms.
+        interval_ms: i64,
+    },
+}
+
+impl Algorithm {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), InputError> {
+        match *self {
+            Algorithm::FixedWindow { limit, window_ms } => {
+                validate::range("limit", limit, 1, MAX_LIMIT)?;
+                validate::range("window_ms", window_ms, 1, MAX_WINDOW_MS)?;
+            }
+            Algorithm::SlidingWindow { limit, window_ms } => {
+                validate::range("limit", limit, 1, MAX_SLIDING_LIMIT)?;
+                validate::range("window_ms", window_ms, 1, MAX_WINDOW_MS)?;
+            }
+            Algorithm::TokenBucket { capacity, refill, interval_ms } => {
+                validate::range("capacity", capacity, 1, MAX_LIMIT)?;
+                validate::range("refill", refill, 1, capacity)?;
+                validate::range("interval_ms", interval_ms, 1, MAX_WINDOW_MS)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit (or capacity).
+    pub fn limit(&self) -> i64 {
+        match *self {
+            Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingWindow { limit, .. } => limit,
+            Algorithm::TokenBucket { capacity, .. } => capacity,
+        }
+    }
+
+    fn tag(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow { .. } => "fw",
+            Algorithm::SlidingWindow { .. } => "sw",
+            Algorithm::TokenBucket { .. } => "tb",
+        }
+    }
+}
+
+/// Takes (or peeks at) `cost` units of a subject's quota.
+#[derive(Debug, Clone)]
+pub struct Quota {
+    key: String,
+    algo: Algorithm,
+    cost: i64,
+    peek: bool,
+}
+
+impl Quota {
+    /// Consumes `cost` units if they are available.
+    pub fn take(scope: &str, subject: &str, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
+        Self::build(scope, subject, algo, cost, false)
+    }
+
+    /// Reports what [`Quota::take`] with this cost would get; consumes and writes nothing.
+    pub fn peek(scope: &str, subject: &str, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
+        Self::build(scope, subject, algo, cost, true)
+    }
+
+    fn build(scope: &str, subject: &str, algo: Algorithm, cost: i64, peek: bool) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        algo.validate()?;
+        validate::range("cost", cost, 1, algo.limit())?;
+        Ok(Quota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek })
+    }
+}
+
+/// The result of [`Quota`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaOutcome {
+    /// True when the units were (or, for a peek, would be) granted.
+    pub allowed: bool,
+    /// The limit (or bucket capacity).
+    pub limit: i64,
+    /// Units left after this call.
+    pub remaining: i64,
+    /// Ms until the quota is whole again.
+    pub reset_ms: i64,
+    /// 0 when allowed, else ms until a call of the same cost can pass.
+    pub retry_after_ms: i64,
+}
+
+impl Operation for Quota {
+    type Outcome = QuotaOutcome;
+    const NAME: &'static str = "quota";
+
+    fn request(&self) -> Request {
+        let peek = String::from(if self.peek { "1" } else { "0" });
+        let (script, args) = match self.algo {
+            Algorithm::FixedWindow { limit, window_ms } => {
+                (&QUOTA_FIXED, alloc::vec![itoa_i(limit), itoa_i(window_ms), itoa_i(self.cost), peek])
+            }
+            Algorithm::SlidingWindow { limit, window_ms } => {
+                (&QUOTA_SLIDING, alloc::vec![itoa_i(limit), itoa_i(window_ms), itoa_i(self.cost), peek])
+            }
+            Algorithm::TokenBucket { capacity, refill, interval_ms } => (
+                &QUOTA_BUCKET,
+                alloc::vec![itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms), itoa_i(self.cost), peek],
+            ),
+        };
+        Request::Script(Invocation { script, keys: alloc::vec![self.key.clone()], args })
+    }
+
+    fn parse(&self, reply: Value) -> Result<QuotaOutcome, ShapeError> {
+        let [allowed, limit, remaining, reset_ms, retry_after_ms] = reply.into_ints::<5>(Self::NAME)?;
+        Ok(QuotaOutcome { allowed: allowed == 1, limit, remaining, reset_ms, retry_after_ms })
+    }
+}
+
+/// Forgets a subject's usage of one quota (an admin action): one DEL, no SCAN.
+#[derive(Debug, Clone)]
+pub struct ResetQuota {
+    key: String,
+}
+
+impl ResetQuota {
+    /// Validates and builds the operation.
+    pub fn new(scope: &str, subject: &str, algo: Algorithm) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        Ok(ResetQuota { key: keys::quota(scope, subject, algo.tag()) })
+    }
+}
+
+impl Operation for ResetQuota {
+    /// True when there was usage to forget.
+    type Outcome = bool;
+    const NAME: &'static str = "quota_reset";
+
+    fn request(&self) -> Request {
+        Request::Command(Command::new("DEL").arg(self.key.clone()))
+    }
+
+    fn parse(&self, reply: Value) -> Result<bool, ShapeError> {
+        Ok(reply.to_int(Self::NAME)? > 0)
+    }
+}

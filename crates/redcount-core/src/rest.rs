@@ -1,0 +1,202 @@
+//! The Upstash REST wire format: command → JSON body, HTTP reply → [`Value`].
+//!
+//! Requests: `POST /` with a JSON array (one command), `POST /pipeline` or
+//! `POST /multi-exec` with an array of arrays. Replies: `{"result": X}` or
+//! `{"error": "…"}`; with the `Upstash-Encoding: base64` request header every string in
+//! X is base64 (errors are not). redcount always asks for base64, because replies can be
+//! binary (an inbox member starts with 4 raw bytes of time).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use base64::Engine as _;
+use core::fmt;
+use serde_json::Value as Json;
+
+use crate::command::Command;
+use crate::error::ErrorReply;
+use crate::value::Value;
+
+/// The request header that asks for base64-encoded strings in replies.
+pub const ENCODING_HEADER: &str = "Upstash-Encoding";
+/// Its value.
+pub const ENCODING_BASE64: &str = "base64";
+
+/// How the strings of a reply are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Strings as JSON strings (not binary-safe).
+    Plain,
+    /// Strings base64-encoded (the `Upstash-Encoding: base64` header was sent).
+    Base64,
+}
+
+/// A REST reply that is not a successful result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RestError {
+    /// Redis (or the front) answered an error reply.
+    Reply(ErrorReply),
+    /// HTTP 401/403: the token is missing or wrong.
+    Unauthorized(String),
+    /// The front could not reach Redis (HTTP 5xx), with its message if any.
+    Unavailable(u16, String),
+    /// The body is not a REST reply.
+    Malformed(&'static str),
+}
+
+impl fmt::Display for RestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RestError::Reply(e) => write!(f, "redis error: {e}"),
+            RestError::Unauthorized(m) => write!(f, "REST front refused the token: {m}"),
+            RestError::Unavailable(s, m) => write!(f, "REST front unavailable (HTTP {s}): {m}"),
+            RestError::Malformed(m) => write!(f, "malformed REST reply: {m}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for RestError {}
+
+/// Writes `["a","b",…]` with JSON string escaping.
+pub(crate) fn write_json_array(out: &mut String, items: &[String]) {
+    out.push('[');
+    for (i, s) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_string(out, s);
+    }
+    out.push(']');
+}
+
+/// Writes one JSON string literal.
+pub fn write_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(HEX[(c as usize) >> 4] as char);
+                out.push(HEX[(c as usize) & 0xf] as char);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The body of `POST /pipeline` or `POST /multi-exec`: an array of commands.
+pub fn pipeline_body(commands: &[Command]) -> String {
+    let mut out = String::from("[");
+    for (i, c) in commands.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_array(&mut out, c.parts());
+    }
+    out.push(']');
+    out
+}
+
+/// Reads the reply to `POST /` (one command).
+pub fn decode_reply(status: u16, body: &[u8], encoding: Encoding) -> Result<Value, RestError> {
+    if status == 401 || status == 403 {
+        return Err(RestError::Unauthorized(error_text(body)));
+    }
+    let json: Json = match serde_json::from_slice(body) {
+        Ok(j) => j,
+        Err(_) if status >= 500 => return Err(RestError::Unavailable(status, error_text(body))),
+        Err(_) => return Err(RestError::Malformed("body is not JSON")),
+    };
+    let item = entry(json, encoding)?;
+    match item {
+        Ok(v) => Ok(v),
+        Err(e) if status >= 500 => Err(RestError::Unavailable(status, e.message)),
+        Err(e) => Err(RestError::Reply(e)),
+    }
+}
+
+/// Reads the reply to `POST /pipeline`: one result or error per command, in order.
+pub fn decode_pipeline(
+    status: u16,
+    body: &[u8],
+    encoding: Encoding,
+) -> Result<Vec<Result<Value, ErrorReply>>, RestError> {
+    if status == 401 || status == 403 {
+        return Err(RestError::Unauthorized(error_text(body)));
+    }
+    let json: Json = match serde_json::from_slice(body) {
+        Ok(j) => j,
+        Err(_) if status >= 500 => return Err(RestError::Unavailable(status, error_text(body))),
+        Err(_) => return Err(RestError::Malformed("body is not JSON")),
+    };
+    match json {
+        Json::Array(items) => items.into_iter().map(|j| entry(j, encoding)).collect(),
+        // A whole pipeline or transaction refused: one error object.
+        other => match entry(other, encoding)? {
+            Err(e) if status >= 500 => Err(RestError::Unavailable(status, e.message)),
+            Err(e) => Err(RestError::Reply(e)),
+            Ok(_) => Err(RestError::Malformed("expected an array of results")),
+        },
+    }
+}
+
+/// One `{"result": …}` or `{"error": "…"}` object.
+fn entry(json: Json, encoding: Encoding) -> Result<Result<Value, ErrorReply>, RestError> {
+    let Json::Object(mut map) = json else {
+        return Err(RestError::Malformed("expected an object"));
+    };
+    if let Some(err) = map.remove("error") {
+        return match err {
+            Json::String(s) => Ok(Err(ErrorReply::new(s))),
+            _ => Err(RestError::Malformed("error is not a string")),
+        };
+    }
+    match map.remove("result") {
+        Some(r) => Ok(Ok(value(r, encoding, 0)?)),
+        None => Err(RestError::Malformed("neither result nor error")),
+    }
+}
+
+/// Deepest nesting accepted in a result (Redis replies of redcount nest at most 2).
+const MAX_DEPTH: usize = 16;
+
+fn value(json: Json, encoding: Encoding, depth: usize) -> Result<Value, RestError> {
+    if depth > MAX_DEPTH {
+        return Err(RestError::Malformed("result nested too deeply"));
+    }
+    Ok(match json {
+        Json::Null => Value::Nil,
+        Json::Number(n) => Value::Int(n.as_i64().ok_or(RestError::Malformed("number is not a 64-bit integer"))?),
+        Json::String(s) => Value::Bytes(match encoding {
+            Encoding::Plain => s.into_bytes(),
+            Encoding::Base64 => match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
+                Ok(b) => b,
+                // Upstash leaves a literal OK status unencoded.
+                Err(_) if s == "OK" => s.into_bytes(),
+                Err(_) => return Err(RestError::Malformed("string is not base64")),
+            },
+        }),
+        Json::Array(items) => {
+            Value::Array(items.into_iter().map(|j| value(j, encoding, depth + 1)).collect::<Result<_, _>>()?)
+        }
+        Json::Bool(_) | Json::Object(_) => return Err(RestError::Malformed("unexpected JSON type in result")),
+    })
+}
+
+fn error_text(body: &[u8]) -> String {
+    if let Ok(Json::Object(map)) = serde_json::from_slice::<Json>(body)
+        && let Some(Json::String(s)) = map.get("error")
+    {
+        return s.clone();
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    String::from(text.trim())
+}

@@ -1,0 +1,144 @@
+//! The Lua scripts, their SHA-1 names, and the EVALSHA / EVAL commands that run them.
+//!
+//! Sending a command and retrying once on NOSCRIPT is the caller's job; this module only
+//! builds the two commands (`Request::command`, then `Request::fallback` on NOSCRIPT).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::command::{Command, itoa};
+use crate::error::ErrorReply;
+use crate::sha1;
+
+/// A Lua script shipped with redcount. Two scripts are equal when their sources are.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Script {
+    name: &'static str,
+    source: &'static str,
+    sha1: [u8; 40],
+}
+
+impl Script {
+    /// A script with its SHA-1 computed at compile time.
+    pub const fn new(name: &'static str, source: &'static str) -> Self {
+        Script { name, source, sha1: sha1::hex(sha1::digest(source.as_bytes())) }
+    }
+
+    /// The file name without `.lua`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Lua source, as sent by EVAL and SCRIPT LOAD.
+    pub fn source(&self) -> &'static str {
+        self.source
+    }
+
+    /// The SHA-1 of the source in lowercase hex: the name EVALSHA uses.
+    pub fn sha1(&self) -> &str {
+        // Always ASCII hex digits.
+        core::str::from_utf8(&self.sha1).unwrap_or("")
+    }
+}
+
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $id:ident = $file:literal;)*) => {
+        $( $(#[$doc])* pub static $id: Script = Script::new($file, include_str!(concat!("../../../lua/", $file, ".lua"))); )*
+        /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
+        pub static ALL: &[&Script] = &[$(&$id),*];
+    };
+}
+
+scripts! {
+    /// Bounded counter: clamp or reject at min/max.
+    COUNTER = "counter";
+    /// Once-per-window claim.
+    CLAIM = "claim";
+    /// Quota, fixed window.
+    QUOTA_FIXED = "quota_fixed";
+    /// Quota, sliding window log.
+    QUOTA_SLIDING = "quota_sliding";
+    /// Quota, token bucket.
+    QUOTA_BUCKET = "quota_bucket";
+    /// Semaphore with leases.
+    SEMAPHORE = "semaphore";
+    /// Inbox: append a message.
+    INBOX_APPEND = "inbox_append";
+    /// Inbox: trim by age and length.
+    INBOX_TRIM = "inbox_trim";
+    /// Red packet: create.
+    REDPACKET_CREATE = "redpacket_create";
+    /// Red packet: grab one share.
+    REDPACKET_GRAB = "redpacket_grab";
+    /// Red packet: status.
+    REDPACKET_STATUS = "redpacket_status";
+}
+
+/// A call of one script with its keys and arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The script.
+    pub script: &'static Script,
+    /// Every key the script touches (all in one hash slot).
+    pub keys: Vec<String>,
+    /// The arguments.
+    pub args: Vec<String>,
+}
+
+impl Invocation {
+    fn build(&self, verb: &str, head: &str) -> Command {
+        let mut c = Command::new(verb).arg(head).arg(itoa(self.keys.len() as u64));
+        for k in &self.keys {
+            c.push(k.clone());
+        }
+        for a in &self.args {
+            c.push(a.clone());
+        }
+        c
+    }
+
+    /// `EVALSHA sha numkeys keys… args…`: the first try, cheap on the wire.
+    pub fn evalsha(&self) -> Command {
+        self.build("EVALSHA", self.script.sha1())
+    }
+
+    /// `EVAL source numkeys keys… args…`: the retry after NOSCRIPT (caches the script again).
+    pub fn eval(&self) -> Command {
+        self.build("EVAL", self.script.source())
+    }
+}
+
+/// What an operation sends: a script call or a plain command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// A script, run with EVALSHA first.
+    Script(Invocation),
+    /// A plain command (reads that need no script).
+    Command(Command),
+}
+
+impl Request {
+    /// The command to send first.
+    pub fn command(&self) -> Command {
+        match self {
+            Request::Script(inv) => inv.evalsha(),
+            Request::Command(c) => c.clone(),
+        }
+    }
+
+    /// The one retry to send after `err`: EVAL when EVALSHA met NOSCRIPT, else none.
+    pub fn fallback(&self, err: &ErrorReply) -> Option<Command> {
+        match self {
+            Request::Script(inv) if err.is_noscript() => Some(inv.eval()),
+            _ => None,
+        }
+    }
+
+    /// The keys this request touches (for cluster routing and idempotency checks).
+    pub fn keys(&self) -> &[String] {
+        match self {
+            Request::Script(inv) => &inv.keys,
+            Request::Command(c) => c.parts().get(1..2).unwrap_or(&[]),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! A Redis reply, whichever way it travelled (REST JSON or RESP).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::error::ShapeError;
+
+/// A successful Redis reply. Error replies are [`crate::error::ErrorReply`] instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A null bulk string or null array.
+    Nil,
+    /// An integer reply.
+    Int(i64),
+    /// A bulk string or status reply, as raw bytes (binary-safe).
+    Bytes(Vec<u8>),
+    /// An array reply.
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// The integer, also accepting a decimal bulk string (Redis returns both forms).
+    pub fn to_int(&self, op: &'static str) -> Result<i64, ShapeError> {
+        match self {
+            Value::Int(n) => Ok(*n),
+            Value::Bytes(b) => core::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or(ShapeError::new(op, "expected an integer")),
+            _ => Err(ShapeError::new(op, "expected an integer")),
+        }
+    }
+
+    /// The array's elements.
+    pub fn into_array(self, op: &'static str) -> Result<Vec<Value>, ShapeError> {
+        match self {
+            Value::Array(v) => Ok(v),
+            _ => Err(ShapeError::new(op, "expected an array")),
+        }
+    }
+
+    /// An array of exactly `n` integers.
+    pub fn into_ints<const N: usize>(self, op: &'static str) -> Result<[i64; N], ShapeError> {
+        let items = self.into_array(op)?;
+        if items.len() != N {
+            return Err(ShapeError::new(op, "unexpected array length"));
+        }
+        let mut out = [0i64; N];
+        for (slot, v) in out.iter_mut().zip(items.iter()) {
+            *slot = v.to_int(op)?;
+        }
+        Ok(out)
+    }
+
+    /// The bytes of a bulk string, `None` for nil.
+    pub fn into_bytes_opt(self, op: &'static str) -> Result<Option<Vec<u8>>, ShapeError> {
+        match self {
+            Value::Nil => Ok(None),
+            Value::Bytes(b) => Ok(Some(b)),
+            _ => Err(ShapeError::new(op, "expected a string")),
+        }
+    }
+
+    /// A UTF-8 string.
+    pub fn into_string(self, op: &'static str) -> Result<String, ShapeError> {
+        match self {
+            Value::Bytes(b) => String::from_utf8(b).map_err(|_| ShapeError::new(op, "expected UTF-8")),
+            _ => Err(ShapeError::new(op, "expected a string")),
+        }
+    }
+}

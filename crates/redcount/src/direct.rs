@@ -1,0 +1,119 @@
+//! Runs core operations on Redis directly (RESP, through redis-rs).
+
+use std::fmt;
+
+use redcount_core::{Command, ErrorReply, InputError, Operation, ShapeError, Value};
+
+/// A failed operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Refused by validation: nothing was sent.
+    Input(InputError),
+    /// Redis answered with an error.
+    Redis(ErrorReply),
+    /// Redis answered something the operation cannot read.
+    Shape(ShapeError),
+    /// The connection failed.
+    Io(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Input(e) => write!(f, "bad input: {e}"),
+            Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::Shape(e) => write!(f, "{e}"),
+            Error::Io(e) => write!(f, "redis unreachable: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<InputError> for Error {
+    fn from(e: InputError) -> Self {
+        Error::Input(e)
+    }
+}
+
+/// A multiplexed connection to one Redis, able to run any core operation.
+#[derive(Clone)]
+pub struct Direct {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl fmt::Debug for Direct {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Direct")
+    }
+}
+
+impl Direct {
+    /// Connects to `url` (`redis://host:port/db`).
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        let client = redis::Client::open(url).map_err(|e| Error::Io(e.to_string()))?;
+        let conn = client.get_multiplexed_async_connection().await.map_err(|e| Error::Io(e.to_string()))?;
+        Ok(Direct { conn })
+    }
+
+    /// Sends one command and returns its reply, an error reply as `Err(Error::Redis)`.
+    pub async fn send(&self, command: &Command) -> Result<Value, Error> {
+        let parts = command.parts();
+        let mut cmd = redis::cmd(&parts[0]);
+        for a in &parts[1..] {
+            cmd.arg(a.as_bytes());
+        }
+        let mut conn = self.conn.clone();
+        match cmd.query_async::<redis::Value>(&mut conn).await {
+            Ok(v) => from_redis(v).map_err(Error::Redis),
+            Err(e) => Err(match server_error(&e) {
+                Some(reply) => Error::Redis(reply),
+                None => Error::Io(e.to_string()),
+            }),
+        }
+    }
+
+    /// Runs `op` in one round trip (two when the script cache has lost the script).
+    pub async fn run<O: Operation>(&self, op: &O) -> Result<O::Outcome, Error> {
+        let request = op.request();
+        let reply = match self.send(&request.command()).await {
+            Err(Error::Redis(err)) => match request.fallback(&err) {
+                Some(eval) => self.send(&eval).await?,
+                None => return Err(Error::Redis(err)),
+            },
+            other => other?,
+        };
+        op.parse(reply).map_err(Error::Shape)
+    }
+}
+
+/// The error reply inside a redis-rs error, if it is one.
+fn server_error(e: &redis::RedisError) -> Option<ErrorReply> {
+    let code = e.code()?;
+    let detail = e.detail().unwrap_or("");
+    Some(ErrorReply::new(if detail.is_empty() { code.to_string() } else { format!("{code} {detail}") }))
+}
+
+/// Converts a redis-rs reply to the core's [`Value`]; a nested error reply becomes `Err`.
+pub fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
+    Ok(match v {
+        redis::Value::Nil => Value::Nil,
+        redis::Value::Int(n) => Value::Int(n),
+        redis::Value::BulkString(b) => Value::Bytes(b),
+        redis::Value::SimpleString(s) => Value::Bytes(s.into_bytes()),
+        redis::Value::Okay => Value::Bytes(b"OK".to_vec()),
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            Value::Array(items.into_iter().map(from_redis).collect::<Result<_, _>>()?)
+        }
+        redis::Value::Boolean(b) => Value::Int(b as i64),
+        redis::Value::ServerError(e) => {
+            let msg = match e.details() {
+                Some(d) => format!("{} {}", e.code(), d),
+                None => e.code().to_string(),
+            };
+            return Err(ErrorReply::new(msg));
+        }
+        other => Value::Bytes(format!("{other:?}").into_bytes()),
+    })
+}

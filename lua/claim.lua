@@ -1,0 +1,19 @@
+-- redcount: once-per-window claim ("one prize per user per 24 h").
+-- KEYS[1]  the claim key of one subject
+-- ARGV[1]  window in ms (1 .. 10^12)
+-- Reply: {claimed, ms_left}; claimed 1 = this call took the claim, 0 = already taken.
+-- ms_left is the time until the window ends (-1 if the key was given no expiry by someone else).
+-- The stored value is the server time of the claim, in ms.
+local w = ARGV[1]
+if type(w) ~= 'string' or not string.match(w, '^%d+$') then
+  return error({err = 'ERR redcount: window must be a decimal integer'})
+end
+local window = tonumber(w)
+if window < 1 or window > 1000000000000 then
+  return error({err = 'ERR redcount: window out of range'})
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ok = redis.call('SET', KEYS[1], string.format('%.0f', now), 'NX', 'PX', w)
+if ok then return {1, window} end
+return {0, redis.call('PTTL', KEYS[1])}

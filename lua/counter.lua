@@ -1,0 +1,71 @@
+-- redcount: bounded counter (a string key, or one field of a hash).
+-- KEYS[1]  the counter key
+-- ARGV[1]  hash field, or "" for a plain string key
+-- ARGV[2]  delta: signed integer, |delta| <= 10^15
+-- ARGV[3]  min: integer
+-- ARGV[4]  max: integer >= min, or "" for no maximum
+-- ARGV[5]  mode: "clamp" (apply the part of delta that stays in bounds) or "reject" (all or nothing)
+-- ARGV[6]  ttl in ms, set only when this call creates the key; 0 for none
+-- Reply: {value, applied, flag}; flag 0 = applied as asked, 1 = clamped, 2 = rejected.
+-- Every check runs before the single write: Redis has no rollback.
+local LIM = 1000000000000000 -- 10^15, far below 2^53 so every sum stays exact
+local function int(name, v, lo, hi)
+  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
+    return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
+  end
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < lo or n > hi then
+    return error({err = 'ERR redcount: ' .. name .. ' out of range'})
+  end
+  return n
+end
+local function s(n) return string.format('%.0f', n) end
+
+local key, field = KEYS[1], ARGV[1]
+local delta = int('delta', ARGV[2], -LIM, LIM)
+local min = int('min', ARGV[3], -LIM, LIM)
+local max = nil
+if ARGV[4] ~= '' then max = int('max', ARGV[4], min, LIM) end
+local mode = ARGV[5]
+if mode ~= 'clamp' and mode ~= 'reject' then
+  return error({err = 'ERR redcount: mode must be clamp or reject'})
+end
+local ttl = int('ttl', ARGV[6], 0, LIM)
+
+local raw
+if field == '' then raw = redis.call('GET', key) else raw = redis.call('HGET', key, field) end
+local cur = 0
+if raw then
+  if not string.match(raw, '^%-?%d+$') then
+    return error({err = 'ERR redcount: stored value is not an integer counter'})
+  end
+  cur = tonumber(raw)
+  if cur < -2 * LIM or cur > 2 * LIM then
+    return error({err = 'ERR redcount: stored value out of range'})
+  end
+end
+
+local want = cur + delta
+local new, flag = want, 0
+-- Only the direction of delta is bounded: a value already outside the bounds is never
+-- pushed further out, and never jumps towards them by more than was asked.
+if delta < 0 and want < min then
+  new = math.max(want, math.min(cur, min))
+  flag = 1
+elseif delta > 0 and max ~= nil and want > max then
+  new = math.min(want, math.max(cur, max))
+  flag = 1
+end
+if flag == 1 and mode == 'reject' then new, flag = cur, 2 end
+
+local applied = new - cur
+if applied ~= 0 then
+  local existed = redis.call('EXISTS', key)
+  if field == '' then
+    redis.call('INCRBY', key, s(applied))
+  else
+    redis.call('HINCRBY', key, field, s(applied))
+  end
+  if existed == 0 and ttl > 0 then redis.call('PEXPIRE', key, s(ttl)) end
+end
+return {new, applied, flag}

@@ -1,0 +1,48 @@
+-- redcount: create a red packet from shares split by the caller (redcount-core).
+-- KEYS[1]  meta hash {total, count, created_ms, expires_ms, claimed_n, claimed_sum}
+-- KEYS[2]  list of unclaimed shares (cents)
+-- KEYS[3]  hash user -> "amount:index" of claims made
+-- KEYS[4]  list of claim records "user:amount:index:time_ms", in claim order
+-- (all four share one hash tag, so the packet lives in one cluster slot)
+-- ARGV[1]  ttl in ms (1 .. 10^10)
+-- ARGV[2]  total in cents (1 .. 10^13)
+-- ARGV[3..] the shares, count = #ARGV - 2 (1 .. 10000), each >= 1, summing to the total
+-- Reply: {created, expires_at_ms}; created 0 = a packet with this id exists (nothing written).
+local function int(name, v, lo, hi)
+  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
+    return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
+  end
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < lo or n > hi then
+    return error({err = 'ERR redcount: ' .. name .. ' out of range'})
+  end
+  return n
+end
+local function s(n) return string.format('%.0f', n) end
+
+local ttl = int('ttl', ARGV[1], 1, 10000000000)
+local total = int('total', ARGV[2], 1, 10000000000000)
+local count = #ARGV - 2
+if count < 1 or count > 10000 then
+  return error({err = 'ERR redcount: count out of range'})
+end
+local sum = 0
+for i = 3, #ARGV do sum = sum + int('share', ARGV[i], 1, total) end
+if sum ~= total then
+  return error({err = 'ERR redcount: shares do not sum to the total'})
+end
+local meta = redis.call('HGET', KEYS[1], 'expires_ms')
+if meta then return {0, tonumber(meta)} end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = now + ttl
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) -- leftovers of an expired packet of that id
+for i = 3, #ARGV, 500 do -- unpack() has a stack limit: push in chunks
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+end
+redis.call('HSET', KEYS[1], 'total', ARGV[2], 'count', s(count), 'created_ms', s(now),
+  'expires_ms', s(exp), 'claimed_n', '0', 'claimed_sum', '0')
+redis.call('PEXPIREAT', KEYS[1], s(exp))
+redis.call('PEXPIREAT', KEYS[2], s(exp))
+return {1, exp}

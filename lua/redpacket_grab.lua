@@ -1,0 +1,30 @@
+-- redcount: grab one share of a red packet, at most once per user.
+-- KEYS[1..4]  meta, shares, claims, log (see redpacket_create.lua)
+-- ARGV[1]     user id
+-- Reply: {code, amount, index, remaining}
+--   code 1 = won now, 2 = this user had already won (the same claim again: retries are
+--   idempotent), 0 = empty (no share left), -1 = unknown or expired packet.
+--   index = the share's position in claim order (1-based); remaining = shares left.
+local user = ARGV[1]
+if type(user) ~= 'string' or user == '' then
+  return error({err = 'ERR redcount: user must not be empty'})
+end
+local exp = redis.call('HGET', KEYS[1], 'expires_ms')
+if not exp then return {-1, 0, 0, 0} end
+local prev = redis.call('HGET', KEYS[3], user)
+if prev then
+  local amount, index = string.match(prev, '^(%d+):(%d+)$')
+  return {2, tonumber(amount), tonumber(index), redis.call('LLEN', KEYS[2])}
+end
+local share = redis.call('LPOP', KEYS[2])
+if not share then return {0, 0, 0, 0} end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local index = redis.call('HINCRBY', KEYS[1], 'claimed_n', 1)
+redis.call('HINCRBY', KEYS[1], 'claimed_sum', share)
+redis.call('HSET', KEYS[3], user, share .. ':' .. index)
+redis.call('RPUSH', KEYS[4], user .. ':' .. share .. ':' .. index .. ':' .. string.format('%.0f', now))
+redis.call('PEXPIREAT', KEYS[3], exp)
+redis.call('PEXPIREAT', KEYS[4], exp)
+return {1, tonumber(share), index, redis.call('LLEN', KEYS[2])}

@@ -1,0 +1,65 @@
+-- redcount: counting semaphore with one lease per holder ("at most 60 devices, 300 s lease").
+-- KEYS[1]  sorted set: member = holder id, score = lease end in ms (server time)
+-- ARGV[1]  op: "acquire", "renew" or "release"
+-- ARGV[2]  holder id
+-- ARGV[3]  limit (1 .. 10^6)
+-- ARGV[4]  lease in ms (1 .. 10^10)
+-- Reply: {code, in_use, limit, earliest_ms, lease_ms}
+--   code: 1 acquired, 2 renewed (the holder already held a lease: acquire is idempotent),
+--         0 full, 3 released, 4 not a holder (release/renew of an unknown or expired holder)
+--   earliest_ms: until the earliest lease ends (-1 when nobody holds one)
+--   lease_ms: until this holder's lease ends (0 when it holds none)
+-- Expired leases are reclaimed on every call, so a crashed holder frees its slot when its
+-- own lease ends, and one slow holder can never reset the others.
+local function int(name, v, lo, hi)
+  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
+    return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
+  end
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < lo or n > hi then
+    return error({err = 'ERR redcount: ' .. name .. ' out of range'})
+  end
+  return n
+end
+local function s(n) return string.format('%.0f', n) end
+
+local key, op, holder = KEYS[1], ARGV[1], ARGV[2]
+if op ~= 'acquire' and op ~= 'renew' and op ~= 'release' then
+  return error({err = 'ERR redcount: op must be acquire, renew or release'})
+end
+if type(holder) ~= 'string' or holder == '' then
+  return error({err = 'ERR redcount: holder must not be empty'})
+end
+local limit = int('limit', ARGV[3], 1, 1000000)
+local lease = int('lease', ARGV[4], 1, 10000000000)
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now))
+local held = redis.call('ZSCORE', key, holder)
+local code
+if op == 'release' then
+  if held then redis.call('ZREM', key, holder); code = 3 else code = 4 end
+elseif held then
+  redis.call('ZADD', key, 'XX', s(now + lease), holder)
+  code = 2
+elseif op == 'renew' then
+  code = 4
+elseif redis.call('ZCARD', key) < limit then
+  redis.call('ZADD', key, 'NX', s(now + lease), holder)
+  code = 1
+else
+  code = 0
+end
+
+local in_use = redis.call('ZCARD', key)
+local earliest, lease_left = -1, 0
+if in_use > 0 then
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  earliest = tonumber(first[2]) - now
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  -- The set lives exactly as long as its longest lease, so idle semaphores vanish.
+  redis.call('PEXPIREAT', key, s(tonumber(last[2])))
+end
+if code == 1 or code == 2 then lease_left = lease end
+return {code, in_use, limit, earliest, lease_left}

@@ -1,0 +1,1 @@
+//! Test support: start real servers on free loopback ports.
