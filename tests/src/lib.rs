@@ -1,1 +1,156 @@
-//! Test support: start real servers on free loopback ports.
+//! Test support: real servers started on free loopback ports, stopped on drop.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound once, then released for the server to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().unwrap().port()
+}
+
+/// A scratch directory under the target dir, unique per call.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("redcount-{tag}-{}-{}", std::process::id(), rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A `redis-server` of our own, on a free port, with no persistence unless asked.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a fresh server (no RDB, no AOF).
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (e.g. `["--appendonly", "yes"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut s = RedisServer {
+            child: None,
+            port: free_port(),
+            dir: scratch_dir("redis"),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--port").arg(self.port.to_string())
+            .arg("--bind").arg("127.0.0.1")
+            .arg("--save").arg("")
+            .arg("--dir").arg(&self.dir)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if !self.args.iter().any(|a| a == "--appendonly") {
+            cmd.arg("--appendonly").arg("no");
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {bin} (run `cargo xtask test`, which installs it): {e}"));
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(10));
+        // Accepting connections is not enough: wait until it answers PING.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = redis::Client::open(self.url()).unwrap();
+        loop {
+            if let Ok(mut c) = client.get_connection()
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server on port {} did not answer PING", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A plain synchronous connection, for setting up and inspecting state.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url()).unwrap().get_connection().expect("connect to test redis")
+    }
+
+    /// A core driver.
+    pub async fn direct(&self) -> redcount::Direct {
+        redcount::Direct::connect(&self.url()).await.expect("connect to test redis")
+    }
+
+    /// Kills the server with SIGKILL (no shutdown save).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port, data dir and arguments.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Calls of `command` (e.g. "evalsha") since start, from INFO commandstats.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
+        let needle = format!("cmdstat_{}:calls=", command.to_lowercase());
+        info.lines()
+            .find_map(|l| l.strip_prefix(&needle))
+            .and_then(|rest| rest.split(',').next())
+            .map(|n| n.parse().unwrap())
+            .unwrap_or(0)
+    }
+
+    /// Calls of every command together (INFO commandstats), less the INFO calls themselves.
+    pub fn total_calls(&self) -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .filter_map(|l| l.split("calls=").nth(1))
+            .filter_map(|r| r.split(',').next())
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits until something accepts connections on `port`.
+pub fn wait_for_port(port: u16, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on port {port} after {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A random id for test objects, unique across tests sharing a server.
+pub fn uid(tag: &str) -> String {
+    format!("{tag}-{:08x}", rand::random::<u32>())
+}

@@ -1,0 +1,6 @@
+//! redcount's integration tests: one binary, real servers.
+
+mod bad_input;
+mod concurrency;
+mod primitives;
+mod scripts;

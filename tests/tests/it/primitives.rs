@@ -1,0 +1,293 @@
+//! Each primitive's semantics and TTLs against a real redis-server.
+
+use std::time::Duration;
+
+use redcount::Error;
+use redcount_core::ErrorKind;
+use redcount_core::ops::claim::Claim;
+use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Mode, Storage};
+use redcount_core::ops::inbox::{Append, Read, Trim};
+use redcount_core::ops::quota::{Algorithm, Quota, ResetQuota};
+use redcount_core::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
+use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use redcount_core::keys;
+use redcount_tests::{RedisServer, uid};
+
+fn pttl(redis: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(&mut redis.conn()).unwrap()
+}
+
+#[tokio::test]
+async fn counter_never_goes_below_min_and_clamps_or_rejects() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("app");
+    let floor = Bounds::default();
+    let add = |delta, b| AddCounter::new("jobs", &s, Storage::HashField, delta, b).unwrap();
+
+    let o = d.run(&add(-1, floor)).await.unwrap();
+    assert_eq!((o.value, o.applied, o.status), (0, 0, CounterStatus::Clamped));
+    assert_eq!(redis::cmd("EXISTS").arg(keys::counter_hash("jobs")).query::<i64>(&mut redis.conn()).unwrap(), 0, "no write when nothing applies");
+    let o = d.run(&add(3, floor)).await.unwrap();
+    assert_eq!((o.value, o.applied, o.status), (3, 3, CounterStatus::Applied));
+    let o = d.run(&add(-5, floor)).await.unwrap();
+    assert_eq!((o.value, o.applied, o.status), (0, -3, CounterStatus::Clamped));
+
+    let capped = Bounds { min: 0, max: Some(10), mode: Mode::Reject, ttl_ms: 0 };
+    assert_eq!(d.run(&add(8, capped)).await.unwrap().value, 8);
+    let o = d.run(&add(3, capped)).await.unwrap();
+    assert_eq!((o.value, o.applied, o.status), (8, 0, CounterStatus::Rejected));
+    let o = d.run(&add(3, Bounds { mode: Mode::Clamp, ..capped })).await.unwrap();
+    assert_eq!((o.value, o.applied, o.status), (10, 2, CounterStatus::Clamped));
+    let o = d.run(&add(-11, capped)).await.unwrap();
+    assert_eq!((o.value, o.status), (10, CounterStatus::Rejected));
+    assert_eq!(d.run(&GetCounter::new("jobs", &s, Storage::HashField).unwrap()).await.unwrap(), 10);
+    // The hash field is a plain HINCRBY counter other tools can read.
+    let raw: i64 = redis::cmd("HGET").arg(keys::counter_hash("jobs")).arg(&s).query(&mut redis.conn()).unwrap();
+    assert_eq!(raw, 10);
+}
+
+#[tokio::test]
+async fn counter_ttl_is_set_when_created_only_and_wrong_type_is_typed() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("k");
+    let b = Bounds { ttl_ms: 60_000, ..Bounds::default() };
+    d.run(&AddCounter::new("c", &s, Storage::Key, 2, b).unwrap()).await.unwrap();
+    let key = keys::counter("c", &s);
+    let t = pttl(&redis, &key);
+    assert!((59_000..=60_000).contains(&t), "ttl {t}");
+    redis::cmd("PERSIST").arg(&key).query::<()>(&mut redis.conn()).unwrap();
+    d.run(&AddCounter::new("c", &s, Storage::Key, 2, b).unwrap()).await.unwrap();
+    assert_eq!(pttl(&redis, &key), -1, "ttl only when the call creates the key");
+    assert_eq!(d.run(&GetCounter::new("c", &s, Storage::Key).unwrap()).await.unwrap(), 4);
+
+    redis::cmd("SADD").arg(keys::counter("c", "set")).arg("x").query::<()>(&mut redis.conn()).unwrap();
+    match d.run(&AddCounter::new("c", "set", Storage::Key, 1, b).unwrap()).await {
+        Err(Error::Redis(e)) => assert_eq!(e.kind, ErrorKind::WrongType),
+        other => panic!("expected WRONGTYPE, got {other:?}"),
+    }
+    redis::cmd("SET").arg(keys::counter("c", "junk")).arg("abc").query::<()>(&mut redis.conn()).unwrap();
+    match d.run(&AddCounter::new("c", "junk", Storage::Key, 1, b).unwrap()).await {
+        Err(Error::Redis(e)) => assert_eq!(e.kind, ErrorKind::Rejected, "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn claim_once_per_window() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("u");
+    let c = Claim::new("bonus", &s, 300).unwrap();
+    let first = d.run(&c).await.unwrap();
+    assert!(first.claimed);
+    assert_eq!(first.window_left_ms, Some(300));
+    let again = d.run(&c).await.unwrap();
+    assert!(!again.claimed);
+    assert!(matches!(again.window_left_ms, Some(ms) if (1..=300).contains(&ms)), "{again:?}");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(d.run(&c).await.unwrap().claimed, "a new window opens");
+    // Another subject is independent.
+    assert!(d.run(&Claim::new("bonus", &uid("u"), 300).unwrap()).await.unwrap().claimed);
+}
+
+#[tokio::test]
+async fn quota_fixed_window_with_cost_peek_and_reset() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("u");
+    let algo = Algorithm::FixedWindow { limit: 5, window_ms: 3_600_000 };
+    let peek = d.run(&Quota::peek("daily", &s, algo, 1).unwrap()).await.unwrap();
+    assert_eq!((peek.allowed, peek.remaining), (true, 5));
+    let a = d.run(&Quota::take("daily", &s, algo, 2).unwrap()).await.unwrap();
+    assert_eq!((a.allowed, a.limit, a.remaining, a.retry_after_ms), (true, 5, 3, 0));
+    assert!(a.reset_ms > 0 && a.reset_ms <= 3_600_000);
+    assert_eq!(d.run(&Quota::peek("daily", &s, algo, 1).unwrap()).await.unwrap().remaining, 3, "peek consumes nothing");
+    assert!(d.run(&Quota::take("daily", &s, algo, 3).unwrap()).await.unwrap().allowed);
+    let denied = d.run(&Quota::take("daily", &s, algo, 1).unwrap()).await.unwrap();
+    assert_eq!((denied.allowed, denied.remaining), (false, 0));
+    assert_eq!(denied.retry_after_ms, denied.reset_ms);
+    assert!(d.run(&ResetQuota::new("daily", &s, algo).unwrap()).await.unwrap());
+    assert_eq!(d.run(&Quota::take("daily", &s, algo, 1).unwrap()).await.unwrap().remaining, 4);
+}
+
+#[tokio::test]
+async fn quota_sliding_window_is_exact() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("u");
+    let algo = Algorithm::SlidingWindow { limit: 3, window_ms: 400 };
+    let take = |cost| Quota::take("sw", &s, algo, cost).unwrap();
+    assert!(d.run(&take(1)).await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = d.run(&take(2)).await.unwrap();
+    assert_eq!((b.allowed, b.remaining), (true, 0));
+    let denied = d.run(&take(1)).await.unwrap();
+    assert!(!denied.allowed);
+    // One unit frees when the first call leaves the window, about 200 ms from now.
+    assert!((100..=210).contains(&denied.retry_after_ms), "{denied:?}");
+    assert!(denied.reset_ms > denied.retry_after_ms);
+    tokio::time::sleep(Duration::from_millis(denied.retry_after_ms as u64 + 20)).await;
+    let c = d.run(&take(1)).await.unwrap();
+    assert_eq!((c.allowed, c.remaining), (true, 0), "exactly the first call's unit came back");
+    let peek = d.run(&Quota::peek("sw", &s, algo, 1).unwrap()).await.unwrap();
+    assert!(!peek.allowed);
+    let log: i64 = redis::cmd("ZCARD").arg(keys::quota("sw", &s, "sw")).query(&mut redis.conn()).unwrap();
+    assert_eq!(log, 2, "expired entries are removed on the next admitted call");
+}
+
+#[tokio::test]
+async fn quota_token_bucket_refills_in_steps() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("u");
+    let algo = Algorithm::TokenBucket { capacity: 3, refill: 1, interval_ms: 250 };
+    let take = |cost| Quota::take("tb", &s, algo, cost).unwrap();
+    assert_eq!(d.run(&take(3)).await.unwrap().remaining, 0);
+    let denied = d.run(&take(1)).await.unwrap();
+    assert!(!denied.allowed);
+    assert!((1..=250).contains(&denied.retry_after_ms), "{denied:?}");
+    assert!((500..=750).contains(&denied.reset_ms), "{denied:?}");
+    tokio::time::sleep(Duration::from_millis(denied.retry_after_ms as u64 + 20)).await;
+    let one = d.run(&take(1)).await.unwrap();
+    assert_eq!((one.allowed, one.remaining), (true, 0));
+    assert!(!d.run(&take(1)).await.unwrap().allowed);
+    assert!(!d.run(&take(2)).await.unwrap().allowed);
+    let ttl = pttl(&redis, &keys::quota("tb", &s, "tb"));
+    assert!(ttl > 0 && ttl <= 750, "the bucket key lives until it would be full: {ttl}");
+}
+
+#[tokio::test]
+async fn semaphore_leases() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let name = uid("pool");
+    let op = |action, holder: &str, lease| Semaphore::new("dev", &name, action, holder, 2, lease).unwrap();
+    use SemaphoreResult::*;
+    let r = d.run(&op(Action::Acquire, "a", 10_000)).await.unwrap();
+    assert_eq!((r.result, r.in_use, r.limit, r.lease_ms), (Acquired, 1, 2, 10_000));
+    assert_eq!(d.run(&op(Action::Acquire, "b", 200)).await.unwrap().result, Acquired);
+    let full = d.run(&op(Action::Acquire, "c", 10_000)).await.unwrap();
+    assert_eq!((full.result, full.in_use, full.lease_ms), (Full, 2, 0));
+    assert!(matches!(full.earliest_end_ms, Some(ms) if ms <= 200), "{full:?}");
+    assert_eq!(d.run(&op(Action::Acquire, "a", 10_000)).await.unwrap().result, Renewed, "acquire is idempotent");
+    assert_eq!(d.run(&op(Action::Renew, "c", 10_000)).await.unwrap().result, NotHolder);
+    assert_eq!(d.run(&op(Action::Release, "zz", 10_000)).await.unwrap().result, NotHolder);
+    // b's short lease ends: its slot comes back without anyone releasing it.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(d.run(&op(Action::Renew, "b", 10_000)).await.unwrap().result, NotHolder);
+    assert_eq!(d.run(&op(Action::Acquire, "c", 10_000)).await.unwrap().result, Acquired);
+    let rel = d.run(&op(Action::Release, "a", 10_000)).await.unwrap();
+    assert_eq!((rel.result, rel.in_use), (Released, 1));
+    assert_eq!(d.run(&op(Action::Release, "a", 10_000)).await.unwrap().result, NotHolder, "never below zero");
+    let key = keys::semaphore("dev", &name);
+    let t = pttl(&redis, &key);
+    assert!(t > 9_000 && t <= 10_000, "the set lives as long as its longest lease: {t}");
+    d.run(&op(Action::Release, "c", 10_000)).await.unwrap();
+    assert_eq!(redis::cmd("EXISTS").arg(&key).query::<i64>(&mut redis.conn()).unwrap(), 0);
+}
+
+#[tokio::test]
+async fn inbox_append_read_and_trim() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let user = uid("u");
+    let key = keys::inbox(&user);
+    let week = 7 * 86_400_000;
+    let first = d.run(&Append::new(&user, 100, "hello", week, 5).unwrap()).await.unwrap();
+    assert_eq!((first.stored, first.length), (true, 1));
+    let t = pttl(&redis, &key);
+    assert!(t > week - 5_000 && t <= week, "ttl set on the first message: {t}");
+    let dup = d.run(&Append::new(&user, 100, "again", week, 5).unwrap()).await.unwrap();
+    assert_eq!((dup.stored, dup.length), (false, 1), "a retried append is stored once");
+    for id in 101..=106 {
+        d.run(&Append::new(&user, id, &format!("m{id} ünïcødé \"q\""), week, 5).unwrap()).await.unwrap();
+    }
+    let all = d.run(&Read::new(&user, None, 100).unwrap()).await.unwrap();
+    assert_eq!(all.iter().map(|m| m.id).collect::<Vec<_>>(), vec![102, 103, 104, 105, 106], "capped at 5, oldest dropped");
+    assert_eq!(all[0].body, "m102 ünïcødé \"q\"".as_bytes());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((all[0].time as i64 - now).abs() <= 5);
+    let page = d.run(&Read::new(&user, Some(103), 2).unwrap()).await.unwrap();
+    assert_eq!(page.iter().map(|m| m.id).collect::<Vec<_>>(), vec![104, 105]);
+
+    // Messages written by another producer with old stamps (the original layout).
+    let mut c = redis.conn();
+    for (id, age) in [(1i64, 10 * 86_400i64), (2, 9 * 86_400), (3, 8 * 86_400)] {
+        let mut m = ((now - age) as u32).to_le_bytes().to_vec();
+        m.extend_from_slice(b"old");
+        redis::cmd("ZADD").arg(&key).arg(id).arg(m).query::<()>(&mut c).unwrap();
+    }
+    let t = d.run(&Trim::new(&user, 7 * 86_400, 4, 100).unwrap()).await.unwrap();
+    assert_eq!(t.deleted, 3 + 1, "three expired, then one over the length");
+    assert!((t.newest_time.unwrap() - now).abs() <= 5);
+    let left = d.run(&Read::new(&user, None, 100).unwrap()).await.unwrap();
+    assert_eq!(left.iter().map(|m| m.id).collect::<Vec<_>>(), vec![103, 104, 105, 106]);
+
+    // Everything expired: the inbox is deleted.
+    let old = ((now - 100) as u32).to_le_bytes().to_vec();
+    let other = uid("u");
+    redis::cmd("ZADD").arg(keys::inbox(&other)).arg(1).arg(old).query::<()>(&mut c).unwrap();
+    let t = d.run(&Trim::new(&other, 50, 10, 10).unwrap()).await.unwrap();
+    assert_eq!((t.deleted, t.newest_time), (1, None));
+    assert_eq!(redis::cmd("EXISTS").arg(keys::inbox(&other)).query::<i64>(&mut c).unwrap(), 0);
+}
+
+#[tokio::test]
+async fn red_packet_lifecycle() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut rng = rand::rng();
+    let id = redpacket::new_id(&mut rng);
+    let create = Create::new(&id, 10_000, 10, 1, 60_000, &mut rng).unwrap();
+    assert_eq!(create.shares().iter().sum::<i64>(), 10_000);
+    let made = d.run(&create).await.unwrap();
+    assert!(made.created);
+    let again = Create::new(&id, 500, 5, 1, 60_000, &mut rng).unwrap();
+    assert!(!d.run(&again).await.unwrap().created, "an existing packet is never overwritten");
+
+    let mut won = Vec::new();
+    for i in 0..10 {
+        match d.run(&Grab::new(&id, &format!("user{i}")).unwrap()).await.unwrap() {
+            GrabOutcome::Won { amount, index, remaining } => {
+                assert_eq!(index, i + 1);
+                assert_eq!(remaining, 9 - i);
+                won.push(amount);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(won, create.shares(), "shares go out in the stored order");
+    assert_eq!(d.run(&Grab::new(&id, "late").unwrap()).await.unwrap(), GrabOutcome::Empty);
+    assert_eq!(
+        d.run(&Grab::new(&id, "user3").unwrap()).await.unwrap(),
+        GrabOutcome::Already { amount: won[3], index: 4 },
+        "a winner who retries gets the same claim, even after the packet is empty"
+    );
+    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!((st.total, st.count, st.remaining, st.claimed, st.claimed_sum), (10_000, 10, 0, 10, 10_000));
+    assert_eq!(st.expires_ms, made.expires_at_ms);
+    let claims = d.run(&Claims::new(&id, 0, 100).unwrap()).await.unwrap();
+    assert_eq!(claims.len(), 10);
+    assert_eq!(claims.iter().map(|c| c.amount).sum::<i64>(), 10_000);
+    assert_eq!(claims[3].user, "user3");
+    let page = d.run(&Claims::new(&id, 8, 5).unwrap()).await.unwrap();
+    assert_eq!(page.iter().map(|c| c.index).collect::<Vec<_>>(), vec![9, 10]);
+    let [meta, shares, claims_key, log] = keys::redpacket(&id);
+    for key in [meta, claims_key, log] {
+        let t = pttl(&redis, &key);
+        assert!(t > 0 && t <= 60_000, "{key} expires with the packet ({t})");
+    }
+    assert_eq!(pttl(&redis, &shares), -2, "the emptied share list is gone");
+
+    let unknown = redpacket::new_id(&mut rng);
+    assert_eq!(d.run(&Grab::new(&unknown, "a").unwrap()).await.unwrap(), GrabOutcome::NotFound);
+    assert_eq!(d.run(&Status::new(&unknown).unwrap()).await.unwrap(), None);
+
+    // Expiry: a short-lived packet becomes unknown.
+    let short = redpacket::new_id(&mut rng);
+    d.run(&Create::new(&short, 100, 2, 1, 100, &mut rng).unwrap()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(d.run(&Grab::new(&short, "a").unwrap()).await.unwrap(), GrabOutcome::NotFound);
+}
