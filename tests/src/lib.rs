@@ -12,9 +12,7 @@ pub fn free_port() -> u16 {
 
 /// A scratch directory under the target dir, unique per call.
 pub fn scratch_dir(tag: &str) -> PathBuf {
-    let base = std::env::var_os("CARGO_TARGET_TMPDIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("redcount-{tag}-{}-{}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
@@ -50,17 +48,23 @@ impl RedisServer {
     fn spawn(&mut self) {
         let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let mut cmd = Command::new(&bin);
-        cmd.arg("--port").arg(self.port.to_string())
-            .arg("--bind").arg("127.0.0.1")
-            .arg("--save").arg("")
-            .arg("--dir").arg(&self.dir)
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--save")
+            .arg("")
+            .arg("--dir")
+            .arg(&self.dir)
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if !self.args.iter().any(|a| a == "--appendonly") {
             cmd.arg("--appendonly").arg("no");
         }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {bin} (run `cargo xtask test`, which installs it): {e}"));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin} (run `cargo xtask test`, which installs it): {e}"));
         self.child = Some(child);
         wait_for_port(self.port, Duration::from_secs(10));
         // Accepting connections is not enough: wait until it answers PING.

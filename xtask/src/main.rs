@@ -1,1 +1,76 @@
-fn main() {}
+//! `cargo xtask`: set-up, development and test tasks, in one place.
+//!
+//! Each task installs what it needs when it is missing (Debian packages with apt-get,
+//! npm packages, cargo tools), so a fresh machine needs nothing but this repository.
+//! Std only, so it compiles in seconds.
+
+mod setup;
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <task>
+
+Tasks:
+  test     install what is missing, prove redcount-core is no_std, run every test
+  nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
+  setup    only install what the tests and `dev` need
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("nostd") => setup::nostd_check(),
+        Some("setup") => setup::ensure_test_deps(),
+        Some("help" | "--help" | "-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo xtask test [-- cargo test args]`
+fn test(extra: &[String]) -> Result<(), String> {
+    setup::ensure_test_deps()?;
+    setup::nostd_check()?;
+    let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
+    args.extend(extra.iter().map(String::as_str));
+    tally(setup::cargo().args(&args))
+}
+
+/// Runs `cargo test`, echoing its output, and ends with one summary line over every test
+/// binary, so the last line says how many tests ran (doc-test binaries print "0 passed").
+fn tally(cmd: &mut std::process::Command) -> Result<(), String> {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(&[';', '.'][..])
+                    .find_map(|p| p.trim().strip_suffix(word).map(|n| n.trim().parse().unwrap_or(0)))
+                    .unwrap_or(0)
+            };
+            passed += count(" passed");
+            failed += count(" failed");
+            ignored += count(" ignored");
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    println!("\ntests: {passed} passed, {failed} failed, {ignored} skipped");
+    if status.success() && failed == 0 { Ok(()) } else { Err(format!("cargo test failed ({status})")) }
+}

@@ -39,12 +39,7 @@ pub const fn digest(data: &[u8]) -> [u8; 20] {
             } else {
                 (b ^ c ^ d, 0xCA62_C1D6)
             };
-            let tmp = a
-                .rotate_left(5)
-                .wrapping_add(f)
-                .wrapping_add(e)
-                .wrapping_add(k)
-                .wrapping_add(w[t]);
+            let tmp = a.rotate_left(5).wrapping_add(f).wrapping_add(e).wrapping_add(k).wrapping_add(w[t]);
             e = d;
             d = c;
             c = b.rotate_left(30);

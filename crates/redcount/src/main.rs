@@ -41,7 +41,9 @@ async fn main() -> std::process::ExitCode {
             for s in redcount_core::script::ALL {
                 let cmd = redcount_core::Command::new("SCRIPT").arg("LOAD").arg(s.source());
                 match direct.send(&cmd).await {
-                    Ok(redcount_core::Value::Bytes(sha)) if sha == s.sha1().as_bytes() => println!("loaded {}", s.name()),
+                    Ok(redcount_core::Value::Bytes(sha)) if sha == s.sha1().as_bytes() => {
+                        println!("loaded {}", s.name())
+                    }
                     Ok(other) => {
                         eprintln!("redcount: {} loaded under an unexpected SHA: {other:?}", s.name());
                         return std::process::ExitCode::FAILURE;

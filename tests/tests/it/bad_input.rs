@@ -13,8 +13,26 @@ use redcount_tests::RedisServer;
 use serde_json::json;
 
 const BAD_NUMBERS: &[&str] = &[
-    "NaN", "nan", "inf", "-inf", "Infinity", "1e3", "0x10", " 5 ", " 5", "5 ", "2.5", "+5", "007", "-0", "",
-    "-", "9007199254740993", "99999999999999999999999", "5a", "١٢",
+    "NaN",
+    "nan",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e3",
+    "0x10",
+    " 5 ",
+    " 5",
+    "5 ",
+    "2.5",
+    "+5",
+    "007",
+    "-0",
+    "",
+    "-",
+    "9007199254740993",
+    "99999999999999999999999",
+    "5a",
+    "١٢",
 ];
 
 const BAD_IDS: &[&str] = &["", "a{b", "a}b", "a:b", "{rp:x}", "a b", "a/b", "../x", "a\nb", "ünïcødé", "a\0b", "%2F"];
@@ -24,46 +42,76 @@ fn numeric_cases() -> Vec<(&'static str, Box<dyn Fn(&str) -> Result<(), InputErr
     let mut rng = rand::rng();
     let _ = &mut rng;
     vec![
-        ("delta", Box::new(|s| {
-            let n = validate::int_str("delta", s, -MAX_SAFE, MAX_SAFE)?;
-            AddCounter::new("p", "s", Storage::Key, n, Bounds::default()).map(drop)
-        })),
-        ("window_ms", Box::new(|s| {
-            let n = validate::int_str("window_ms", s, 1, MAX_SAFE)?;
-            Claim::new("p", "s", n).map(drop)
-        })),
-        ("cost", Box::new(|s| {
-            let n = validate::int_str("cost", s, 1, MAX_SAFE)?;
-            Quota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, n).map(drop)
-        })),
-        ("lease_ms", Box::new(|s| {
-            let n = validate::int_str("lease_ms", s, 1, MAX_SAFE)?;
-            Semaphore::new("p", "n", Action::Acquire, "h", 5, n).map(drop)
-        })),
-        ("id", Box::new(|s| {
-            let n = validate::int_str("id", s, 0, MAX_SAFE)?;
-            Append::new("u", n, "body", 1000, 10).map(drop)
-        })),
-        ("after", Box::new(|s| {
-            let n = validate::int_str("after", s, 0, MAX_SAFE)?;
-            Read::new("u", Some(n), 10).map(drop)
-        })),
-        ("max_age_s", Box::new(|s| {
-            let n = validate::int_str("max_age_s", s, 1, MAX_SAFE)?;
-            Trim::new("u", n, 10, 10).map(drop)
-        })),
-        ("total_cents", Box::new(|s| {
-            let n = validate::int_str("total_cents", s, 1, MAX_SAFE)?;
-            Create::new("pk", n, 10, 1, 1000, &mut rand::rng()).map(drop)
-        })),
-        ("count", Box::new(|s| {
-            let n = validate::int_str("count", s, 1, MAX_SAFE)?;
-            Create::new("pk", 10_000, n, 1, 1000, &mut rand::rng()).map(drop)
-        })),
-        ("offset", Box::new(|s| {
-            let n = validate::int_str("offset", s, 0, MAX_SAFE)?;
-            Claims::new("pk", n, 10).map(drop)
-        })),
+        (
+            "delta",
+            Box::new(|s| {
+                let n = validate::int_str("delta", s, -MAX_SAFE, MAX_SAFE)?;
+                AddCounter::new("p", "s", Storage::Key, n, Bounds::default()).map(drop)
+            }),
+        ),
+        (
+            "window_ms",
+            Box::new(|s| {
+                let n = validate::int_str("window_ms", s, 1, MAX_SAFE)?;
+                Claim::new("p", "s", n).map(drop)
+            }),
+        ),
+        (
+            "cost",
+            Box::new(|s| {
+                let n = validate::int_str("cost", s, 1, MAX_SAFE)?;
+                Quota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, n).map(drop)
+            }),
+        ),
+        (
+            "lease_ms",
+            Box::new(|s| {
+                let n = validate::int_str("lease_ms", s, 1, MAX_SAFE)?;
+                Semaphore::new("p", "n", Action::Acquire, "h", 5, n).map(drop)
+            }),
+        ),
+        (
+            "id",
+            Box::new(|s| {
+                let n = validate::int_str("id", s, 0, MAX_SAFE)?;
+                Append::new("u", n, "body", 1000, 10).map(drop)
+            }),
+        ),
+        (
+            "after",
+            Box::new(|s| {
+                let n = validate::int_str("after", s, 0, MAX_SAFE)?;
+                Read::new("u", Some(n), 10).map(drop)
+            }),
+        ),
+        (
+            "max_age_s",
+            Box::new(|s| {
+                let n = validate::int_str("max_age_s", s, 1, MAX_SAFE)?;
+                Trim::new("u", n, 10, 10).map(drop)
+            }),
+        ),
+        (
+            "total_cents",
+            Box::new(|s| {
+                let n = validate::int_str("total_cents", s, 1, MAX_SAFE)?;
+                Create::new("pk", n, 10, 1, 1000, &mut rand::rng()).map(drop)
+            }),
+        ),
+        (
+            "count",
+            Box::new(|s| {
+                let n = validate::int_str("count", s, 1, MAX_SAFE)?;
+                Create::new("pk", 10_000, n, 1, 1000, &mut rand::rng()).map(drop)
+            }),
+        ),
+        (
+            "offset",
+            Box::new(|s| {
+                let n = validate::int_str("offset", s, 0, MAX_SAFE)?;
+                Claims::new("pk", n, 10).map(drop)
+            }),
+        ),
     ]
 }
 
@@ -110,10 +158,16 @@ fn the_table_is_refused_before_any_redis_call() {
     // Values that parse but break a rule.
     let checks: Vec<(&str, Result<(), InputError>)> = vec![
         ("delta", AddCounter::new("p", "s", Storage::Key, -1_000_000_000_000_001, Bounds::default()).map(drop)),
-        ("max", AddCounter::new("p", "s", Storage::Key, 1, Bounds { min: 5, max: Some(4), ..Bounds::default() }).map(drop)),
+        (
+            "max",
+            AddCounter::new("p", "s", Storage::Key, 1, Bounds { min: 5, max: Some(4), ..Bounds::default() }).map(drop),
+        ),
         ("cost", Quota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, 11).map(drop)),
         ("limit", Quota::take("p", "s", Algorithm::SlidingWindow { limit: 10_001, window_ms: 1000 }, 1).map(drop)),
-        ("refill", Quota::take("p", "s", Algorithm::TokenBucket { capacity: 5, refill: 6, interval_ms: 1 }, 1).map(drop)),
+        (
+            "refill",
+            Quota::take("p", "s", Algorithm::TokenBucket { capacity: 5, refill: 6, interval_ms: 1 }, 1).map(drop),
+        ),
         ("total_cents", Create::new("pk", 9, 10, 1, 1000, &mut rand::rng()).map(drop)),
         ("count", Create::new("pk", 100_000, 10_001, 1, 1000, &mut rand::rng()).map(drop)),
         ("body", Append::new("u", 1, &"b".repeat(8193), 1000, 10).map(drop)),
@@ -130,7 +184,16 @@ fn the_table_is_refused_before_any_redis_call() {
 
 #[test]
 fn json_numbers_are_integers_or_refused() {
-    for bad in [json!(2.5), json!(1e3), json!(9007199254740993u64), json!(-1), json!(true), json!("0x10"), json!([1]), json!({})] {
+    for bad in [
+        json!(2.5),
+        json!(1e3),
+        json!(9007199254740993u64),
+        json!(-1),
+        json!(true),
+        json!("0x10"),
+        json!([1]),
+        json!({}),
+    ] {
         let err = validate::int_json("count", &bad, 0, MAX_SAFE);
         if bad == json!(-1) {
             assert!(err.is_err());

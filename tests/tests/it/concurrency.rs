@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use redcount_core::keys;
-use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus};
 use redcount_core::ops::counter::Storage;
+use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus};
 use redcount_core::ops::quota::{Algorithm, Quota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
 use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};

@@ -4,13 +4,13 @@ use std::time::Duration;
 
 use redcount::Error;
 use redcount_core::ErrorKind;
+use redcount_core::keys;
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Mode, Storage};
 use redcount_core::ops::inbox::{Append, Read, Trim};
 use redcount_core::ops::quota::{Algorithm, Quota, ResetQuota};
 use redcount_core::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
 use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
-use redcount_core::keys;
 use redcount_tests::{RedisServer, uid};
 
 fn pttl(redis: &RedisServer, key: &str) -> i64 {
@@ -27,7 +27,11 @@ async fn counter_never_goes_below_min_and_clamps_or_rejects() {
 
     let o = d.run(&add(-1, floor)).await.unwrap();
     assert_eq!((o.value, o.applied, o.status), (0, 0, CounterStatus::Clamped));
-    assert_eq!(redis::cmd("EXISTS").arg(keys::counter_hash("jobs")).query::<i64>(&mut redis.conn()).unwrap(), 0, "no write when nothing applies");
+    assert_eq!(
+        redis::cmd("EXISTS").arg(keys::counter_hash("jobs")).query::<i64>(&mut redis.conn()).unwrap(),
+        0,
+        "no write when nothing applies"
+    );
     let o = d.run(&add(3, floor)).await.unwrap();
     assert_eq!((o.value, o.applied, o.status), (3, 3, CounterStatus::Applied));
     let o = d.run(&add(-5, floor)).await.unwrap();
@@ -205,7 +209,11 @@ async fn inbox_append_read_and_trim() {
         d.run(&Append::new(&user, id, &format!("m{id} ünïcødé \"q\""), week, 5).unwrap()).await.unwrap();
     }
     let all = d.run(&Read::new(&user, None, 100).unwrap()).await.unwrap();
-    assert_eq!(all.iter().map(|m| m.id).collect::<Vec<_>>(), vec![102, 103, 104, 105, 106], "capped at 5, oldest dropped");
+    assert_eq!(
+        all.iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![102, 103, 104, 105, 106],
+        "capped at 5, oldest dropped"
+    );
     assert_eq!(all[0].body, "m102 ünïcødé \"q\"".as_bytes());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     assert!((all[0].time as i64 - now).abs() <= 5);

@@ -193,7 +193,15 @@ impl Operation for Status {
     fn parse(&self, reply: Value) -> Result<Option<PacketStatus>, ShapeError> {
         let [found, total, count, remaining, claimed, claimed_sum, created_ms, expires_ms] =
             reply.into_ints::<8>(Self::NAME)?;
-        Ok((found == 1).then_some(PacketStatus { total, count, remaining, claimed, claimed_sum, created_ms, expires_ms }))
+        Ok((found == 1).then_some(PacketStatus {
+            total,
+            count,
+            remaining,
+            claimed,
+            claimed_sum,
+            created_ms,
+            expires_ms,
+        }))
     }
 }
 
@@ -249,7 +257,8 @@ impl Operation for Claims {
             .map(|v| {
                 let s = v.into_string(Self::NAME)?;
                 let mut it = s.split(':');
-                let (Some(user), Some(a), Some(i), Some(t), None) = (it.next(), it.next(), it.next(), it.next(), it.next())
+                let (Some(user), Some(a), Some(i), Some(t), None) =
+                    (it.next(), it.next(), it.next(), it.next(), it.next())
                 else {
                     return Err(bad());
                 };

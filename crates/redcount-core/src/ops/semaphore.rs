@@ -48,7 +48,14 @@ pub struct Semaphore {
 
 impl Semaphore {
     /// Validates and builds the operation.
-    pub fn new(scope: &str, name: &str, action: Action, holder: &str, limit: i64, lease_ms: i64) -> Result<Self, InputError> {
+    pub fn new(
+        scope: &str,
+        name: &str,
+        action: Action,
+        holder: &str,
+        limit: i64,
+        lease_ms: i64,
+    ) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
         let name = validate::id("name", name)?;
         let holder = validate::id("holder", holder)?;

@@ -1,0 +1,188 @@
+//! Pure tests of the core: exact wire bytes, reply decoding, the split's properties.
+
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
+use redcount_core::ops::inbox::{Read, decode_member};
+use redcount_core::ops::redpacket::{Grab, GrabOutcome, Status};
+use redcount_core::rest::{Encoding, RestError, decode_pipeline, decode_reply, pipeline_body};
+use redcount_core::{Command, ErrorKind, Operation, Value, script, split};
+
+#[test]
+fn golden_evalsha_and_eval_bodies() {
+    let op = Grab::new("p1", "alice").unwrap();
+    let req = op.request();
+    let sha = script::REDPACKET_GRAB.sha1();
+    assert_eq!(
+        req.command().to_rest_body(),
+        format!(
+            r#"["EVALSHA","{sha}","4","rc:{{rp:p1}}:meta","rc:{{rp:p1}}:shares","rc:{{rp:p1}}:claims","rc:{{rp:p1}}:log","alice"]"#
+        )
+    );
+    let noscript = redcount_core::ErrorReply::new("NOSCRIPT No matching script. Please use EVAL.");
+    let eval = req.fallback(&noscript).unwrap();
+    assert_eq!(eval.parts()[0], "EVAL");
+    assert_eq!(eval.parts()[1], script::REDPACKET_GRAB.source());
+    assert_eq!(eval.parts()[2..], req.command().parts()[2..]);
+    // Only NOSCRIPT triggers the retry.
+    assert!(req.fallback(&redcount_core::ErrorReply::new("WRONGTYPE Operation against a key")).is_none());
+
+    let add = AddCounter::new("jobs", "app-1", Storage::HashField, -3, Bounds { max: Some(10), ..Bounds::default() })
+        .unwrap();
+    assert_eq!(
+        add.request().command().to_rest_body(),
+        format!(r#"["EVALSHA","{}","1","rc:{{c:jobs}}","app-1","-3","0","10","clamp","0"]"#, script::COUNTER.sha1())
+    );
+    let read = Read::new("bob", Some(41), 50).unwrap();
+    assert_eq!(
+        read.request().command().to_rest_body(),
+        r#"["ZRANGEBYSCORE","rc:{ib:bob}","(41","+inf","WITHSCORES","LIMIT","0","50"]"#
+    );
+}
+
+#[test]
+fn golden_escaping_pipeline_and_resp() {
+    let c = Command::new("SET").arg("k").arg("q\"b\\s\n\t\u{1}é");
+    assert_eq!(c.to_rest_body(), r#"["SET","k","q\"b\\s\n\t\u0001é"]"#);
+    assert_eq!(pipeline_body(&[Command::new("PING"), c.clone()]), format!(r#"[["PING"],{}]"#, c.to_rest_body()));
+    assert_eq!(Command::new("GET").arg("ké").to_resp(), b"*2\r\n$3\r\nGET\r\n$3\r\nk\xc3\xa9\r\n");
+    // The body is valid JSON that decodes to the same strings.
+    let back: Vec<String> = serde_json::from_str(&c.to_rest_body()).unwrap();
+    assert_eq!(back, c.parts());
+}
+
+#[test]
+fn decode_replies_plain_and_base64() {
+    assert_eq!(decode_reply(200, br#"{"result":5}"#, Encoding::Plain), Ok(Value::Int(5)));
+    assert_eq!(decode_reply(200, br#"{"result":null}"#, Encoding::Base64), Ok(Value::Nil));
+    assert_eq!(
+        decode_reply(200, br#"{"result":["AAEC/w==",1,null,["aGk="]]}"#, Encoding::Base64),
+        Ok(Value::Array(vec![
+            Value::Bytes(vec![0, 1, 2, 255]),
+            Value::Int(1),
+            Value::Nil,
+            Value::Array(vec![Value::Bytes(b"hi".to_vec())])
+        ]))
+    );
+    // Upstash leaves a literal OK unencoded; a front that encodes it works too.
+    assert_eq!(decode_reply(200, br#"{"result":"OK"}"#, Encoding::Base64), Ok(Value::Bytes(b"OK".to_vec())));
+    assert_eq!(decode_reply(200, br#"{"result":"T0s="}"#, Encoding::Base64), Ok(Value::Bytes(b"OK".to_vec())));
+
+    match decode_reply(400, br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#, Encoding::Base64) {
+        Err(RestError::Reply(e)) => assert_eq!(e.kind, ErrorKind::NoScript),
+        other => panic!("{other:?}"),
+    }
+    match decode_reply(
+        400,
+        br#"{"error":"ERR redcount: delta must be a decimal integer script: abc"}"#,
+        Encoding::Plain,
+    ) {
+        Err(RestError::Reply(e)) => assert_eq!(e.kind, ErrorKind::Rejected),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(decode_reply(401, br#"{"error":"Unauthorized"}"#, Encoding::Plain), Err(RestError::Unauthorized(m)) if m == "Unauthorized")
+    );
+    assert!(matches!(decode_reply(503, b"<html>bad gateway", Encoding::Plain), Err(RestError::Unavailable(503, _))));
+    assert!(
+        matches!(decode_reply(503, br#"{"error":"redis down"}"#, Encoding::Plain), Err(RestError::Unavailable(503, m)) if m == "redis down")
+    );
+    for bad in [
+        &b"not json"[..],
+        b"[1]",
+        b"{}",
+        br#"{"result":1.5}"#,
+        br#"{"result":true}"#,
+        br#"{"result":"***"}"#,
+        br#"{"error":5}"#,
+    ] {
+        assert!(
+            matches!(decode_reply(200, bad, Encoding::Base64), Err(RestError::Malformed(_))),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    let deep = format!(r#"{{"result":{}1{}}}"#, "[".repeat(40), "]".repeat(40));
+    assert!(matches!(decode_reply(200, deep.as_bytes(), Encoding::Plain), Err(RestError::Malformed(_))));
+}
+
+#[test]
+fn decode_pipelines() {
+    let r = decode_pipeline(200, br#"[{"result":"aGk="},{"error":"WRONGTYPE x"}]"#, Encoding::Base64).unwrap();
+    assert_eq!(r[0], Ok(Value::Bytes(b"hi".to_vec())));
+    assert_eq!(r[1].as_ref().unwrap_err().kind, ErrorKind::WrongType);
+    assert!(matches!(decode_pipeline(400, br#"{"error":"EXECABORT"}"#, Encoding::Plain), Err(RestError::Reply(_))));
+}
+
+#[test]
+fn wrong_shapes_are_errors_not_panics() {
+    let grab = Grab::new("p", "u").unwrap();
+    for v in [
+        Value::Nil,
+        Value::Int(1),
+        Value::Array(vec![Value::Int(1)]),
+        Value::Array(vec![Value::Int(9), Value::Int(0), Value::Int(0), Value::Int(0)]),
+        Value::Array(vec![Value::Bytes(b"x".to_vec()); 4]),
+    ] {
+        assert!(grab.parse(v).is_err());
+    }
+    assert_eq!(
+        grab.parse(Value::Array(vec![Value::Int(1), Value::Int(5), Value::Int(2), Value::Bytes(b"3".to_vec())])),
+        Ok(GrabOutcome::Won { amount: 5, index: 2, remaining: 3 })
+    );
+    assert!(Status::new("p").unwrap().parse(Value::Array(vec![])).is_err());
+    assert!(Read::new("u", None, 5).unwrap().parse(Value::Array(vec![Value::Bytes(vec![1])])).is_err());
+    assert_eq!(decode_member(&[1, 0, 0, 0, b'h']), Some((1, &b"h"[..])));
+    assert_eq!(decode_member(&[1, 0]), None);
+}
+
+proptest! {
+    #[test]
+    fn split_sums_exactly_and_respects_min(total in 1i64..10_000_000, count in 1i64..500, min in 1i64..50, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        match split::split(total, count, min, &mut rng) {
+            Ok(shares) => {
+                prop_assert!(total >= count * min);
+                prop_assert_eq!(shares.len() as i64, count);
+                prop_assert_eq!(shares.iter().sum::<i64>(), total);
+                prop_assert!(shares.iter().all(|&s| s >= min));
+            }
+            Err(e) => {
+                prop_assert!(total < count * min);
+                prop_assert_eq!(e.field, "total_cents");
+            }
+        }
+    }
+
+    #[test]
+    fn uniform_stays_in_range(lo in 0u64..1000, span in 0u64..1000, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let x = split::uniform(&mut rng, lo, lo + span);
+        prop_assert!((lo..=lo + span).contains(&x));
+    }
+}
+
+#[test]
+fn every_position_has_the_same_mean() {
+    // 20,000 packets of 10,000 cents in 10 shares: each position's mean must be 1,000.
+    let mut rng = StdRng::seed_from_u64(7);
+    let (packets, count, total) = (20_000, 10usize, 10_000i64);
+    let mut sums = vec![0i64; count];
+    let mut squares = 0f64;
+    for _ in 0..packets {
+        let shares = split::split(total, count as i64, 1, &mut rng).unwrap();
+        for (i, s) in shares.iter().enumerate() {
+            sums[i] += s;
+            squares += (*s as f64 - 1000.0).powi(2);
+        }
+    }
+    for (i, s) in sums.iter().enumerate() {
+        let mean = *s as f64 / packets as f64;
+        // The standard error of a position's mean is about 5 cents here; allow 4%.
+        assert!((mean - 1000.0).abs() < 40.0, "position {i}: mean {mean}");
+    }
+    // Random, not an even split: a uniform draw on [1, 2000] has a deviation near 577.
+    let sd = (squares / (packets * count) as f64).sqrt();
+    assert!((400.0..800.0).contains(&sd), "standard deviation {sd}");
+}

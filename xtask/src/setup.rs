@@ -1,0 +1,132 @@
+//! Finding and installing tools.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Once;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// `cargo` as invoked by `cargo xtask` (the toolchain the user chose).
+pub fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+/// Runs a command to completion, failing with its name on a non-zero exit.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
+    let status = cmd.status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed ({status})")) }
+}
+
+/// True when `bin` is found on PATH.
+pub fn have(bin: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {bin} >/dev/null 2>&1")).status().is_ok_and(|s| s.success())
+}
+
+static APT_UPDATE: Once = Once::new();
+
+/// Installs Debian packages with apt-get (as root, or through sudo).
+pub fn apt_install(packages: &[&str]) -> Result<(), String> {
+    if !have("apt-get") {
+        return Err(format!("please install {} (no apt-get on this machine)", packages.join(" ")));
+    }
+    let sudo = if is_root() {
+        None
+    } else if have("sudo") {
+        Some("sudo")
+    } else {
+        None
+    };
+    let apt = |args: &[&str]| -> Result<(), String> {
+        let mut c = match sudo {
+            Some(s) => {
+                let mut c = Command::new(s);
+                c.arg("apt-get");
+                c
+            }
+            None => Command::new("apt-get"),
+        };
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        run(&mut c)
+    };
+    let mut updated = Ok(());
+    APT_UPDATE.call_once(|| {
+        eprintln!("xtask: apt-get update");
+        updated = apt(&["update", "-q"]);
+    });
+    updated?;
+    eprintln!("xtask: installing {}", packages.join(" "));
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend_from_slice(packages);
+    apt(&args)
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// What the test suite needs on the machine.
+pub fn ensure_test_deps() -> Result<(), String> {
+    if !have("redis-server") || !have("redis-cli") {
+        apt_install(&["redis-server"])?;
+    }
+    Ok(())
+}
+
+/// A toolchain able to build `core` and `alloc` for wasm32 from source.
+struct BuildStd {
+    cargo: PathBuf,
+    path: String,
+}
+
+/// Finds (or installs) a toolchain with the standard library's source.
+///
+/// The ordinary path is rustup's `rust-src` component. On machines where rustup cannot
+/// download, Debian's `rustc-web` toolchain ships the source (`rust-web-src`).
+fn build_std_toolchain() -> Result<BuildStd, String> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let rustup_has_src = Command::new("rustup")
+        .args(["component", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("rust-src")));
+    if rustup_has_src {
+        return Ok(BuildStd { cargo: PathBuf::from(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())), path });
+    }
+    let debian_src = Path::new("/usr/lib/rustlib/src/rust/library");
+    if !debian_src.exists() || !Path::new("/usr/bin/cargo").exists() {
+        apt_install(&["rustc-web", "cargo-web", "rust-web-src", "lld-22"])?;
+    }
+    // Debian's cargo must find Debian's rustc first.
+    Ok(BuildStd { cargo: PathBuf::from("/usr/bin/cargo"), path: format!("/usr/bin:{path}") })
+}
+
+/// Proves redcount-core is `no_std`: builds it for wasm32 where only `core` and `alloc`
+/// exist, so any use of std, by the crate or a dependency, fails to compile.
+pub fn nostd_check() -> Result<(), String> {
+    let tc = build_std_toolchain()?;
+    eprintln!("xtask: no_std proof: redcount-core for wasm32-unknown-unknown with core + alloc only");
+    run(Command::new(&tc.cargo)
+        .current_dir(root())
+        .env("PATH", &tc.path)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_UNSTABLE_BUILD_STD", "core,alloc")
+        .env("CARGO_TARGET_DIR", root().join("target/nostd"))
+        .env_remove("RUSTC")
+        .env_remove("RUSTDOC")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "redcount-core",
+            "--target",
+            "wasm32-unknown-unknown",
+            "--no-default-features",
+        ]))?;
+    eprintln!("xtask: no_std proof passed");
+    Ok(())
+}
