@@ -158,3 +158,157 @@ pub fn wait_for_port(port: u16, timeout: Duration) {
 pub fn uid(tag: &str) -> String {
     format!("{tag}-{:08x}", rand::random::<u32>())
 }
+
+/// Where the workspace's binaries are: `REDCOUNT_BIN_DIR` (set by `cargo xtask test`, which
+/// builds them first), else the target dir this test binary runs from.
+pub fn bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("REDCOUNT_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        // target/debug/deps/it-xxxx -> target/debug
+        let exe = std::env::current_exe().unwrap();
+        exe.parent().and_then(|p| p.parent()).unwrap().to_path_buf()
+    });
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo xtask test` (it builds the binaries first)", path.display());
+    path
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A random secret for a test run.
+pub fn secret(tag: &str) -> String {
+    format!("{tag}-{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
+}
+
+/// A running `redcount-rest` process.
+#[derive(Debug)]
+pub struct RestFront {
+    child: Option<Child>,
+    port: u16,
+    /// Its full-access token.
+    pub token: String,
+    /// Its read-only token.
+    pub readonly_token: String,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl RestFront {
+    /// Starts the front before `redis_url` (several URLs, comma-separated, with `cluster`).
+    pub fn start(redis_url: &str, cluster: bool) -> Self {
+        Self::start_with(redis_url, cluster, &[])
+    }
+
+    /// Starts it with extra flags.
+    pub fn start_with(redis_url: &str, cluster: bool, extra: &[&str]) -> Self {
+        let mut args = vec!["--redis".to_string(), redis_url.to_string(), "--log".into(), "debug".into()];
+        if cluster {
+            args.push("--cluster".into());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut f = RestFront {
+            child: None,
+            port: free_port(),
+            token: secret("tok"),
+            readonly_token: secret("ro"),
+            log: scratch_dir("rest").join("rest.log"),
+            args,
+        };
+        f.spawn();
+        f
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(bin("redcount-rest"))
+            .args(&self.args)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            // Secrets through the environment, not argv (argv is visible to every user).
+            .env("REDCOUNT_REST_TOKEN", &self.token)
+            .env("REDCOUNT_REST_READONLY_TOKEN", &self.readonly_token)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start redcount-rest");
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(15));
+    }
+
+    /// Its base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills it (SIGKILL).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same tokens.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RestFront {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A local Redis Cluster: `masters` primaries on loopback, joined with `redis-cli --cluster create`.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The nodes.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts and joins the cluster, waiting until every slot is served.
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
+            .collect();
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for n in &nodes {
+            cmd.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        let out = cmd.arg("--cluster-yes").output().expect("run redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &nodes {
+            loop {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut n.conn()).unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster did not become ok");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Seed URLs, comma-separated.
+    pub fn urls(&self) -> String {
+        self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>().join(",")
+    }
+}

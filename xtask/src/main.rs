@@ -42,19 +42,18 @@ fn main() -> ExitCode {
 fn test(extra: &[String]) -> Result<(), String> {
     setup::ensure_test_deps()?;
     setup::nostd_check()?;
+    let bins = setup::build_bins(false)?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
-    tally(setup::cargo().args(&args))
+    tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", bins))
 }
 
 /// Runs `cargo test`, echoing its output, and ends with one summary line over every test
 /// binary, so the last line says how many tests ran (doc-test binaries print "0 passed").
 fn tally(cmd: &mut std::process::Command) -> Result<(), String> {
     use std::io::{BufRead, BufReader};
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    let mut child =
+        cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("cannot run cargo test: {e}"))?;
     let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.map_err(|e| e.to_string())?;

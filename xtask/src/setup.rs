@@ -74,7 +74,44 @@ pub fn ensure_test_deps() -> Result<(), String> {
     if !have("redis-server") || !have("redis-cli") {
         apt_install(&["redis-server"])?;
     }
+    ensure_npm()
+}
+
+/// The pinned npm packages of package.json (official Upstash clients, wrangler, esbuild,
+/// playwright-core), installed with `npm ci` when missing or older than the lockfile.
+pub fn ensure_npm() -> Result<(), String> {
+    if !have("node") || !have("npm") {
+        apt_install(&["nodejs", "npm"])?;
+    }
+    let root = root();
+    let stamp = root.join("node_modules/.package-lock.json");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let fresh = match (modified(&stamp), modified(&root.join("package-lock.json"))) {
+        (Some(installed), Some(lock)) => installed >= lock,
+        _ => false,
+    };
+    if !fresh {
+        eprintln!("xtask: npm ci");
+        run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&root))?;
+    }
     Ok(())
+}
+
+/// Builds the workspace's binaries (the tests start them as real processes) and returns
+/// the directory they are in.
+pub fn build_bins(release: bool) -> Result<PathBuf, String> {
+    let mut c = cargo();
+    c.args(["build", "--bins", "-p", "redcount-rest", "-p", "redcount"]);
+    if release {
+        c.arg("--release");
+    }
+    run(&mut c)?;
+    Ok(target_dir().join(if release { "release" } else { "debug" }))
+}
+
+/// The cargo target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
 /// A toolchain able to build `core` and `alloc` for wasm32 from source.

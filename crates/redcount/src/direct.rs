@@ -14,8 +14,12 @@ pub enum Error {
     Redis(ErrorReply),
     /// Redis answered something the operation cannot read.
     Shape(ShapeError),
-    /// The connection failed.
+    /// The connection failed (Redis, or the REST front, is unreachable or timed out).
     Io(String),
+    /// The REST front refused the token.
+    Unauthorized(String),
+    /// The REST front answered something that is not a REST reply.
+    Protocol(String),
 }
 
 impl fmt::Display for Error {
@@ -25,6 +29,8 @@ impl fmt::Display for Error {
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::Shape(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "redis unreachable: {e}"),
+            Error::Unauthorized(e) => write!(f, "unauthorized: {e}"),
+            Error::Protocol(e) => write!(f, "protocol error: {e}"),
         }
     }
 }
@@ -75,16 +81,14 @@ impl Direct {
     }
 
     /// Runs `op` in one round trip (two when the script cache has lost the script).
-    pub async fn run<O: Operation>(&self, op: &O) -> Result<O::Outcome, Error> {
-        let request = op.request();
-        let reply = match self.send(&request.command()).await {
-            Err(Error::Redis(err)) => match request.fallback(&err) {
-                Some(eval) => self.send(&eval).await?,
-                None => return Err(Error::Redis(err)),
-            },
-            other => other?,
-        };
-        op.parse(reply).map_err(Error::Shape)
+    pub async fn run<O: Operation + Sync>(&self, op: &O) -> Result<O::Outcome, Error> {
+        crate::Driver::run(self, op).await
+    }
+}
+
+impl crate::Driver for Direct {
+    async fn send(&self, command: &Command) -> Result<Value, Error> {
+        Direct::send(self, command).await
     }
 }
 

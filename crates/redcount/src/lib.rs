@@ -1,7 +1,38 @@
-//! Native drivers of redcount-core: run an operation over RESP with one round trip,
-//! falling back to EVAL once on NOSCRIPT.
+//! Native drivers of redcount-core: run an operation in one round trip, falling back to
+//! EVAL once on NOSCRIPT, over RESP ([`Direct`]) or an Upstash-compatible REST front ([`Rest`]).
 #![warn(missing_docs)]
 
 pub mod direct;
+pub mod rest;
+
+use std::future::Future;
 
 pub use direct::{Direct, Error};
+use redcount_core::{Command, Operation, Value};
+
+pub use rest::Rest;
+
+/// Something that can send one Redis command and return its reply.
+pub trait Driver: Sync {
+    /// Sends one command; an error reply is `Err(Error::Redis)`.
+    fn send(&self, command: &Command) -> impl Future<Output = Result<Value, Error>> + Send;
+
+    /// Runs `op`: its command, then, only if Redis lost the script (NOSCRIPT), the EVAL
+    /// fallback once; then parses the reply. The one driving loop of every transport.
+    fn run<O>(&self, op: &O) -> impl Future<Output = Result<O::Outcome, Error>> + Send
+    where
+        O: Operation + Sync,
+    {
+        async move {
+            let request = op.request();
+            let reply = match self.send(&request.command()).await {
+                Err(Error::Redis(err)) => match request.fallback(&err) {
+                    Some(eval) => self.send(&eval).await?,
+                    None => return Err(Error::Redis(err)),
+                },
+                other => other?,
+            };
+            op.parse(reply).map_err(Error::Shape)
+        }
+    }
+}

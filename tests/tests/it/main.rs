@@ -3,4 +3,6 @@
 mod bad_input;
 mod concurrency;
 mod primitives;
+mod rest;
+mod scenario;
 mod scripts;

@@ -1,0 +1,55 @@
+//! Bearer token checks, in constant time.
+
+/// Compares two byte strings without an early exit on the first difference, so the time
+/// taken does not reveal how much of a guessed token was right.
+pub fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u64;
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= (x ^ y) as u64;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// What a request may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Every command.
+    Full,
+    /// Read-only commands.
+    ReadOnly,
+}
+
+/// Checks the `Authorization` header against the tokens.
+pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>) -> Option<Access> {
+    let given = header?.strip_prefix("Bearer ")?.trim();
+    // Compare against both so the time does not tell which token was close.
+    let full = same(given.as_bytes(), token.as_bytes());
+    let ro = readonly.is_some_and(|r| same(given.as_bytes(), r.as_bytes()));
+    if full {
+        Some(Access::Full)
+    } else if ro {
+        Some(Access::ReadOnly)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"abcd"));
+        assert!(!same(b"", b"a"));
+        assert_eq!(check(Some("Bearer t1"), "t1", Some("r1")), Some(Access::Full));
+        assert_eq!(check(Some("Bearer r1"), "t1", Some("r1")), Some(Access::ReadOnly));
+        assert_eq!(check(Some("Bearer x"), "t1", Some("r1")), None);
+        assert_eq!(check(Some("t1"), "t1", None), None);
+        assert_eq!(check(None, "t1", None), None);
+    }
+}

@@ -1,0 +1,105 @@
+//! Which commands a request may run: read-only ones (from Redis's own COMMAND flags),
+//! and those refused because they would hold or block the shared connection.
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use crate::backend::Backend;
+
+/// Command name (lower case, `container|sub` for subcommands) → read-only?
+pub struct Table {
+    readonly: HashMap<String, bool>,
+    containers: HashMap<String, ()>,
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).to_lowercase()),
+        Value::SimpleString(s) => Some(s.to_lowercase()),
+        _ => None,
+    }
+}
+
+fn items(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(a) | Value::Set(a) => a,
+        _ => &[],
+    }
+}
+
+impl Table {
+    pub async fn load(backend: &Backend) -> redis::RedisResult<Self> {
+        let reply = backend.query(&redis::cmd("COMMAND")).await?;
+        let mut t = Table { readonly: HashMap::new(), containers: HashMap::new() };
+        for entry in items(&reply) {
+            t.add(entry);
+        }
+        if t.readonly.is_empty() {
+            return Err(redis::RedisError::from((redis::ErrorKind::Parse, "empty COMMAND reply")));
+        }
+        Ok(t)
+    }
+
+    fn add(&mut self, entry: &Value) {
+        let e = items(entry);
+        let Some(name) = e.first().and_then(text) else { return };
+        let flags: Vec<String> = e.get(2).map(items).unwrap_or(&[]).iter().filter_map(text).collect();
+        let ro = flags.iter().any(|f| f == "readonly") && !flags.iter().any(|f| f == "write");
+        // Redis 7: element 9 lists subcommands, each a full entry named `container|sub`.
+        let subs = e.get(9).map(items).unwrap_or(&[]);
+        if !subs.is_empty() {
+            self.containers.insert(name.clone(), ());
+            for s in subs {
+                self.add(s);
+            }
+        }
+        self.readonly.insert(name, ro);
+    }
+
+    /// True when `args` is a read-only command.
+    pub fn is_readonly(&self, name: &str, args: &[Vec<u8>]) -> bool {
+        let name = name.to_lowercase();
+        if self.containers.contains_key(&name)
+            && let Some(sub) = args.first()
+        {
+            let key = format!("{name}|{}", String::from_utf8_lossy(sub).to_lowercase());
+            return self.readonly.get(&key).copied().unwrap_or(false);
+        }
+        self.readonly.get(&name).copied().unwrap_or(false)
+    }
+}
+
+/// Why a command cannot run over REST, if it cannot.
+pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
+    let upper = name.to_ascii_uppercase();
+    let arg = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
+    match upper.as_str() {
+        "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE" | "MONITOR"
+        | "SYNC" | "PSYNC" | "REPLCONF" => {
+            Some(format!("ERR {upper} holds a connection open and is not available over REST"))
+        }
+        "WATCH" | "UNWATCH" | "MULTI" | "EXEC" | "DISCARD" => Some(format!(
+            "ERR {upper} is not available over REST: send the commands to /multi-exec to run them as one transaction"
+        )),
+        "SELECT" | "AUTH" | "HELLO" | "QUIT" | "RESET" | "SWAPDB" => {
+            Some(format!("ERR {upper} would change the shared connection and is not available over REST"))
+        }
+        "CLIENT"
+            if matches!(
+                arg(0).as_deref(),
+                Some("REPLY" | "PAUSE" | "KILL" | "SETNAME" | "TRACKING" | "NO-EVICT" | "NO-TOUCH")
+            ) =>
+        {
+            Some(format!("ERR CLIENT {} is not available over REST", arg(0).unwrap_or_default()))
+        }
+        "BLPOP" | "BRPOP" | "BRPOPLPUSH" | "BLMOVE" | "BLMPOP" | "BZPOPMIN" | "BZPOPMAX" | "BZMPOP" | "WAIT"
+        | "WAITAOF" => Some(format!(
+            "ERR blocking command {upper} is not available over REST: it would stall every other request; use its non-blocking form and poll"
+        )),
+        "XREAD" | "XREADGROUP" if args.iter().any(|a| a.eq_ignore_ascii_case(b"BLOCK")) => {
+            Some(format!("ERR {upper} with BLOCK is not available over REST: drop BLOCK and poll"))
+        }
+        _ => None,
+    }
+}

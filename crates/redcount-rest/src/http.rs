@@ -1,0 +1,425 @@
+//! The HTTP side: routes, auth, body limits, argument parsing, status codes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State as Extract;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use redis::Value;
+use serde_json::{Value as Json, json};
+
+use crate::State;
+use crate::auth::{self, Access};
+use crate::commands;
+use crate::log;
+use crate::reply;
+
+/// The front's HTTP routes.
+pub(crate) fn router(state: Arc<State>) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+/// One parsed command: name and arguments as bytes.
+struct Cmd {
+    name: String,
+    args: Vec<Vec<u8>>,
+}
+
+struct Failure(StatusCode, String);
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Failure {
+    Failure(status, msg.into())
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.0, [(header::CONTENT_TYPE, "application/json")], json!({ "error": self.1 }).to_string()).into_response()
+    }
+}
+
+fn json_response(body: Json) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+async fn handle(
+    Extract(st): Extract<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let start = Instant::now();
+    let path = uri.path().to_string();
+    let (response, what) = match serve(&st, &method, &uri, &headers, body).await {
+        Ok((r, what)) => (r, what),
+        Err((f, what)) => (f.into_response(), what),
+    };
+    log::debug(
+        st.log,
+        &format!(
+            "{method} {path_kind} {what} {} {:?}",
+            response.status().as_u16(),
+            start.elapsed(),
+            path_kind = path_kind(&path)
+        ),
+    );
+    response
+}
+
+/// The route, without path-style arguments (they may be data).
+fn path_kind(path: &str) -> &str {
+    match path {
+        "/" | "/pipeline" | "/multi-exec" => path,
+        _ => "/<command>",
+    }
+}
+
+type Served = Result<(Response, String), (Failure, String)>;
+
+async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body: Body) -> Served {
+    let none = || String::from("-");
+    if !matches!(*method, Method::GET | Method::POST | Method::PUT | Method::HEAD) {
+        return Err((error(StatusCode::METHOD_NOT_ALLOWED, format!("ERR method {method} is not allowed")), none()));
+    }
+    let authz = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let Some(access) = auth::check(authz, &st.token, st.readonly_token.as_deref()) else {
+        return Err((
+            error(StatusCode::UNAUTHORIZED, "Unauthorized: a valid `Authorization: Bearer <token>` header is required"),
+            none(),
+        ));
+    };
+    let bytes = axum::body::to_bytes(body, st.max_body).await.map_err(|_| {
+        (error(StatusCode::PAYLOAD_TOO_LARGE, format!("ERR request body larger than {} bytes", st.max_body)), none())
+    })?;
+    let base64 = header_is(headers, "upstash-encoding", "base64");
+    let resp2 = header_is(headers, "upstash-response-format", "resp2");
+    let path = uri.path();
+    match path {
+        "/pipeline" | "/multi-exec" => {
+            if *method != Method::POST && *method != Method::PUT {
+                return Err((error(StatusCode::METHOD_NOT_ALLOWED, format!("ERR {path} takes POST")), none()));
+            }
+            let cmds = parse_many(&bytes).map_err(|f| (f, none()))?;
+            let what =
+                format!("{}x{}", cmds.len(), cmds.first().map(|c| c.name.to_ascii_uppercase()).unwrap_or_default());
+            for c in &cmds {
+                check(st, c, access).map_err(|f| (f, what.clone()))?;
+            }
+            let r = run_many(st, cmds, path == "/multi-exec", base64, resp2).await;
+            r.map(|r| (r, what.clone())).map_err(|f| (f, what))
+        }
+        "/" if *method == Method::POST || *method == Method::PUT => {
+            let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
+            let what = cmd.name.to_ascii_uppercase();
+            check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
+            let r = run_one(st, cmd, base64, resp2).await;
+            r.map(|r| (r, what.clone())).map_err(|f| (f, what))
+        }
+        _ => {
+            // Path style: /set/foo/bar, with a POST body as the last argument.
+            let mut parts: Vec<Vec<u8>> = path
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .map(percent_decode)
+                .collect::<Result<_, _>>()
+                .map_err(|f| (f, none()))?;
+            if parts.is_empty() {
+                parts.push(b"PING".to_vec());
+            }
+            if matches!(*method, Method::POST | Method::PUT) && !bytes.is_empty() {
+                parts.push(bytes.to_vec());
+            }
+            let name = String::from_utf8(parts.remove(0))
+                .map_err(|_| (error(StatusCode::BAD_REQUEST, "ERR command name is not UTF-8"), none()))?;
+            let cmd = Cmd { name, args: parts };
+            let what = cmd.name.to_ascii_uppercase();
+            check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
+            let r = run_one(st, cmd, base64, resp2).await;
+            r.map(|r| (r, what.clone())).map_err(|f| (f, what))
+        }
+    }
+}
+
+fn header_is(headers: &HeaderMap, name: &str, want: &str) -> bool {
+    headers.get(name).and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+}
+
+fn percent_decode(seg: &str) -> Result<Vec<u8>, Failure> {
+    let b = seg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            match hex {
+                Some(v) => out.push(v),
+                None => return Err(error(StatusCode::BAD_REQUEST, "ERR malformed percent-encoding in the path")),
+            }
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn command_from_json(v: &Json) -> Result<Cmd, Failure> {
+    let Json::Array(items) = v else {
+        return Err(error(StatusCode::BAD_REQUEST, "ERR a command is a JSON array like [\"SET\", \"key\", \"value\"]"));
+    };
+    let mut args = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        args.push(match item {
+            Json::String(s) => s.as_bytes().to_vec(),
+            Json::Number(n) => n.to_string().into_bytes(),
+            other => {
+                let kind = match other {
+                    Json::Null => "null",
+                    Json::Bool(_) => "a boolean",
+                    Json::Array(_) => "an array",
+                    _ => "an object",
+                };
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    format!("ERR argument {i} is {kind}; every argument must be a string or a number"),
+                ));
+            }
+        });
+    }
+    if args.is_empty() {
+        return Err(error(StatusCode::BAD_REQUEST, "ERR empty command"));
+    }
+    let name = String::from_utf8(args.remove(0))
+        .map_err(|_| error(StatusCode::BAD_REQUEST, "ERR command name is not UTF-8"))?;
+    if name.is_empty() {
+        return Err(error(StatusCode::BAD_REQUEST, "ERR empty command name"));
+    }
+    Ok(Cmd { name, args })
+}
+
+fn parse_json(bytes: &Bytes) -> Result<Json, Failure> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("ERR body is not valid JSON: {e}")))
+}
+
+fn parse_one(bytes: &Bytes) -> Result<Cmd, Failure> {
+    command_from_json(&parse_json(bytes)?)
+}
+
+fn parse_many(bytes: &Bytes) -> Result<Vec<Cmd>, Failure> {
+    let Json::Array(items) = parse_json(bytes)? else {
+        return Err(error(StatusCode::BAD_REQUEST, "ERR body must be a JSON array of commands"));
+    };
+    if items.is_empty() {
+        return Err(error(StatusCode::BAD_REQUEST, "ERR empty pipeline"));
+    }
+    items.iter().map(command_from_json).collect()
+}
+
+/// Refuses what cannot run over REST, and writes under the read-only token.
+fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
+    if let Some(why) = commands::refusal(&cmd.name, &cmd.args) {
+        return Err(error(StatusCode::BAD_REQUEST, why));
+    }
+    if access == Access::ReadOnly && !st.commands.is_readonly(&cmd.name, &cmd.args) {
+        let mut upper = cmd.name.to_ascii_uppercase();
+        let hint = match upper.as_str() {
+            "EVAL" => " (use EVAL_RO)",
+            "EVALSHA" => " (use EVALSHA_RO)",
+            _ => "",
+        };
+        if let ("SCRIPT" | "CONFIG" | "CLIENT" | "OBJECT" | "MEMORY" | "XINFO" | "FUNCTION", Some(sub)) =
+            (upper.as_str(), cmd.args.first())
+        {
+            upper = format!("{upper} {}", String::from_utf8_lossy(sub).to_ascii_uppercase());
+        }
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            format!("NOPERM this token is read-only and {upper} is not a read-only command{hint}"),
+        ));
+    }
+    Ok(())
+}
+
+/// After-effects of script handling on one command.
+enum Fixup {
+    None,
+    /// Reply with this SHA (the client's) instead of Redis's.
+    ReplySha(String),
+    /// On NOSCRIPT, run this source with EVAL (Redis lost a rewritten script).
+    Reload(crate::scripts::Rewritten),
+    /// SCRIPT FLUSH succeeded: forget the rewrites.
+    Flushed,
+}
+
+fn prepare(st: &State, cmd: &mut Cmd) -> Fixup {
+    let upper = cmd.name.to_ascii_uppercase();
+    match upper.as_str() {
+        "EVAL" | "EVAL_RO" => {
+            if let Some(src) = cmd.args.get_mut(0) {
+                st.scripts.prepare_source(src);
+            }
+            Fixup::None
+        }
+        "EVALSHA" | "EVALSHA_RO" => match cmd.args.first().and_then(|sha| st.scripts.lookup(sha)) {
+            Some(rw) => {
+                cmd.args[0] = rw.sha.clone().into_bytes();
+                Fixup::Reload(rw)
+            }
+            None => Fixup::None,
+        },
+        "SCRIPT" => {
+            let sub = cmd.args.first().map(|s| s.to_ascii_uppercase());
+            match sub.as_deref() {
+                Some(b"LOAD") => match cmd.args.get_mut(1).and_then(|src| st.scripts.prepare_source(src)) {
+                    Some(client_sha) => Fixup::ReplySha(client_sha),
+                    None => Fixup::None,
+                },
+                Some(b"EXISTS") => {
+                    for sha in cmd.args.iter_mut().skip(1) {
+                        if let Some(rw) = st.scripts.lookup(sha) {
+                            *sha = rw.sha.into_bytes();
+                        }
+                    }
+                    Fixup::None
+                }
+                Some(b"FLUSH") => Fixup::Flushed,
+                _ => Fixup::None,
+            }
+        }
+        _ => Fixup::None,
+    }
+}
+
+fn to_redis(cmd: &Cmd) -> redis::Cmd {
+    let mut c = redis::cmd(&cmd.name);
+    for a in &cmd.args {
+        c.arg(&a[..]);
+    }
+    c
+}
+
+/// Maps a failed call to a status: Redis's error replies are 400, an unreachable Redis 503,
+/// a timeout 504.
+fn failure(st: &State, e: &redis::RedisError) -> Failure {
+    if e.is_timeout() {
+        return error(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "ERR Redis did not answer within {} ms (a write may or may not have happened)",
+                st.timeout.as_millis()
+            ),
+        );
+    }
+    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        log::error(&format!("redis unreachable: {e}"));
+        return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis is unreachable: {e}"));
+    }
+    match (e.code(), e.detail()) {
+        (Some("EXECABORT"), _) => error(
+            StatusCode::BAD_REQUEST,
+            "EXECABORT Transaction discarded because of previous errors: Redis refused a queued command (unknown command or wrong number of arguments)",
+        ),
+        (Some(code), Some(detail)) => error(StatusCode::BAD_REQUEST, format!("{code} {detail}")),
+        (Some(code), None) => error(StatusCode::BAD_REQUEST, code.to_string()),
+        _ => error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis request failed: {e}")),
+    }
+}
+
+async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, Failure> {
+    match tokio::time::timeout(st.timeout, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(failure(st, &e)),
+        Err(_) => Err(error(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "ERR Redis did not answer within {} ms (a write may or may not have happened)",
+                st.timeout.as_millis()
+            ),
+        )),
+    }
+}
+
+async fn run_one(st: &State, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
+    let fixup = prepare(st, &mut cmd);
+    let first = timed(st, st.backend.query(&to_redis(&cmd))).await;
+    let value = match (first, &fixup) {
+        (Err(Failure(_, msg)), Fixup::Reload(rw)) if msg.starts_with("NOSCRIPT") => {
+            // Redis lost a script it knew under the rewritten SHA: send the source again.
+            let mut eval = Cmd { name: "EVAL".into(), args: cmd.args.clone() };
+            eval.args[0] = rw.source.clone();
+            timed(st, st.backend.query(&to_redis(&eval))).await?
+        }
+        (r, _) => r?,
+    };
+    let value = match fixup {
+        Fixup::ReplySha(sha) => Value::BulkString(sha.into_bytes()),
+        Fixup::Flushed => {
+            st.scripts.clear();
+            value
+        }
+        _ => value,
+    };
+    if let Value::ServerError(e) = &value {
+        return Err(error(StatusCode::BAD_REQUEST, reply::server_error_text(e)));
+    }
+    if resp2 {
+        let mut out = Vec::new();
+        reply::to_resp2(&value, &mut out);
+        return Ok(resp2_response(out));
+    }
+    Ok(json_response(json!({ "result": reply::to_json(&value, base64) })))
+}
+
+fn resp2_response(body: Vec<u8>) -> Response {
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    r
+}
+
+async fn run_many(
+    st: &State,
+    mut cmds: Vec<Cmd>,
+    atomic: bool,
+    base64: bool,
+    resp2: bool,
+) -> Result<Response, Failure> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    if atomic {
+        pipe.atomic();
+    }
+    let mut fixups = Vec::with_capacity(cmds.len());
+    for c in &mut cmds {
+        fixups.push(prepare(st, c));
+        pipe.add_command(to_redis(c));
+    }
+    let value = timed(st, st.backend.pipeline(&pipe)).await?;
+    let Value::Array(mut items) = value else {
+        return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis"));
+    };
+    for (item, fix) in items.iter_mut().zip(fixups) {
+        match fix {
+            Fixup::ReplySha(sha) if !matches!(item, Value::ServerError(_)) => {
+                *item = Value::BulkString(sha.into_bytes())
+            }
+            Fixup::Flushed => st.scripts.clear(),
+            _ => {}
+        }
+    }
+    if resp2 && !atomic {
+        let mut out = Vec::new();
+        for item in &items {
+            reply::to_resp2(item, &mut out);
+        }
+        return Ok(resp2_response(out));
+    }
+    Ok(json_response(Json::Array(items.iter().map(|v| reply::entry(v, base64)).collect())))
+}

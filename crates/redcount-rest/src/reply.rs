@@ -1,0 +1,90 @@
+//! Redis replies as Upstash JSON (`{"result": …}`, optionally base64) or raw RESP2.
+
+use base64::Engine as _;
+use redis::Value;
+use serde_json::{Value as Json, json};
+
+/// A reply as the JSON `result`; an error reply nested in an array becomes its message.
+pub fn to_json(v: &Value, base64: bool) -> Json {
+    let string = |b: &[u8]| -> Json {
+        if base64 {
+            Json::String(base64::engine::general_purpose::STANDARD.encode(b))
+        } else {
+            Json::String(String::from_utf8_lossy(b).into_owned())
+        }
+    };
+    match v {
+        Value::Nil => Json::Null,
+        Value::Int(n) => json!(n),
+        Value::BulkString(b) => string(b),
+        Value::SimpleString(s) => string(s.as_bytes()),
+        Value::Okay => string(b"OK"),
+        Value::Array(a) | Value::Set(a) | Value::Push { data: a, .. } => {
+            Json::Array(a.iter().map(|x| to_json(x, base64)).collect())
+        }
+        Value::Map(m) => Json::Array(m.iter().flat_map(|(k, x)| [to_json(k, base64), to_json(x, base64)]).collect()),
+        Value::Attribute { data, .. } => to_json(data, base64),
+        Value::Double(d) => string(d.to_string().as_bytes()),
+        Value::Boolean(b) => json!(*b as i64),
+        Value::VerbatimString { text, .. } => string(text.as_bytes()),
+        Value::BigNumber(n) => string(n),
+        Value::ServerError(e) => Json::String(server_error_text(e)),
+        _ => Json::Null,
+    }
+}
+
+pub fn server_error_text(e: &redis::ServerError) -> String {
+    match e.details() {
+        Some(d) => format!("{} {}", e.code(), d),
+        None => e.code().to_string(),
+    }
+}
+
+/// One pipeline entry: `{"result": …}` or `{"error": "…"}`.
+pub fn entry(v: &Value, base64: bool) -> Json {
+    match v {
+        Value::ServerError(e) => json!({ "error": server_error_text(e) }),
+        other => json!({ "result": to_json(other, base64) }),
+    }
+}
+
+/// The RESP2 encoding of a reply (`Upstash-Response-Format: resp2`).
+pub fn to_resp2(v: &Value, out: &mut Vec<u8>) {
+    let line = |out: &mut Vec<u8>, tag: u8, s: &str| {
+        out.push(tag);
+        out.extend_from_slice(s.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    };
+    let bulk = |out: &mut Vec<u8>, b: &[u8]| {
+        line(out, b'$', &b.len().to_string());
+        out.extend_from_slice(b);
+        out.extend_from_slice(b"\r\n");
+    };
+    match v {
+        Value::Nil => out.extend_from_slice(b"$-1\r\n"),
+        Value::Int(n) => line(out, b':', &n.to_string()),
+        Value::BulkString(b) => bulk(out, b),
+        Value::SimpleString(s) => line(out, b'+', s),
+        Value::Okay => out.extend_from_slice(b"+OK\r\n"),
+        Value::Array(a) | Value::Set(a) | Value::Push { data: a, .. } => {
+            line(out, b'*', &a.len().to_string());
+            for x in a {
+                to_resp2(x, out);
+            }
+        }
+        Value::Map(m) => {
+            line(out, b'*', &(m.len() * 2).to_string());
+            for (k, x) in m {
+                to_resp2(k, out);
+                to_resp2(x, out);
+            }
+        }
+        Value::Attribute { data, .. } => to_resp2(data, out),
+        Value::Double(d) => bulk(out, d.to_string().as_bytes()),
+        Value::Boolean(b) => line(out, b':', if *b { "1" } else { "0" }),
+        Value::VerbatimString { text, .. } => bulk(out, text.as_bytes()),
+        Value::BigNumber(n) => bulk(out, n),
+        Value::ServerError(e) => line(out, b'-', &server_error_text(e).replace(['\r', '\n'], " ")),
+        _ => out.extend_from_slice(b"$-1\r\n"),
+    }
+}

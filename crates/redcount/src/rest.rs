@@ -1,0 +1,67 @@
+//! Runs core operations through an Upstash-compatible REST front (Upstash, redcount-rest).
+
+use std::time::Duration;
+
+use redcount_core::rest::{self, ENCODING_BASE64, ENCODING_HEADER, Encoding, RestError};
+use redcount_core::{Command, Operation, Value};
+
+use crate::Error;
+
+/// A REST endpoint and its token.
+#[derive(Clone)]
+pub struct Rest {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl std::fmt::Debug for Rest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Rest").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Rest {
+    /// A client of `url` with bearer `token`; each request gives up after `timeout`.
+    pub fn new(url: &str, token: &str, timeout: Duration) -> Result<Self, Error> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| Error::Io(e.to_string()))?;
+        Ok(Rest { http, url: url.trim_end_matches('/').to_string(), token: token.to_string() })
+    }
+
+    /// Sends one command (`POST /`, replies base64-encoded so binary values survive).
+    pub async fn send(&self, command: &Command) -> Result<Value, Error> {
+        let resp = self
+            .http
+            .post(format!("{}/", self.url))
+            .bearer_auth(&self.token)
+            .header(ENCODING_HEADER, ENCODING_BASE64)
+            .body(command.to_rest_body())
+            .send()
+            .await
+            .map_err(|e| Error::Io(format!("REST front {}: {e}", self.url)))?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(|e| Error::Io(e.to_string()))?;
+        rest::decode_reply(status, &body, Encoding::Base64).map_err(|e| match e {
+            RestError::Reply(r) => Error::Redis(r),
+            RestError::Unauthorized(m) => Error::Unauthorized(m),
+            RestError::Unavailable(s, m) => Error::Io(format!("HTTP {s}: {m}")),
+            other => Error::Protocol(other.to_string()),
+        })
+    }
+
+    /// Runs `op`: EVALSHA, then EVAL once on NOSCRIPT.
+    pub async fn run<O: Operation + Sync>(&self, op: &O) -> Result<O::Outcome, Error> {
+        crate::Driver::run(self, op).await
+    }
+}
+
+impl crate::Driver for Rest {
+    async fn send(&self, command: &Command) -> Result<Value, Error> {
+        Rest::send(self, command).await
+    }
+}

@@ -1,0 +1,247 @@
+//! redcount-rest: the official clients, raw HTTP edge cases, every primitive through the
+//! front on Redis and on a Redis Cluster, and Redis restarting under it.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redcount::Rest;
+use redcount_tests::{RedisCluster, RedisServer, RestFront, root};
+use serde_json::{Value, json};
+
+use crate::scenario;
+
+fn rest(front: &RestFront) -> Rest {
+    Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap()
+}
+
+#[test]
+fn official_upstash_clients_pass_against_the_front() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    assert!(root().join("node_modules/@upstash/redis").exists(), "npm packages missing: run `cargo xtask test`");
+    let out = Command::new("node")
+        .arg(root().join("tests/node/upstash-conformance.mjs"))
+        .current_dir(root())
+        .env("REST_URL", front.url())
+        .env("REST_TOKEN", &front.token)
+        .env("REST_READONLY_TOKEN", &front.readonly_token)
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "conformance failed");
+    assert!(stdout.contains(", 0 failed"));
+    assert!(stdout.matches("\nok - ").count() >= 24, "every check ran");
+    let log = front.log();
+    assert!(!log.contains(&front.token) && !log.contains(&front.readonly_token), "no token in the log");
+    // The client auto-pipelines: concurrent calls arrive as one /pipeline request.
+    assert!(log.contains("POST /pipeline 12xEVALSHA 200"), "one debug line per request");
+}
+
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Raw {
+    fn new(front: &RestFront) -> Self {
+        Raw { http: reqwest::Client::new(), url: front.url(), token: front.token.clone() }
+    }
+
+    async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        self.req(reqwest::Method::POST, path, body, &[]).await
+    }
+
+    async fn req(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut r = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token).body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+}
+
+fn error_of(v: &Value) -> &str {
+    v["error"].as_str().unwrap_or_else(|| panic!("expected an error object, got {v}"))
+}
+
+#[tokio::test]
+async fn raw_http_edge_cases() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-body-bytes", "4096"]);
+    let raw = Raw::new(&front);
+
+    for (body, want) in [
+        ("{not json", "not valid JSON"),
+        ("{\"a\":1}", "JSON array"),
+        ("\"GET\"", "JSON array"),
+        ("[]", "empty command"),
+        ("[[\"GET\",\"a\"]]", "argument 0 is an array"),
+        ("[\"SET\",\"k\",null]", "argument 2 is null"),
+        ("[\"SET\",\"k\",true]", "argument 2 is a boolean"),
+        ("[\"SET\",\"k\",{}]", "argument 2 is an object"),
+        ("[\"NOSUCHCMD\",\"x\"]", "unknown command"),
+        ("[\"SUBSCRIBE\",\"ch\"]", "holds a connection"),
+        ("[\"MULTI\"]", "/multi-exec"),
+        ("[\"SELECT\",\"1\"]", "shared connection"),
+        ("[\"XREAD\",\"BLOCK\",\"0\",\"STREAMS\",\"s\",\"$\"]", "BLOCK"),
+    ] {
+        let (status, v) = raw.post("/", body).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(error_of(&v).contains(want), "{body}: {v}");
+    }
+    // Numbers and strings are both arguments.
+    assert_eq!(raw.post("/", r#"["SET","n",5]"#).await, (200, json!({"result": "OK"})));
+    assert_eq!(raw.post("/", r#"["INCRBY","n","2"]"#).await, (200, json!({"result": 7})));
+    assert_eq!(raw.post("/", r#"["INCRBYFLOAT","n",0.5]"#).await, (200, json!({"result": "7.5"})));
+    // Too large: 413, and nothing was written.
+    let big = format!(r#"["SET","big","{}"]"#, "x".repeat(5000));
+    let (status, v) = raw.post("/", big).await;
+    assert_eq!(status, 413);
+    assert!(error_of(&v).contains("4096"));
+    assert_eq!(raw.post("/", r#"["EXISTS","big"]"#).await.1, json!({"result": 0}));
+    // Unicode and binary round trips through base64.
+    let b64 = [("upstash-encoding", "base64")];
+    assert_eq!(raw.post("/", r#"["SET","u","héllo ✓ 🚀"]"#).await.0, 200);
+    let (_, v) = raw.req(reqwest::Method::POST, "/", r#"["GET","u"]"#, &b64).await;
+    assert_eq!(v["result"], json!("aMOpbGxvIOKckyDwn5qA"));
+    // A non-UTF-8 value written through the path-style body, read back as base64.
+    let (status, _) = raw.req(reqwest::Method::POST, "/set/bin", vec![0u8, 0xff, 0xfe, b'a'], &[]).await;
+    assert_eq!(status, 200);
+    let (_, v) = raw.req(reqwest::Method::POST, "/", r#"["GET","bin"]"#, &b64).await;
+    assert_eq!(v["result"], json!("AP/+YQ=="));
+    // Path style with percent-encoding; HEAD; other methods 405.
+    assert_eq!(raw.req(reqwest::Method::GET, "/set/p%2Fq/a%20b", "", &[]).await, (200, json!({"result": "OK"})));
+    assert_eq!(raw.req(reqwest::Method::GET, "/get/p%2Fq", "", &[]).await, (200, json!({"result": "a b"})));
+    assert_eq!(raw.req(reqwest::Method::HEAD, "/ping", "", &[]).await.0, 200);
+    assert_eq!(raw.req(reqwest::Method::DELETE, "/", "", &[]).await.0, 405);
+    assert_eq!(raw.req(reqwest::Method::PATCH, "/", "", &[]).await.0, 405);
+    // Pipelines and transactions.
+    let (status, v) = raw.post("/pipeline", r#"[["SET","a","1"],["INCR","a"],["HGET","a","f"]]"#).await;
+    assert_eq!(status, 200);
+    assert_eq!(v[0], json!({"result": "OK"}));
+    assert_eq!(v[1], json!({"result": 2}));
+    assert!(error_of(&v[2]).starts_with("WRONGTYPE"));
+    let (status, v) = raw.post("/multi-exec", r#"[["INCR","a"],["NOSUCH"]]"#).await;
+    assert_eq!(status, 400, "a refused transaction is one error");
+    assert!(error_of(&v).starts_with("EXECABORT"));
+    assert_eq!(raw.post("/", r#"["GET","a"]"#).await.1, json!({"result": "2"}), "nothing of it ran");
+    assert_eq!(raw.post("/pipeline", "[]").await.0, 400);
+    assert_eq!(raw.post("/pipeline", r#"[["GET","a"],["BLPOP","l","0"]]"#).await.0, 400);
+    // RESP2 responses.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/", front.url()))
+        .bearer_auth(&front.token)
+        .header("Upstash-Response-Format", "resp2")
+        .body(r#"["MGET","a","missing"]"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), b"*2\r\n$1\r\n2\r\n$-1\r\n");
+    // Auth.
+    let anon = reqwest::Client::new().post(format!("{}/", front.url())).body("[\"PING\"]").send().await.unwrap();
+    assert_eq!(anon.status().as_u16(), 401);
+    let wrong = reqwest::Client::new()
+        .post(format!("{}/", front.url()))
+        .bearer_auth(format!("{}x", front.token))
+        .body("[\"PING\"]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let ro = Raw { token: front.readonly_token.clone(), ..Raw::new(&front) };
+    let (status, v) = ro.post("/", r#"["DEL","a"]"#).await;
+    assert_eq!(status, 403);
+    assert!(error_of(&v).contains("read-only"));
+    assert_eq!(ro.post("/", r#"["SCRIPT","LOAD","return 1"]"#).await.0, 403);
+    assert_eq!(
+        ro.post("/", r#"["EVAL_RO","return redis.call('GET', KEYS[1])",1,"a"]"#).await,
+        (200, json!({"result": "2"}))
+    );
+    assert_eq!(ro.post("/pipeline", r#"[["GET","a"],["SET","a","3"]]"#).await.0, 403, "one write refuses the pipeline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_primitive_through_the_front() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let d = rest(&front);
+    scenario::every_primitive(&d).await;
+    scenario::grab_storm(&d, 200, 50).await;
+    // NOSCRIPT through REST: one EVAL after a flush.
+    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut redis.conn()).unwrap();
+    let evals = redis.calls("eval");
+    scenario::grab_storm(&d, 1, 1).await;
+    assert_eq!(redis.calls("eval"), evals + 3, "create, grab and status each re-sent their script once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_primitive_through_the_front_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start(&cluster.urls(), true);
+    let d = rest(&front);
+    scenario::every_primitive(&d).await;
+    scenario::grab_storm(&d, 200, 50).await;
+    // The packets really landed on several masters.
+    let keys_per_node: Vec<i64> =
+        cluster.nodes.iter().map(|n| redis::cmd("DBSIZE").query(&mut n.conn()).unwrap()).collect();
+    assert!(keys_per_node.iter().filter(|&&k| k > 0).count() >= 2, "{keys_per_node:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_under_the_front() {
+    let mut redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
+    let raw = Raw::new(&front);
+    assert_eq!(raw.post("/", r#"["SET","k","v"]"#).await.0, 200);
+    redis.kill();
+    let t = Instant::now();
+    let (status, v) = raw.post("/", r#"["GET","k"]"#).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(error_of(&v).contains("unreachable"), "{v}");
+    assert!(t.elapsed() < Duration::from_secs(5), "fails fast while Redis is down");
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, _) = raw.post("/", r#"["PING"]"#).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the front did not reconnect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(raw.post("/", r#"["SET","k","w"]"#).await, (200, json!({"result": "OK"})));
+}
+
+#[test]
+fn bad_flags_and_unreachable_redis_fail_at_start() {
+    let bin = redcount_tests::bin("redcount-rest");
+    let out =
+        Command::new(&bin).args(["--redis", "redis://127.0.0.1:1"]).env("REDCOUNT_REST_TOKEN", "t").output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach Redis at redis://127.0.0.1:1"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one clear line: {err}");
+    let out = Command::new(&bin).env_remove("REDCOUNT_REST_TOKEN").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--token"));
+    let out = Command::new(&bin).args(["--listen", "nonsense"]).env("REDCOUNT_REST_TOKEN", "t").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
+    let out = Command::new(&bin)
+        .args(["--redis", "redis://:hunter2@127.0.0.1:1"])
+        .env("REDCOUNT_REST_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"), "no password in messages");
+}
