@@ -4,6 +4,7 @@
 //! npm packages, cargo tools), so a fresh machine needs nothing but this repository.
 //! Std only, so it compiles in seconds.
 
+mod procs;
 mod setup;
 
 use std::process::ExitCode;
@@ -15,6 +16,9 @@ Tasks:
   test     install what is missing, prove redcount-core is no_std, run every test
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need
+  bench rest
+           red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
+           (release builds, 50 connections); writes target/bench/rest.md
 ";
 
 fn main() -> ExitCode {
@@ -23,6 +27,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("nostd") => setup::nostd_check(),
         Some("setup") => setup::ensure_test_deps(),
+        Some("bench") => bench(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -46,6 +51,35 @@ fn test(extra: &[String]) -> Result<(), String> {
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
     tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", bins))
+}
+
+/// `cargo xtask bench rest`
+fn bench(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        Some("rest") => bench_rest(),
+        _ => Err(format!("bench takes a scenario: rest\n\n{HELP}")),
+    }
+}
+
+fn bench_rest() -> Result<(), String> {
+    setup::ensure_test_deps()?;
+    let bins = setup::build_bins(true)?;
+    let work = setup::target_dir().join("bench");
+    let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
+    let redis_url = format!("redis://127.0.0.1:{redis_port}");
+    let token = procs::secret()?;
+    // One worker thread: Redis and the load generator need the machine's other core.
+    let (_front, front_port) = procs::rest_front(&bins, &redis_url, &token, &["--threads", "1", "--log", "error"])?;
+    let out = work.join("rest.md");
+    setup::run(
+        std::process::Command::new(bins.join("redcount"))
+            .args(["bench", "rest", "--redis", &redis_url, "--rest-url", &format!("http://127.0.0.1:{front_port}")])
+            .arg("--out")
+            .arg(&out)
+            .env("REDCOUNT_REST_TOKEN", &token),
+    )?;
+    eprintln!("xtask: table written to {}", out.display());
+    Ok(())
 }
 
 /// Runs `cargo test`, echoing its output, and ends with one summary line over every test

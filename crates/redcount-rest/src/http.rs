@@ -375,7 +375,9 @@ async fn run_one(st: &State, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<
         reply::to_resp2(&value, &mut out);
         return Ok(resp2_response(out));
     }
-    Ok(json_response(json!({ "result": reply::to_json(&value, base64) })))
+    let mut body = String::with_capacity(64);
+    reply::write_result(&value, base64, &mut body);
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 fn resp2_response(body: Vec<u8>) -> Response {

@@ -55,6 +55,11 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_TIMEOUT_MS", default_value_t = 5_000)]
     pub timeout_ms: u64,
 
+    /// Worker threads (0: one per core). One thread is often fastest when Redis shares the
+    /// machine: the front then never competes with itself.
+    #[arg(long, env = "REDCOUNT_REST_THREADS", default_value_t = 0)]
+    pub threads: usize,
+
     /// Log level: error, info or debug (debug logs one line per request; never a token).
     #[arg(long, env = "REDCOUNT_REST_LOG", default_value = "info")]
     pub log: log::Level,
@@ -118,6 +123,11 @@ pub async fn run(config: Config) -> Result<(), String> {
             if config.cluster { " (cluster)" } else { "" }
         ),
     );
+    use axum::serve::ListenerExt;
+    // Small request/response exchanges: never let Nagle hold a reply back.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown()).await.map_err(|e| e.to_string())
 }
 

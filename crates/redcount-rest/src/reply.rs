@@ -40,6 +40,47 @@ pub fn server_error_text(e: &redis::ServerError) -> String {
     }
 }
 
+/// Writes `{"result":…}` straight into a buffer: the hot path, no intermediate JSON tree.
+pub fn write_result(v: &Value, base64: bool, out: &mut String) {
+    out.push_str("{\"result\":");
+    write_json(v, base64, out);
+    out.push('}');
+}
+
+fn write_json(v: &Value, base64: bool, out: &mut String) {
+    use std::fmt::Write;
+    let string = |b: &[u8], out: &mut String| {
+        if base64 {
+            out.push('"');
+            base64::engine::general_purpose::STANDARD.encode_string(b, out);
+            out.push('"');
+        } else {
+            redcount_core::rest::write_json_string(out, &String::from_utf8_lossy(b));
+        }
+    };
+    match v {
+        Value::Nil => out.push_str("null"),
+        Value::Int(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Value::BulkString(b) => string(b, out),
+        Value::SimpleString(s) => string(s.as_bytes(), out),
+        Value::Okay => string(b"OK", out),
+        Value::Array(a) | Value::Set(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json(x, base64, out);
+            }
+            out.push(']');
+        }
+        // Rare shapes (RESP3 only): through the general path.
+        other => out.push_str(&to_json(other, base64).to_string()),
+    }
+}
+
 /// One pipeline entry: `{"result": …}` or `{"error": "…"}`.
 pub fn entry(v: &Value, base64: bool) -> Json {
     match v {

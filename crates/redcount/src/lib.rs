@@ -2,6 +2,7 @@
 //! EVAL once on NOSCRIPT, over RESP ([`Direct`]) or an Upstash-compatible REST front ([`Rest`]).
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod direct;
 pub mod rest;
 
