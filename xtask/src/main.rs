@@ -6,6 +6,7 @@
 
 mod procs;
 mod setup;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -16,6 +17,8 @@ Tasks:
   test     install what is missing, prove redcount-core is no_std, run every test
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need
+  build-worker
+           build the Cloudflare Worker (wasm32) and print its bundle size
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -28,6 +31,7 @@ fn main() -> ExitCode {
         Some("nostd") => setup::nostd_check(),
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
+        Some("build-worker") => worker::build(),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())

@@ -73,8 +73,8 @@ pub(crate) fn itoa(n: u64) -> String {
     s
 }
 
-/// Decimal text of a signed integer.
-pub(crate) fn itoa_i(n: i64) -> String {
+/// Decimal text of a signed integer (no_std has no `to_string` for free).
+pub fn itoa_i(n: i64) -> String {
     use core::fmt::Write;
     let mut s = String::new();
     let _ = write!(s, "{n}");

@@ -20,6 +20,7 @@
 
 extern crate alloc;
 
+pub mod api;
 pub mod command;
 pub mod error;
 pub mod keys;

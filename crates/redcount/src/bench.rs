@@ -184,6 +184,12 @@ impl LeanRest {
     }
 }
 
+impl std::fmt::Debug for LeanRest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeanRest").field("authority", &self.authority).finish_non_exhaustive()
+    }
+}
+
 impl Driver for LeanRest {
     async fn send(&self, command: &redcount_core::Command) -> Result<redcount_core::Value, Error> {
         use http_body_util::BodyExt;

@@ -1,0 +1,355 @@
+//! Server configuration: where the REST front is, the tokens, and the named policies.
+//!
+//! A public request names a policy and a subject; it never chooses a limit, a window or a
+//! lease. Policies come from `REDCOUNT_POLICIES`, a JSON object of name → settings.
+
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use serde_json::{Map, Value as Json, json};
+
+use crate::ops::counter::{self, Bounds, Mode, Storage};
+use crate::ops::quota::Algorithm;
+use crate::validate;
+
+/// A configuration that cannot be used, with the variable and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The variable (and policy path) at fault, e.g. `REDCOUNT_POLICIES.daily-prize.limit`.
+    pub variable: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.variable, self.problem)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ConfigError {}
+
+fn err(variable: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError { variable: variable.into(), problem: problem.into() }
+}
+
+/// One named policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Policy {
+    /// N per window for each subject.
+    Quota {
+        /// How it counts.
+        algorithm: Algorithm,
+        /// Largest cost a public request may ask for.
+        max_cost: i64,
+    },
+    /// At most `limit` holders, each with a lease.
+    Semaphore {
+        /// Holders at once.
+        limit: i64,
+        /// Lease length in ms.
+        lease_ms: i64,
+    },
+    /// A bounded counter per subject.
+    Counter {
+        /// Bounds and mode.
+        bounds: Bounds,
+        /// Key per subject, or one hash per policy.
+        storage: Storage,
+        /// Largest |delta| a public request may apply.
+        max_step: i64,
+    },
+    /// Once per window for each subject.
+    Claim {
+        /// Window length in ms.
+        window_ms: i64,
+    },
+    /// Red packets the public may create within limits.
+    RedPackets {
+        /// Most shares of a public packet.
+        max_shares: i64,
+        /// Largest total of a public packet, in cents.
+        max_total_cents: i64,
+        /// Smallest share, in cents.
+        min_cents: i64,
+        /// Life of a packet, in ms.
+        ttl_ms: i64,
+    },
+    /// Per-user inboxes.
+    Inbox {
+        /// TTL of a new inbox, in ms.
+        ttl_ms: i64,
+        /// Messages kept.
+        max_len: i64,
+        /// Age after which trim drops a message, in s.
+        max_age_s: i64,
+        /// Whether requests without the admin token may use it.
+        public: bool,
+    },
+}
+
+impl Policy {
+    /// The kind as named in the JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Policy::Quota { .. } => "quota",
+            Policy::Semaphore { .. } => "semaphore",
+            Policy::Counter { .. } => "counter",
+            Policy::Claim { .. } => "claim",
+            Policy::RedPackets { .. } => "redpackets",
+            Policy::Inbox { .. } => "inbox",
+        }
+    }
+
+    /// The policy as public JSON (it holds no secret).
+    pub fn to_json(&self) -> Json {
+        match self {
+            Policy::Quota { algorithm, max_cost } => match *algorithm {
+                Algorithm::FixedWindow { limit, window_ms } => {
+                    json!({"kind": "quota", "algorithm": "fixed", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+                }
+                Algorithm::SlidingWindow { limit, window_ms } => {
+                    json!({"kind": "quota", "algorithm": "sliding", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+                }
+                Algorithm::TokenBucket { capacity, refill, interval_ms } => json!({
+                    "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill,
+                    "interval_ms": interval_ms, "max_cost": max_cost
+                }),
+            },
+            Policy::Semaphore { limit, lease_ms } => json!({"kind": "semaphore", "limit": limit, "lease_ms": lease_ms}),
+            Policy::Counter { bounds, storage, max_step } => json!({
+                "kind": "counter", "min": bounds.min, "max": bounds.max,
+                "mode": match bounds.mode { Mode::Clamp => "clamp", Mode::Reject => "reject" },
+                "storage": match storage { Storage::Key => "key", Storage::HashField => "hash" },
+                "ttl_ms": bounds.ttl_ms, "max_step": max_step
+            }),
+            Policy::Claim { window_ms } => json!({"kind": "claim", "window_ms": window_ms}),
+            Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => json!({
+                "kind": "redpackets", "max_shares": max_shares, "max_total_cents": max_total_cents,
+                "min_cents": min_cents, "ttl_ms": ttl_ms
+            }),
+            Policy::Inbox { ttl_ms, max_len, max_age_s, public } => json!({
+                "kind": "inbox", "ttl_ms": ttl_ms, "max_len": max_len, "max_age_s": max_age_s, "public": public
+            }),
+        }
+    }
+}
+
+/// Everything a shell needs to serve the API.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Base URL of the Upstash-compatible REST front.
+    pub rest_url: String,
+    /// Its token (secret).
+    pub rest_token: String,
+    /// The admin token (secret); `None` disables admin actions.
+    pub admin_token: Option<String>,
+    /// Named policies, in their JSON order.
+    pub policies: Vec<(String, Policy)>,
+    /// Origins allowed to call the API from a browser (CORS); empty: same origin only.
+    pub cors_origins: Vec<String>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the tokens.
+        f.debug_struct("Config")
+            .field("rest_url", &self.rest_url)
+            .field("policies", &self.policies)
+            .field("cors_origins", &self.cors_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shortest accepted secret, in bytes.
+pub const MIN_SECRET_LEN: usize = 16;
+
+impl Config {
+    /// Reads the configuration through `var` (an environment lookup).
+    ///
+    /// `REDCOUNT_REST_URL`, `REDCOUNT_REST_TOKEN` and `REDCOUNT_POLICIES` are required;
+    /// `REDCOUNT_ADMIN_TOKEN` and `REDCOUNT_CORS_ORIGINS` (comma-separated) are optional.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let required = |name: &str| -> Result<String, ConfigError> {
+            match var(name) {
+                Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+                _ => Err(err(name, "is not set")),
+            }
+        };
+        let rest_url = required("REDCOUNT_REST_URL")?;
+        if !(rest_url.starts_with("http://") || rest_url.starts_with("https://")) {
+            return Err(err("REDCOUNT_REST_URL", "must start with http:// or https://"));
+        }
+        let rest_token = required("REDCOUNT_REST_TOKEN")?;
+        let admin_token = match var("REDCOUNT_ADMIN_TOKEN").map(|t| t.trim().to_owned()) {
+            Some(t) if t.is_empty() => None,
+            Some(t) if t.len() < MIN_SECRET_LEN => {
+                return Err(err("REDCOUNT_ADMIN_TOKEN", format!("must be at least {MIN_SECRET_LEN} characters")));
+            }
+            Some(t) if t == rest_token => {
+                return Err(err("REDCOUNT_ADMIN_TOKEN", "must differ from REDCOUNT_REST_TOKEN"));
+            }
+            other => other,
+        };
+        let policies = parse_policies(&required("REDCOUNT_POLICIES")?)?;
+        let cors_origins = var("REDCOUNT_CORS_ORIGINS")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().trim_end_matches('/').to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        Ok(Config {
+            rest_url: rest_url.trim_end_matches('/').to_owned(),
+            rest_token,
+            admin_token,
+            policies,
+            cors_origins,
+        })
+    }
+
+    /// The policy called `name`.
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.policies.iter().find(|(n, _)| n == name).map(|(_, p)| p)
+    }
+
+    /// The first policy of a kind (red packets and inboxes are not named in their routes).
+    pub fn first_of(&self, kind: &str) -> Option<(&str, &Policy)> {
+        self.policies.iter().find(|(_, p)| p.kind() == kind).map(|(n, p)| (n.as_str(), p))
+    }
+}
+
+/// Parses `REDCOUNT_POLICIES`.
+pub fn parse_policies(text: &str) -> Result<Vec<(String, Policy)>, ConfigError> {
+    const VAR: &str = "REDCOUNT_POLICIES";
+    let json: Json = serde_json::from_str(text).map_err(|e| err(VAR, format!("is not valid JSON: {e}")))?;
+    let Json::Object(map) = json else {
+        return Err(err(VAR, "must be a JSON object of policy name -> settings"));
+    };
+    if map.is_empty() {
+        return Err(err(VAR, "defines no policy"));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (name, settings) in &map {
+        let at = format!("{VAR}.{name}");
+        validate::id("policy", name).map_err(|_| err(&at, "policy names must be 1-64 of A-Z a-z 0-9 _ -"))?;
+        let Json::Object(s) = settings else {
+            return Err(err(&at, "must be an object with a \"kind\""));
+        };
+        out.push((name.clone(), parse_policy(&at, s)?));
+    }
+    Ok(out)
+}
+
+fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> {
+    let int = |field: &'static str, min: i64, max: i64, default: Option<i64>| -> Result<i64, ConfigError> {
+        match s.get(field) {
+            None | Some(Json::Null) => default.ok_or_else(|| err(format!("{at}.{field}"), "is required")),
+            Some(v) => validate::int_json(field, v, min, max).map_err(|e| err(format!("{at}.{field}"), e.to_string())),
+        }
+    };
+    let word = |field: &str, default: &'static str| -> Result<String, ConfigError> {
+        match s.get(field) {
+            None => Ok(default.to_owned()),
+            Some(Json::String(w)) => Ok(w.clone()),
+            Some(_) => Err(err(format!("{at}.{field}"), "must be a string")),
+        }
+    };
+    let kind = match s.get("kind") {
+        Some(Json::String(k)) => k.as_str(),
+        _ => {
+            return Err(err(format!("{at}.kind"), "must be one of quota, semaphore, counter, claim, redpackets, inbox"));
+        }
+    };
+    let allowed: &[&str] = match kind {
+        "quota" => &["kind", "algorithm", "limit", "window_ms", "capacity", "refill", "interval_ms", "max_cost"],
+        "semaphore" => &["kind", "limit", "lease_ms"],
+        "counter" => &["kind", "min", "max", "mode", "storage", "ttl_ms", "max_step"],
+        "claim" => &["kind", "window_ms"],
+        "redpackets" => &["kind", "max_shares", "max_total_cents", "min_cents", "ttl_ms"],
+        "inbox" => &["kind", "ttl_ms", "max_len", "max_age_s", "public"],
+        other => return Err(err(format!("{at}.kind"), format!("unknown kind `{other}`"))),
+    };
+    if let Some(extra) = s.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(err(format!("{at}.{extra}"), format!("is not a setting of a {kind} policy")));
+    }
+    use crate::ops::{claim, inbox, quota, redpacket, semaphore};
+    let policy = match kind {
+        "quota" => {
+            let algorithm = match word("algorithm", "fixed")?.as_str() {
+                "fixed" => Algorithm::FixedWindow {
+                    limit: int("limit", 1, quota::MAX_LIMIT, None)?,
+                    window_ms: int("window_ms", 1, quota::MAX_WINDOW_MS, None)?,
+                },
+                "sliding" => Algorithm::SlidingWindow {
+                    limit: int("limit", 1, quota::MAX_SLIDING_LIMIT, None)?,
+                    window_ms: int("window_ms", 1, quota::MAX_WINDOW_MS, None)?,
+                },
+                "bucket" => {
+                    let capacity = int("capacity", 1, quota::MAX_LIMIT, None)?;
+                    Algorithm::TokenBucket {
+                        capacity,
+                        refill: int("refill", 1, capacity, None)?,
+                        interval_ms: int("interval_ms", 1, quota::MAX_WINDOW_MS, None)?,
+                    }
+                }
+                other => {
+                    return Err(err(format!("{at}.algorithm"), format!("`{other}` is not fixed, sliding or bucket")));
+                }
+            };
+            Policy::Quota { max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?, algorithm }
+        }
+        "semaphore" => Policy::Semaphore {
+            limit: int("limit", 1, semaphore::MAX_LIMIT, None)?,
+            lease_ms: int("lease_ms", 1, semaphore::MAX_LEASE_MS, None)?,
+        },
+        "counter" => {
+            let mode = match word("mode", "clamp")?.as_str() {
+                "clamp" => Mode::Clamp,
+                "reject" => Mode::Reject,
+                other => return Err(err(format!("{at}.mode"), format!("`{other}` is not clamp or reject"))),
+            };
+            let storage = match word("storage", "key")?.as_str() {
+                "key" => Storage::Key,
+                "hash" => Storage::HashField,
+                other => return Err(err(format!("{at}.storage"), format!("`{other}` is not key or hash"))),
+            };
+            let max = match s.get("max") {
+                None | Some(Json::Null) => None,
+                Some(_) => Some(int("max", -counter::MAX_VALUE, counter::MAX_VALUE, None)?),
+            };
+            let bounds = Bounds {
+                min: int("min", -counter::MAX_VALUE, counter::MAX_VALUE, Some(0))?,
+                max,
+                mode,
+                ttl_ms: int("ttl_ms", 0, counter::MAX_TTL_MS, Some(0))?,
+            };
+            bounds.validate().map_err(|e| err(format!("{at}.{}", e.field), e.to_string()))?;
+            Policy::Counter { bounds, storage, max_step: int("max_step", 1, counter::MAX_VALUE, Some(1))? }
+        }
+        "claim" => Policy::Claim { window_ms: int("window_ms", 1, claim::MAX_WINDOW_MS, None)? },
+        "redpackets" => {
+            let max_shares = int("max_shares", 1, crate::split::MAX_COUNT, None)?;
+            let min_cents = int("min_cents", 1, crate::split::MAX_TOTAL, Some(1))?;
+            Policy::RedPackets {
+                max_shares,
+                max_total_cents: int("max_total_cents", min_cents, crate::split::MAX_TOTAL, None)?,
+                min_cents,
+                ttl_ms: int("ttl_ms", 1, redpacket::MAX_TTL_MS, Some(86_400_000))?,
+            }
+        }
+        _ => Policy::Inbox {
+            ttl_ms: int("ttl_ms", 1, inbox::MAX_TTL_MS, Some(7 * 86_400_000))?,
+            max_len: int("max_len", 1, inbox::MAX_LEN, Some(1000))?,
+            max_age_s: int("max_age_s", 1, inbox::MAX_AGE_S, Some(7 * 86_400))?,
+            public: match s.get("public") {
+                None => false,
+                Some(Json::Bool(b)) => *b,
+                Some(_) => return Err(err(format!("{at}.public"), "must be true or false")),
+            },
+        },
+    };
+    Ok(policy)
+}

@@ -1,0 +1,232 @@
+//! The HTTP API, sans-IO: request in, REST calls out, replies in, response out.
+//!
+//! A shell (the Cloudflare Worker, the native server) drives it:
+//!
+//! ```text
+//!   let mut step = api::handle(&config, &request, &mut rng);
+//!   loop {
+//!       match step {
+//!           Step::Respond(response) => return response,             // write it out
+//!           Step::Send(exchange) => {                                // one REST round trip
+//!               step = match post(config.rest_url, exchange.body()) {
+//!                   Ok((status, body)) => exchange.receive(status, &body),
+//!                   Err(e) => Step::Respond(exchange.fail(&e)),
+//!               };
+//!           }
+//!       }
+//!   }
+//! ```
+//!
+//! Every operation costs one REST round trip (EVALSHA), two only when the script cache
+//! lost the script (then EVAL, once). Nothing is sent for a request that fails validation.
+
+pub mod config;
+mod routes;
+
+use alloc::borrow::ToOwned;
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use rand_core::RngCore;
+use serde_json::{Value as Json, json};
+
+pub use config::{Config, ConfigError, Policy};
+
+use crate::error::{ErrorKind, InputError, ShapeError};
+use crate::rest::{self, Encoding, RestError};
+use crate::script::Request;
+use crate::value::Value;
+
+/// Largest request body accepted, in bytes.
+pub const MAX_BODY: usize = 16 * 1024;
+
+/// An HTTP request as the API sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiRequest<'a> {
+    /// The method, upper case.
+    pub method: &'a str,
+    /// The path, still percent-encoded, without the query.
+    pub path: &'a str,
+    /// The query string without `?` (empty when none).
+    pub query: &'a str,
+    /// The `Authorization` header.
+    pub authorization: Option<&'a str>,
+    /// The `Origin` header.
+    pub origin: Option<&'a str>,
+    /// The body (the shell may stop reading past [`MAX_BODY`] + 1 bytes).
+    pub body: &'a [u8],
+}
+
+/// An HTTP response: a status, JSON, and extra headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiResponse {
+    /// The status code.
+    pub status: u16,
+    /// The JSON body (empty for 204).
+    pub body: String,
+    /// Headers besides `Content-Type: application/json`.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiResponse {
+    fn json(status: u16, body: Json) -> Self {
+        ApiResponse { status, body: body.to_string(), headers: Vec::new() }
+    }
+
+    fn error(status: u16, message: impl Into<String>, field: Option<&str>) -> Self {
+        let message = message.into();
+        let body = match field {
+            Some(f) => json!({ "error": message, "field": f }),
+            None => json!({ "error": message }),
+        };
+        Self::json(status, body)
+    }
+
+    /// The response for input refused by validation: 400, naming the field.
+    pub fn input(e: &InputError) -> Self {
+        Self::error(400, e.to_string(), Some(e.field))
+    }
+}
+
+/// What the shell does next.
+#[derive(Debug)]
+pub enum Step {
+    /// Send this response; the request is done.
+    Respond(ApiResponse),
+    /// Make this REST call, then give its reply to [`Exchange::receive`].
+    Send(Exchange),
+}
+
+/// Reads a reply into the response (the operation-specific part of an exchange).
+trait Render {
+    fn render(&self, reply: Value) -> Result<ApiResponse, ShapeError>;
+}
+
+struct With<O, F> {
+    op: O,
+    f: F,
+}
+
+impl<O, F> Render for With<O, F>
+where
+    O: crate::Operation,
+    F: Fn(&O, O::Outcome) -> ApiResponse,
+{
+    fn render(&self, reply: Value) -> Result<ApiResponse, ShapeError> {
+        Ok((self.f)(&self.op, self.op.parse(reply)?))
+    }
+}
+
+/// One pending REST round trip and how to finish it.
+pub struct Exchange {
+    request: Request,
+    body: String,
+    retried: bool,
+    render: Box<dyn Render>,
+    cors: Vec<(&'static str, String)>,
+}
+
+impl core::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Exchange").field("body", &self.body).field("retried", &self.retried).finish_non_exhaustive()
+    }
+}
+
+/// The headers of every REST call besides `Authorization: Bearer <rest_token>`.
+pub const REST_HEADERS: &[(&str, &str)] =
+    &[(rest::ENCODING_HEADER, rest::ENCODING_BASE64), ("Content-Type", "application/json")];
+
+impl Exchange {
+    fn new<O, F>(op: O, f: F) -> Exchange
+    where
+        O: crate::Operation + 'static,
+        F: Fn(&O, O::Outcome) -> ApiResponse + 'static,
+    {
+        let request = op.request();
+        let body = request.command().to_rest_body();
+        Exchange { request, body, retried: false, render: Box::new(With { op, f }), cors: Vec::new() }
+    }
+
+    /// The JSON body to `POST` to the REST front's `/`, with [`REST_HEADERS`] and the token.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// Reads the REST reply: the response, or one more call (EVAL after NOSCRIPT).
+    pub fn receive(mut self, status: u16, body: &[u8]) -> Step {
+        let response = match rest::decode_reply(status, body, Encoding::Base64) {
+            Ok(value) => match self.render.render(value) {
+                Ok(r) => r,
+                Err(e) => ApiResponse::error(502, format!("unexpected reply from Redis: {e}"), None),
+            },
+            Err(RestError::Reply(e)) if e.kind == ErrorKind::NoScript && !self.retried => {
+                if let Some(eval) = self.request.fallback(&e) {
+                    self.body = eval.to_rest_body();
+                    self.retried = true;
+                    return Step::Send(self);
+                }
+                ApiResponse::error(502, format!("Redis error: {e}"), None)
+            }
+            Err(RestError::Reply(e)) => ApiResponse::error(502, format!("Redis error: {e}"), None),
+            Err(RestError::Unauthorized(_)) => {
+                ApiResponse::error(502, "the REST front refused REDCOUNT_REST_TOKEN (server misconfigured)", None)
+            }
+            Err(RestError::Unavailable(s, m)) => {
+                ApiResponse::error(503, format!("Redis is unavailable (REST front answered {s}: {m})"), None)
+            }
+            Err(e) => ApiResponse::error(502, format!("{e}"), None),
+        };
+        Step::Respond(self.finish(response))
+    }
+
+    /// The response when the REST front could not be reached at all.
+    pub fn fail(self, why: &str) -> ApiResponse {
+        let r = ApiResponse::error(503, format!("the REST front is unreachable: {why}"), None);
+        self.finish(r)
+    }
+
+    fn finish(self, mut r: ApiResponse) -> ApiResponse {
+        r.headers.extend(self.cors);
+        r
+    }
+}
+
+/// Handles one request: a response now, or a REST call to make first.
+pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
+    let cors = cors_headers(config, req.origin);
+    let step = routes::route(config, req, rng);
+    match step {
+        Step::Respond(mut r) => {
+            r.headers.extend(cors);
+            Step::Respond(r)
+        }
+        Step::Send(mut ex) => {
+            ex.cors = cors;
+            Step::Send(ex)
+        }
+    }
+}
+
+/// The response for a configuration that cannot be used (every request gets it).
+pub fn misconfigured(e: &ConfigError) -> ApiResponse {
+    ApiResponse::error(500, format!("server misconfigured: {e}"), None)
+}
+
+fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, String)> {
+    match origin {
+        Some(o) if config.cors_origins.iter().any(|a| a == o || a == "*") => {
+            alloc::vec![("Access-Control-Allow-Origin", o.to_owned()), ("Vary", "Origin".to_owned()),]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Compares secrets without an early exit (the time does not reveal a matching prefix).
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
+    }
+    core::hint::black_box(diff) == 0
+}

@@ -1,0 +1,514 @@
+//! Routing, authentication, body and query parsing, and each route's response.
+
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use rand_core::RngCore;
+use serde_json::{Map, Value as Json, json};
+
+use super::{ApiRequest, ApiResponse, Config, Exchange, MAX_BODY, Policy, Step, same_secret};
+use crate::command::Command;
+use crate::error::{InputError, ShapeError};
+use crate::ops::claim::Claim;
+use crate::ops::counter::{AddCounter, CounterStatus, GetCounter};
+use crate::ops::inbox::{Append, Read, Trim};
+use crate::ops::quota::{Quota, ResetQuota};
+use crate::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
+use crate::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use crate::script::Request;
+use crate::split;
+use crate::validate;
+use crate::value::Value;
+use crate::{Operation, ops};
+
+type Routed = Result<Step, ApiResponse>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Public,
+    Admin,
+}
+
+/// Longest path segment looked at (ids are at most 64; anything longer is refused early).
+const MAX_SEGMENT: usize = 256;
+
+pub(super) fn route<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
+    match dispatch(config, req, rng) {
+        Ok(step) => step,
+        Err(response) => Step::Respond(response),
+    }
+}
+
+fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Routed {
+    let Some(rest) = req.path.strip_prefix("/api/") else {
+        return Err(ApiResponse::error(404, "not found", None));
+    };
+    let segs = segments(rest)?;
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    if req.body.len() > MAX_BODY {
+        return Err(ApiResponse::error(413, format!("body larger than {MAX_BODY} bytes"), None));
+    }
+    if req.method == "OPTIONS" {
+        return Ok(Step::Respond(preflight(config, req.origin)));
+    }
+    let caller = authenticate(config, req.authorization)?;
+    let m = req.method;
+    match segs.as_slice() {
+        ["health"] => {
+            allow(m, &["GET", "HEAD"])?;
+            Ok(Step::Send(Exchange::new(Ping, |_, ()| {
+                ApiResponse::json(200, json!({"ok": true, "rest": "reachable", "redis": "reachable"}))
+            })))
+        }
+        ["policies"] => {
+            allow(m, &["GET", "HEAD"])?;
+            let mut map = Map::new();
+            for (name, p) in &config.policies {
+                map.insert(name.clone(), p.to_json());
+            }
+            Ok(respond(200, json!({ "policies": map })))
+        }
+        ["counters", policy, subject] => counters(config, req, caller, policy, subject),
+        ["claims", policy, subject] => {
+            allow(m, &["POST"])?;
+            body(req, &[])?;
+            let Policy::Claim { window_ms } = *find(config, policy, "claim")? else { unreachable!() };
+            let op = Claim::new(policy, subject, window_ms).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, |_, o| {
+                ApiResponse::json(200, json!({"claimed": o.claimed, "retry_after_ms": o.window_left_ms}))
+            })))
+        }
+        ["quotas", policy, subject] => quotas(config, req, caller, policy, subject),
+        ["semaphores", policy, name, action] => {
+            allow(m, &["POST"])?;
+            let action = match *action {
+                "acquire" => Action::Acquire,
+                "renew" => Action::Renew,
+                "release" => Action::Release,
+                _ => return Err(ApiResponse::error(404, "semaphore actions are acquire, renew and release", None)),
+            };
+            let b = body(req, &["holder"])?;
+            let holder = b.string("holder")?;
+            let Policy::Semaphore { limit, lease_ms } = *find(config, policy, "semaphore")? else { unreachable!() };
+            let op =
+                Semaphore::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, |_, o| {
+                let result = match o.result {
+                    SemaphoreResult::Acquired => "acquired",
+                    SemaphoreResult::Renewed => "renewed",
+                    SemaphoreResult::Full => "full",
+                    SemaphoreResult::Released => "released",
+                    SemaphoreResult::NotHolder => "not_holder",
+                };
+                ApiResponse::json(
+                    200,
+                    json!({
+                        "result": result,
+                        "holding": matches!(o.result, SemaphoreResult::Acquired | SemaphoreResult::Renewed),
+                        "in_use": o.in_use, "limit": o.limit,
+                        "earliest_end_ms": o.earliest_end_ms, "lease_ms": o.lease_ms
+                    }),
+                )
+            })))
+        }
+        ["inbox", user, rest @ ..] => inbox(config, req, caller, user, rest),
+        ["redpackets"] => {
+            allow(m, &["POST"])?;
+            create_packet(config, req, caller, rng)
+        }
+        ["redpackets", id] => {
+            allow(m, &["GET", "HEAD"])?;
+            let op = Status::new(id).map_err(|e| ApiResponse::input(&e))?;
+            let id = (*id).to_owned();
+            Ok(Step::Send(Exchange::new(op, move |_, o| match o {
+                Some(s) => ApiResponse::json(
+                    200,
+                    json!({
+                        "id": id, "total_cents": s.total, "count": s.count, "remaining": s.remaining,
+                        "claimed": s.claimed, "claimed_cents": s.claimed_sum,
+                        "created_ms": s.created_ms, "expires_ms": s.expires_ms
+                    }),
+                ),
+                None => not_found_packet(),
+            })))
+        }
+        ["redpackets", id, "grab"] => {
+            allow(m, &["POST"])?;
+            let b = body(req, &["user"])?;
+            let user = b.string("user")?;
+            let op = Grab::new(id, &user).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, |_, o| match o {
+                GrabOutcome::Won { amount, index, remaining } => ApiResponse::json(
+                    200,
+                    json!({"outcome": "won", "amount": amount, "index": index, "remaining": remaining}),
+                ),
+                GrabOutcome::Already { amount, index } => {
+                    ApiResponse::json(200, json!({"outcome": "already", "amount": amount, "index": index}))
+                }
+                GrabOutcome::Empty => ApiResponse::json(200, json!({"outcome": "empty", "remaining": 0})),
+                GrabOutcome::NotFound => not_found_packet(),
+            })))
+        }
+        ["redpackets", id, "claims"] => {
+            allow(m, &["GET", "HEAD"])?;
+            let q = Query::parse(req.query, &["offset", "limit"])?;
+            let offset = q.int("offset", 0, split::MAX_COUNT, 0)?;
+            let limit = q.int("limit", 1, redpacket::MAX_PAGE, 100)?;
+            let op = Claims::new(id, offset, limit).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, |_, claims| {
+                let list: Vec<Json> = claims
+                    .into_iter()
+                    .map(|c| json!({"user": c.user, "amount": c.amount, "index": c.index, "at_ms": c.at_ms}))
+                    .collect();
+                ApiResponse::json(200, json!({ "claims": list }))
+            })))
+        }
+        _ => Err(ApiResponse::error(404, "no such route", None)),
+    }
+}
+
+fn respond(status: u16, body: Json) -> Step {
+    Step::Respond(ApiResponse::json(status, body))
+}
+
+fn not_found_packet() -> ApiResponse {
+    ApiResponse::error(404, "no such red packet (unknown or expired)", Some("id"))
+}
+
+/// Percent-decodes the path segments; empty segments (`//`) match no route.
+fn segments(rest: &str) -> Result<Vec<String>, ApiResponse> {
+    let bad = |why: &str| ApiResponse::error(400, format!("path: {why}"), Some("path"));
+    let mut out = Vec::new();
+    for raw in rest.split('/') {
+        if raw.len() > 3 * MAX_SEGMENT {
+            return Err(bad("a segment is too long"));
+        }
+        let mut bytes = Vec::with_capacity(raw.len());
+        let b = raw.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'%' {
+                let v = b
+                    .get(i + 1..i + 3)
+                    .and_then(|h| core::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| bad("malformed percent-encoding"))?;
+                bytes.push(v);
+                i += 3;
+            } else {
+                bytes.push(b[i]);
+                i += 1;
+            }
+        }
+        let s = String::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
+        if s.len() > MAX_SEGMENT {
+            return Err(bad("a segment is too long"));
+        }
+        out.push(s);
+    }
+    if out.iter().any(String::is_empty) {
+        return Err(ApiResponse::error(404, "no such route", None));
+    }
+    Ok(out)
+}
+
+fn allow(method: &str, allowed: &[&str]) -> Result<(), ApiResponse> {
+    if allowed.contains(&method) {
+        return Ok(());
+    }
+    let mut r = ApiResponse::error(405, format!("method {method} not allowed here"), None);
+    r.headers.push(("Allow", allowed.join(", ")));
+    Err(r)
+}
+
+fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiResponse> {
+    let Some(h) = header else { return Ok(Caller::Public) };
+    let token = h.strip_prefix("Bearer ").map(str::trim).unwrap_or("");
+    match &config.admin_token {
+        Some(admin) if !token.is_empty() && same_secret(token.as_bytes(), admin.as_bytes()) => Ok(Caller::Admin),
+        _ => Err(ApiResponse::error(401, "invalid token (send none for public access, or the admin token)", None)),
+    }
+}
+
+fn require_admin(caller: Caller) -> Result<(), ApiResponse> {
+    match caller {
+        Caller::Admin => Ok(()),
+        Caller::Public => Err(ApiResponse::error(401, "this action needs `Authorization: Bearer <admin token>`", None)),
+    }
+}
+
+fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
+    let mut r = ApiResponse { status: 204, body: String::new(), headers: Vec::new() };
+    if origin.is_some_and(|o| config.cors_origins.iter().any(|a| a == o || a == "*")) {
+        r.headers.push(("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS".to_owned()));
+        r.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, Idempotency-Key".to_owned()));
+        r.headers.push(("Access-Control-Max-Age", "600".to_owned()));
+    }
+    r
+}
+
+fn find<'c>(config: &'c Config, name: &str, kind: &str) -> Result<&'c Policy, ApiResponse> {
+    validate::id("policy", name).map_err(|e| ApiResponse::input(&e))?;
+    match config.policy(name) {
+        Some(p) if p.kind() == kind => Ok(p),
+        Some(p) => Err(ApiResponse::error(
+            404,
+            format!("policy {name} is a {} policy, not a {kind} policy", p.kind()),
+            Some("policy"),
+        )),
+        None => Err(ApiResponse::error(404, format!("no policy named {name}"), Some("policy"))),
+    }
+}
+
+/// A JSON object body with known fields only.
+struct Body(Map<String, Json>);
+
+fn body(req: &ApiRequest<'_>, fields: &[&'static str]) -> Result<Body, ApiResponse> {
+    if req.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Body(Map::new()));
+    }
+    let json: Json = serde_json::from_slice(req.body)
+        .map_err(|e| ApiResponse::error(400, format!("body is not valid JSON: {e}"), Some("body")))?;
+    let Json::Object(map) = json else {
+        return Err(ApiResponse::error(400, "body must be a JSON object", Some("body")));
+    };
+    if let Some(k) = map.keys().find(|k| !fields.contains(&k.as_str())) {
+        let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
+        return Err(ApiResponse::error(400, format!("unknown field `{k}` (known: {known})"), Some(k)));
+    }
+    Ok(Body(map))
+}
+
+impl Body {
+    fn int(&self, field: &'static str, min: i64, max: i64, default: Option<i64>) -> Result<i64, ApiResponse> {
+        match (self.0.get(field), default) {
+            (None, Some(d)) => Ok(d),
+            (None, None) => Err(ApiResponse::input(&InputError::new(field, crate::error::Problem::Missing))),
+            (Some(v), _) => validate::int_json(field, v, min, max).map_err(|e| ApiResponse::input(&e)),
+        }
+    }
+
+    fn string(&self, field: &'static str) -> Result<String, ApiResponse> {
+        match self.0.get(field) {
+            Some(Json::String(s)) => Ok(s.clone()),
+            None | Some(Json::Null) => Err(ApiResponse::input(&InputError::new(field, crate::error::Problem::Missing))),
+            Some(_) => Err(ApiResponse::input(&InputError::new(field, crate::error::Problem::WrongType("a string")))),
+        }
+    }
+
+    fn opt_string(&self, field: &'static str) -> Result<Option<String>, ApiResponse> {
+        if self.0.contains_key(field) { self.string(field).map(Some) } else { Ok(None) }
+    }
+}
+
+/// Query parameters (known names only).
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: &str, known: &[&'static str]) -> Result<Query, ApiResponse> {
+        let mut out = Vec::new();
+        for pair in q.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if !known.contains(&k) {
+                return Err(ApiResponse::error(
+                    400,
+                    format!("unknown query parameter `{k}` (known: {})", known.join(", ")),
+                    Some(k),
+                ));
+            }
+            out.push((k.to_owned(), v.to_owned()));
+        }
+        Ok(Query(out))
+    }
+
+    fn int(&self, field: &'static str, min: i64, max: i64, default: i64) -> Result<i64, ApiResponse> {
+        match self.0.iter().find(|(k, _)| k == field) {
+            None => Ok(default),
+            Some((_, v)) => validate::int_str(field, v, min, max).map_err(|e| ApiResponse::input(&e)),
+        }
+    }
+
+    fn opt_int(&self, field: &'static str, min: i64, max: i64) -> Result<Option<i64>, ApiResponse> {
+        match self.0.iter().find(|(k, _)| k == field) {
+            None => Ok(None),
+            Some((_, v)) => validate::int_str(field, v, min, max).map(Some).map_err(|e| ApiResponse::input(&e)),
+        }
+    }
+}
+
+/// A public request asking for more than the policy grants the public.
+fn beyond(field: &'static str, what: String) -> ApiResponse {
+    ApiResponse::error(
+        403,
+        format!("{field}: {what} is beyond this policy's public limit (admin token required)"),
+        Some(field),
+    )
+}
+
+fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
+    allow(req.method, &["GET", "HEAD", "POST"])?;
+    let Policy::Counter { bounds, storage, max_step } = *find(config, policy, "counter")? else { unreachable!() };
+    if req.method == "POST" {
+        let b = body(req, &["delta"])?;
+        let delta = b.int("delta", -ops::counter::MAX_VALUE, ops::counter::MAX_VALUE, None)?;
+        if caller == Caller::Public && delta.abs() > max_step {
+            return Err(beyond("delta", format!("|{delta}| > {max_step}")));
+        }
+        let op = AddCounter::new(policy, subject, storage, delta, bounds).map_err(|e| ApiResponse::input(&e))?;
+        Ok(Step::Send(Exchange::new(op, |_, o| {
+            let status = match o.status {
+                CounterStatus::Applied => "applied",
+                CounterStatus::Clamped => "clamped",
+                CounterStatus::Rejected => "rejected",
+            };
+            ApiResponse::json(200, json!({"value": o.value, "applied": o.applied, "status": status}))
+        })))
+    } else {
+        let op = GetCounter::new(policy, subject, storage).map_err(|e| ApiResponse::input(&e))?;
+        Ok(Step::Send(Exchange::new(op, |_, v| ApiResponse::json(200, json!({ "value": v })))))
+    }
+}
+
+fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
+    allow(req.method, &["GET", "HEAD", "POST", "DELETE"])?;
+    let Policy::Quota { algorithm, max_cost } = *find(config, policy, "quota")? else { unreachable!() };
+    let render = |_: &Quota, o: ops::quota::QuotaOutcome| {
+        let mut r = ApiResponse::json(
+            200,
+            json!({
+                "allowed": o.allowed, "limit": o.limit, "remaining": o.remaining,
+                "reset_ms": o.reset_ms, "retry_after_ms": o.retry_after_ms
+            }),
+        );
+        if !o.allowed {
+            r.headers.push(("Retry-After", crate::command::itoa_i(((o.retry_after_ms + 999) / 1000).max(1))));
+        }
+        r
+    };
+    match req.method {
+        "DELETE" => {
+            require_admin(caller)?;
+            let op = ResetQuota::new(policy, subject, algorithm).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "reset": existed })))))
+        }
+        "POST" => {
+            let cost = body(req, &["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
+            if caller == Caller::Public && cost > max_cost {
+                return Err(beyond("cost", format!("{cost} > {max_cost}")));
+            }
+            let op = Quota::take(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, render)))
+        }
+        _ => {
+            let cost = Query::parse(req.query, &["cost"])?.int("cost", 1, algorithm.limit(), 1)?;
+            let op = Quota::peek(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, render)))
+        }
+    }
+}
+
+fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest: &[&str]) -> Routed {
+    let Some((_, &Policy::Inbox { ttl_ms, max_len, max_age_s, public })) = config.first_of("inbox") else {
+        return Err(ApiResponse::error(404, "no inbox policy is configured", None));
+    };
+    if !public {
+        require_admin(caller)?;
+    }
+    match rest {
+        ["messages"] => {
+            allow(req.method, &["GET", "HEAD", "POST"])?;
+            if req.method == "POST" {
+                let b = body(req, &["id", "body"])?;
+                let id = b.int("id", 0, validate::MAX_SAFE, None)?;
+                let text = b.string("body")?;
+                let op = Append::new(user, id, &text, ttl_ms, max_len).map_err(|e| ApiResponse::input(&e))?;
+                Ok(Step::Send(Exchange::new(op, |_, o| {
+                    ApiResponse::json(if o.stored { 201 } else { 200 }, json!({"stored": o.stored, "length": o.length}))
+                })))
+            } else {
+                let q = Query::parse(req.query, &["after", "limit"])?;
+                let after = q.opt_int("after", 0, validate::MAX_SAFE)?;
+                let limit = q.int("limit", 1, ops::inbox::MAX_PAGE, 50)?;
+                let op = Read::new(user, after, limit).map_err(|e| ApiResponse::input(&e))?;
+                Ok(Step::Send(Exchange::new(op, |_, msgs| {
+                    let list: Vec<Json> = msgs
+                        .into_iter()
+                        .map(|m| json!({"id": m.id, "time": m.time, "body": String::from_utf8_lossy(&m.body)}))
+                        .collect();
+                    ApiResponse::json(200, json!({ "messages": list }))
+                })))
+            }
+        }
+        ["trim"] => {
+            allow(req.method, &["POST"])?;
+            body(req, &[])?;
+            let op = Trim::new(user, max_age_s, max_len, 1000).map_err(|e| ApiResponse::input(&e))?;
+            Ok(Step::Send(Exchange::new(op, |_, o| {
+                ApiResponse::json(200, json!({"deleted": o.deleted, "newest_time": o.newest_time}))
+            })))
+        }
+        _ => Err(ApiResponse::error(404, "no such route", None)),
+    }
+}
+
+fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, caller: Caller, rng: &mut R) -> Routed {
+    let b = body(req, &["total_cents", "count", "policy", "min_cents"])?;
+    let (name, policy) = match b.opt_string("policy")? {
+        Some(name) => {
+            let p = find(config, &name, "redpackets")?;
+            (name, p)
+        }
+        None => match config.first_of("redpackets") {
+            Some((n, p)) => (n.to_owned(), p),
+            None => return Err(ApiResponse::error(404, "no redpackets policy is configured", Some("policy"))),
+        },
+    };
+    let &Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } = policy else { unreachable!() };
+    let total = b.int("total_cents", 1, split::MAX_TOTAL, None)?;
+    let count = b.int("count", 1, split::MAX_COUNT, None)?;
+    let min = b.int("min_cents", 1, split::MAX_TOTAL, Some(min_cents))?;
+    if caller == Caller::Public {
+        if total > max_total_cents {
+            return Err(beyond("total_cents", format!("{total} > {max_total_cents}")));
+        }
+        if count > max_shares {
+            return Err(beyond("count", format!("{count} > {max_shares}")));
+        }
+        if min != min_cents {
+            return Err(beyond("min_cents", format!("{min} ≠ {min_cents}")));
+        }
+    }
+    let id = redpacket::new_id(rng);
+    let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;
+    Ok(Step::Send(Exchange::new(op, move |_, o| {
+        if !o.created {
+            return ApiResponse::error(409, "a packet with this id exists; try again", None);
+        }
+        ApiResponse::json(
+            201,
+            json!({
+                "id": id, "policy": name, "total_cents": total, "count": count, "expires_at_ms": o.expires_at_ms
+            }),
+        )
+    })))
+}
+
+/// `PING`: the health check's one round trip.
+struct Ping;
+
+impl Operation for Ping {
+    type Outcome = ();
+    const NAME: &'static str = "ping";
+
+    fn request(&self) -> Request {
+        Request::Command(Command::new("PING"))
+    }
+
+    fn parse(&self, reply: Value) -> Result<(), ShapeError> {
+        match reply {
+            Value::Bytes(b) if b == b"PONG" => Ok(()),
+            _ => Err(ShapeError::new(Self::NAME, "expected PONG")),
+        }
+    }
+}

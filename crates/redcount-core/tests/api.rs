@@ -1,0 +1,269 @@
+//! The HTTP API without I/O: requests in, REST bodies and responses out.
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redcount_core::api::{self, ApiRequest, ApiResponse, Config, Step};
+use redcount_core::script;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token-0123456789";
+
+fn config() -> Config {
+    let vars = [
+        ("REDCOUNT_REST_URL", "http://127.0.0.1:8079/"),
+        ("REDCOUNT_REST_TOKEN", "rest-token"),
+        ("REDCOUNT_ADMIN_TOKEN", ADMIN),
+        ("REDCOUNT_CORS_ORIGINS", "https://app.example"),
+        (
+            "REDCOUNT_POLICIES",
+            r#"{
+              "daily-prize": {"kind": "quota", "algorithm": "fixed", "limit": 2, "window_ms": 86400000},
+              "device-slots": {"kind": "semaphore", "limit": 60, "lease_ms": 300000},
+              "running-jobs": {"kind": "counter", "min": 0, "storage": "hash"},
+              "signup-bonus": {"kind": "claim", "window_ms": 86400000},
+              "demo-packets": {"kind": "redpackets", "max_shares": 100, "max_total_cents": 10000},
+              "inbox": {"kind": "inbox"}
+            }"#,
+        ),
+    ];
+    Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap()
+}
+
+fn req<'a>(method: &'a str, path: &'a str, body: &'a str) -> ApiRequest<'a> {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    ApiRequest { method, path, query, authorization: None, origin: None, body: body.as_bytes() }
+}
+
+fn step(r: ApiRequest<'_>) -> Step {
+    api::handle(&config(), &r, &mut StdRng::seed_from_u64(1))
+}
+
+fn respond(r: ApiRequest<'_>) -> ApiResponse {
+    match step(r) {
+        Step::Respond(resp) => resp,
+        Step::Send(ex) => panic!("expected a response, got a REST call: {}", ex.body()),
+    }
+}
+
+fn send_body(r: ApiRequest<'_>) -> Value {
+    match step(r) {
+        Step::Send(ex) => serde_json::from_str(ex.body()).unwrap(),
+        Step::Respond(resp) => panic!("expected a REST call, got {} {}", resp.status, resp.body),
+    }
+}
+
+fn json_of(r: &ApiResponse) -> Value {
+    serde_json::from_str(&r.body).unwrap()
+}
+
+#[test]
+fn routes_become_exactly_one_evalsha() {
+    let b = send_body(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#));
+    assert_eq!(
+        b,
+        json!([
+            "EVALSHA",
+            script::REDPACKET_GRAB.sha1(),
+            "4",
+            "rc:{rp:abc}:meta",
+            "rc:{rp:abc}:shares",
+            "rc:{rp:abc}:claims",
+            "rc:{rp:abc}:log",
+            "alice"
+        ])
+    );
+    let b = send_body(req("POST", "/api/quotas/daily-prize/u1", r#"{"cost":1}"#));
+    assert_eq!(
+        b,
+        json!(["EVALSHA", script::QUOTA_FIXED.sha1(), "1", "rc:{q:daily-prize:u1}:fw", "2", "86400000", "1", "0"])
+    );
+    let b = send_body(req("GET", "/api/quotas/daily-prize/u1", ""));
+    assert_eq!(b[7], "1", "GET peeks");
+    let b = send_body(req("POST", "/api/counters/running-jobs/app-1", r#"{"delta":-1}"#));
+    assert_eq!(
+        b,
+        json!(["EVALSHA", script::COUNTER.sha1(), "1", "rc:{c:running-jobs}", "app-1", "-1", "0", "", "clamp", "0"])
+    );
+    let b = send_body(req("POST", "/api/semaphores/device-slots/pool/acquire", r#"{"holder":"dev-1"}"#));
+    assert_eq!(
+        b.as_array().unwrap()[3..],
+        json!(["rc:{s:device-slots:pool}", "acquire", "dev-1", "60", "300000"]).as_array().unwrap()[..]
+    );
+    assert_eq!(send_body(req("GET", "/api/health", "")), json!(["PING"]));
+    let b = send_body(req("GET", "/api/redpackets/abc/claims?offset=10&limit=5", ""));
+    assert_eq!(b, json!(["LRANGE", "rc:{rp:abc}:log", "10", "14"]));
+}
+
+#[test]
+fn replies_become_responses_and_noscript_retries_once() {
+    let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+    let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
+    let Step::Send(ex) = ex.receive(400, noscript) else { panic!("NOSCRIPT leads to EVAL") };
+    assert!(ex.body().starts_with("[\"EVAL\",\""));
+    // A second NOSCRIPT is not retried again.
+    let Step::Respond(r) = ex.receive(400, noscript) else { panic!() };
+    assert_eq!(r.status, 502);
+
+    let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+    // [1, 250, 3, 7] base64-free integers.
+    let Step::Respond(r) = ex.receive(200, br#"{"result":[1,250,3,7]}"#) else { panic!() };
+    assert_eq!((r.status, json_of(&r)), (200, json!({"outcome": "won", "amount": 250, "index": 3, "remaining": 7})));
+
+    let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+    let Step::Respond(r) = ex.receive(200, br#"{"result":[-1,0,0,0]}"#) else { panic!() };
+    assert_eq!(r.status, 404);
+
+    let Step::Send(ex) = step(req("POST", "/api/quotas/daily-prize/u1", "")) else { panic!() };
+    let Step::Respond(r) = ex.receive(200, br#"{"result":[0,2,0,5000,4200]}"#) else { panic!() };
+    assert_eq!(json_of(&r)["allowed"], json!(false));
+    assert!(r.headers.contains(&("Retry-After", "5".into())));
+
+    for (status, body, want) in [
+        (503, &br#"{"error":"ERR Redis is unreachable"}"#[..], 503),
+        (504, br#"{"error":"ERR Redis did not answer"}"#, 503),
+        (401, br#"{"error":"Unauthorized"}"#, 502),
+        (400, br#"{"error":"WRONGTYPE Operation against a key"}"#, 502),
+        (200, br#"{"result":"garbage"}"#, 502),
+        (200, b"<html>", 502),
+    ] {
+        let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"a"}"#)) else { panic!() };
+        let Step::Respond(r) = ex.receive(status, body) else { panic!() };
+        assert_eq!(r.status, want, "{}", String::from_utf8_lossy(body));
+        assert!(json_of(&r)["error"].is_string());
+    }
+    let Step::Send(ex) = step(req("GET", "/api/health", "")) else { panic!() };
+    assert_eq!(ex.fail("connection refused").status, 503);
+}
+
+#[test]
+fn bad_requests_never_reach_redis_and_name_the_field() {
+    let cases: &[(&str, &str, &str, u16, Option<&str>)] = &[
+        ("POST", "/api/redpackets/abc/grab", r#"{"user":"a:b"}"#, 400, Some("user")),
+        ("POST", "/api/redpackets/abc/grab", r#"{"user":5}"#, 400, Some("user")),
+        ("POST", "/api/redpackets/abc/grab", r#"{}"#, 400, Some("user")),
+        ("POST", "/api/redpackets/abc/grab", r#"{"user":"a","extra":1}"#, 400, Some("extra")),
+        ("POST", "/api/redpackets/abc/grab", r#"["user"]"#, 400, Some("body")),
+        ("POST", "/api/redpackets/abc/grab", r#"{"user":"a\u0000"}"#, 400, Some("user")),
+        ("POST", "/api/redpackets/abc/grab", "{\"user\":\"\u{0}\"}", 400, Some("body")),
+        ("POST", "/api/redpackets/a%7Bb/grab", r#"{"user":"a"}"#, 400, Some("id")),
+        ("POST", "/api/redpackets/..%2Fx/grab", r#"{"user":"a"}"#, 400, Some("id")),
+        ("POST", "/api/redpackets/%zz/grab", r#"{"user":"a"}"#, 400, Some("path")),
+        ("POST", "/api/redpackets/%FF/grab", r#"{"user":"a"}"#, 400, Some("path")),
+        ("POST", "/api/redpackets", r#"{"total_cents":2.5,"count":2}"#, 400, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":1e3,"count":2}"#, 400, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":"0x10","count":2}"#, 400, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":9007199254740993,"count":2}"#, 400, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":100000000000000000000000,"count":2}"#, 400, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":100,"count":-1}"#, 400, Some("count")),
+        ("POST", "/api/redpackets", r#"{"total_cents":1,"count":2}"#, 400, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":20000,"count":2}"#, 403, Some("total_cents")),
+        ("POST", "/api/redpackets", r#"{"total_cents":200,"count":101}"#, 403, Some("count")),
+        ("POST", "/api/redpackets", r#"{"total_cents":200,"count":2,"policy":"daily-prize"}"#, 404, Some("policy")),
+        ("POST", "/api/quotas/daily-prize/u1", r#"{"cost":2}"#, 403, Some("cost")),
+        ("POST", "/api/quotas/daily-prize/u1", r#"{"cost":3}"#, 400, Some("cost")),
+        ("GET", "/api/quotas/daily-prize/u1?cost=nan", "", 400, Some("cost")),
+        ("GET", "/api/quotas/daily-prize/u1?bogus=1", "", 400, Some("bogus")),
+        ("DELETE", "/api/quotas/daily-prize/u1", "", 401, None),
+        ("POST", "/api/quotas/nope/u1", "", 404, Some("policy")),
+        ("POST", "/api/quotas/device-slots/u1", "", 404, Some("policy")),
+        ("POST", "/api/counters/running-jobs/app", r#"{"delta":5}"#, 403, Some("delta")),
+        ("POST", "/api/counters/running-jobs/app", r#"{"delta":"1e3"}"#, 400, Some("delta")),
+        ("POST", "/api/semaphores/device-slots/pool/steal", r#"{"holder":"a"}"#, 404, None),
+        ("POST", "/api/inbox/alice/messages", r#"{"id":1,"body":"hi"}"#, 401, None),
+        ("PUT", "/api/redpackets/abc/grab", "", 405, None),
+        ("GET", "/api/nope", "", 404, None),
+        ("GET", "/api//x", "", 404, None),
+        ("GET", "/elsewhere", "", 404, None),
+    ];
+    for &(method, path, body, status, field) in cases {
+        let r = respond(req(method, path, body));
+        let j = json_of(&r);
+        assert_eq!(r.status, status, "{method} {path} {body}: {}", r.body);
+        assert!(j["error"].as_str().is_some_and(|m| !m.is_empty()), "{path}: {}", r.body);
+        assert_eq!(j["field"].as_str(), field, "{method} {path} {body}: {}", r.body);
+    }
+    let long = format!("/api/redpackets/{}/grab", "x".repeat(10_000));
+    assert_eq!(respond(req("POST", &long, r#"{"user":"a"}"#)).status, 400);
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    assert_eq!(respond(req("POST", "/api/redpackets/abc/grab", &deep)).status, 400);
+    let huge = format!(r#"{{"user":"{}"}}"#, "a".repeat(api::MAX_BODY));
+    assert_eq!(respond(req("POST", "/api/redpackets/abc/grab", &huge)).status, 413);
+    let bad_utf8 = ApiRequest { body: b"{\"user\":\"\xff\"}", ..req("POST", "/api/redpackets/abc/grab", "") };
+    assert_eq!(respond(bad_utf8).status, 400);
+    let r = respond(req("PUT", "/api/redpackets/abc/grab", ""));
+    assert!(r.headers.contains(&("Allow", "POST".into())));
+}
+
+#[test]
+fn admin_token_is_required_and_checked() {
+    let admin = format!("Bearer {ADMIN}");
+    let with = |auth: &'static str| ApiRequest {
+        authorization: Some(auth),
+        ..req("DELETE", "/api/quotas/daily-prize/u1", "")
+    };
+    let auth: &'static str = Box::leak(admin.into_boxed_str());
+    assert!(matches!(step(with(auth)), Step::Send(_)));
+    assert_eq!(respond(with("Bearer admin-token-012345678X")).status, 401);
+    assert_eq!(respond(with("Bearer rest-token")).status, 401, "the REST token is not an admin token");
+    assert_eq!(respond(with("Basic abc")).status, 401);
+    // Admin may exceed the public limits.
+    let big = ApiRequest {
+        authorization: Some(auth),
+        ..req("POST", "/api/redpackets", r#"{"total_cents":20000,"count":200}"#)
+    };
+    assert!(matches!(step(big), Step::Send(_)));
+}
+
+#[test]
+fn policies_cors_and_config_errors() {
+    let r = respond(req("GET", "/api/policies", ""));
+    let j = json_of(&r);
+    assert_eq!(
+        j["policies"]["daily-prize"],
+        json!({"kind": "quota", "algorithm": "fixed", "limit": 2, "window_ms": 86400000, "max_cost": 1})
+    );
+    assert!(!r.body.contains("rest-token") && !r.body.contains(ADMIN));
+    let with_origin = |o: &'static str| ApiRequest { origin: Some(o), ..req("GET", "/api/policies", "") };
+    assert!(
+        respond(with_origin("https://app.example"))
+            .headers
+            .contains(&("Access-Control-Allow-Origin", "https://app.example".into()))
+    );
+    assert!(
+        respond(with_origin("https://evil.example")).headers.iter().all(|(k, _)| *k != "Access-Control-Allow-Origin")
+    );
+    let pre = respond(ApiRequest { origin: Some("https://app.example"), ..req("OPTIONS", "/api/redpackets", "") });
+    assert_eq!(pre.status, 204);
+    assert!(pre.headers.iter().any(|(k, _)| *k == "Access-Control-Allow-Methods"));
+
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |n: &str| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
+    };
+    let base: &[(&str, &str)] = &[("REDCOUNT_REST_URL", "http://x"), ("REDCOUNT_REST_TOKEN", "t")];
+    let e = Config::from_env(env(base)).unwrap_err();
+    assert_eq!(e.variable, "REDCOUNT_POLICIES");
+    for (policies, at) in [
+        ("{", "REDCOUNT_POLICIES"),
+        ("[]", "REDCOUNT_POLICIES"),
+        (r#"{"a":{"kind":"quota","limit":0,"window_ms":1}}"#, "REDCOUNT_POLICIES.a.limit"),
+        (r#"{"a":{"kind":"quota","limit":5}}"#, "REDCOUNT_POLICIES.a.window_ms"),
+        (r#"{"a":{"kind":"quota","limit":5,"window_ms":1,"typo":1}}"#, "REDCOUNT_POLICIES.a.typo"),
+        (r#"{"a":{"kind":"nope"}}"#, "REDCOUNT_POLICIES.a.kind"),
+        (r#"{"a:b":{"kind":"claim","window_ms":1}}"#, "REDCOUNT_POLICIES.a:b"),
+        (r#"{"c":{"kind":"counter","min":5,"max":1}}"#, "REDCOUNT_POLICIES.c.max"),
+    ] {
+        let vars: Vec<(&str, &str)> = base.iter().copied().chain([("REDCOUNT_POLICIES", policies)]).collect();
+        let e = Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap_err();
+        assert_eq!(e.variable, at, "{policies}: {e}");
+        let r = api::misconfigured(&e);
+        assert_eq!(r.status, 500);
+        assert!(json_of(&r)["error"].as_str().unwrap().contains(at));
+    }
+    let short_admin: &[(&str, &str)] = &[
+        ("REDCOUNT_REST_URL", "http://x"),
+        ("REDCOUNT_REST_TOKEN", "t"),
+        ("REDCOUNT_ADMIN_TOKEN", "short"),
+        ("REDCOUNT_POLICIES", r#"{"a":{"kind":"claim","window_ms":1}}"#),
+    ];
+    assert_eq!(Config::from_env(env(short_admin)).unwrap_err().variable, "REDCOUNT_ADMIN_TOKEN");
+}

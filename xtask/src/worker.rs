@@ -1,0 +1,141 @@
+//! Building the Cloudflare Worker (wasm32) with worker-build, on either toolchain path.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::setup::{self, have, root, run};
+
+const WORKER_BUILD_VERSION: &str = "0.8.7";
+
+/// The wasm-bindgen version Cargo.lock pins: wasm-bindgen-cli must match it exactly.
+fn locked_wasm_bindgen() -> Result<String, String> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
+    let mut lines = lock.lines();
+    while let Some(l) = lines.next() {
+        if l == "name = \"wasm-bindgen\"" {
+            if let Some(v) = lines.next().and_then(|v| v.strip_prefix("version = \"")) {
+                return Ok(v.trim_end_matches('"').to_string());
+            }
+        }
+    }
+    Err("wasm-bindgen is not in Cargo.lock".into())
+}
+
+fn cargo_bin(name: &str) -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo"));
+    home.join("bin").join(name)
+}
+
+fn version_of(bin: &Path) -> Option<String> {
+    let out = Command::new(bin).arg("--version").output().ok()?;
+    String::from_utf8(out.stdout).ok()?.split_whitespace().nth(1).map(str::to_string)
+}
+
+/// `cargo install` of an exact version, unless that version is already there.
+fn ensure_cargo_tool(krate: &str, bin: &str, version: &str) -> Result<PathBuf, String> {
+    let path = cargo_bin(bin);
+    if version_of(&path).as_deref() == Some(version) {
+        return Ok(path);
+    }
+    eprintln!("xtask: cargo install {krate} {version} (a few minutes, once)");
+    // Not --locked: the tools' own lockfiles can name yanked versions; the exact tool
+    // version is what has to match.
+    run(setup::cargo().args(["install", krate, "--version", version]))?;
+    Ok(path)
+}
+
+/// How to get a wasm32 standard library.
+enum Toolchain {
+    /// rustup with the wasm32 target installed: the ordinary path.
+    Rustup,
+    /// Debian's rustc-web, building std from its shipped source.
+    DebianBuildStd,
+}
+
+fn toolchain() -> Result<Toolchain, String> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == "wasm32-unknown-unknown"));
+    if installed {
+        return Ok(Toolchain::Rustup);
+    }
+    // Try the ordinary path once, briefly: where rustup can download, this is all it takes.
+    if have("rustup") && have("timeout") {
+        eprintln!("xtask: rustup target add wasm32-unknown-unknown (60 s at most)");
+        let ok = Command::new("timeout")
+            .args(["60", "rustup", "target", "add", "wasm32-unknown-unknown"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(Toolchain::Rustup);
+        }
+        eprintln!("xtask: rustup could not add the target; using Debian's rustc-web with build-std");
+    }
+    if !Path::new("/usr/lib/rustlib/src/rust/library").exists() || !Path::new("/usr/bin/cargo").exists() {
+        setup::apt_install(&["rustc-web", "cargo-web", "rust-web-src", "lld-22"])?;
+    }
+    Ok(Toolchain::DebianBuildStd)
+}
+
+/// Builds the worker into `crates/redcount-worker/build/` and prints the bundle size.
+pub fn build() -> Result<(), String> {
+    setup::ensure_npm()?;
+    let wb_version = locked_wasm_bindgen()?;
+    let worker_build = ensure_cargo_tool("worker-build", "worker-build", WORKER_BUILD_VERSION)?;
+    let wasm_bindgen = ensure_cargo_tool("wasm-bindgen-cli", "wasm-bindgen", &wb_version)?;
+    let esbuild = root().join("node_modules/.bin/esbuild");
+    let crate_dir = root().join("crates/redcount-worker");
+    let mut cmd = Command::new(&worker_build);
+    cmd.arg("--release")
+        .current_dir(&crate_dir)
+        .env("WASM_BINDGEN_BIN", &wasm_bindgen)
+        .env("ESBUILD_BIN", &esbuild)
+        .env("CARGO_TARGET_DIR", root().join("target/worker"));
+    if let Toolchain::DebianBuildStd = toolchain()? {
+        // worker-build checks this directory exists; with build-std it stays empty.
+        let sysroot =
+            Command::new("/usr/bin/rustc").args(["--print", "sysroot"]).output().map_err(|e| e.to_string())?;
+        let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
+        let _ = std::fs::create_dir_all(Path::new(&sysroot).join("lib/rustlib/wasm32-unknown-unknown/lib"));
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("/usr/bin:{path}"))
+            .env("RUSTC_BOOTSTRAP", "1")
+            .env("CARGO_UNSTABLE_BUILD_STD", "std,panic_abort")
+            .env_remove("RUSTC")
+            .env_remove("CARGO")
+            .env_remove("RUSTUP_TOOLCHAIN");
+    }
+    run(&mut cmd)?;
+    report_size(&crate_dir.join("build"))
+}
+
+/// Prints the bundle size (wasm + JS, raw and gzipped): the target is 150 KB gzipped.
+fn report_size(dir: &Path) -> Result<(), String> {
+    let mut files = Vec::new();
+    collect(dir, &mut files);
+    let (mut raw, mut gz) = (0u64, 0u64);
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "wasm" || e == "js" || e == "mjs")) {
+        raw += std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+        if let Ok(out) = Command::new("gzip").args(["-9", "-c"]).arg(f).output() {
+            gz += out.stdout.len() as u64;
+        }
+    }
+    println!(
+        "worker bundle: {:.1} KB raw, {:.1} KB gzipped (target: at most 150 KB gzipped)",
+        raw as f64 / 1024.0,
+        gz as f64 / 1024.0
+    );
+    Ok(())
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() { collect(&p, out) } else { out.push(p) }
+        }
+    }
+}
