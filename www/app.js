@@ -1,0 +1,197 @@
+// The redcount demo page. It talks to this worker's /api only and holds no secret.
+const $ = (sel, root = document) => root.querySelector(sel);
+const yuan = (cents) => `¥${(cents / 100).toFixed(2)}`;
+
+async function api(method, path, body) {
+  let res;
+  try {
+    res = await fetch(path, {
+      method,
+      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new Error(`network error: ${e.message}`);
+  }
+  let data = {};
+  try { data = await res.json(); } catch { /* empty or non-JSON body */ }
+  if (!res.ok) {
+    const field = data.field ? ` (field: ${data.field})` : "";
+    const err = new Error(`${res.status}: ${data.error || res.statusText}${field}`);
+    err.status = res.status;
+    throw err;
+  }
+  return data;
+}
+
+// Health
+(async () => {
+  const el = $("#health");
+  try {
+    await api("GET", "/api/health");
+    el.textContent = "Redis reachable";
+    el.dataset.ok = "true";
+  } catch (e) {
+    el.textContent = `Redis unreachable: ${e.message}`;
+    el.dataset.ok = "false";
+  }
+})();
+
+// Red packet storm
+const state = { id: null, total: 0, count: 0, won: 0, empty: 0, sum: 0, bars: [] };
+
+function message(text, kind = "error") {
+  const el = $("#packet-msg");
+  el.textContent = text;
+  el.dataset.kind = kind;
+}
+
+function renderStats(remaining) {
+  $("#s-remaining").textContent = remaining ?? "–";
+  $("#s-won").textContent = state.won;
+  $("#s-empty").textContent = state.empty;
+  $("#s-sum").textContent = `${yuan(state.sum)} / ${yuan(state.total)}`;
+}
+
+function renderChart() {
+  const svg = $("#chart");
+  const n = Math.max(state.count, 1);
+  const max = Math.max(...state.bars.map((b) => b.amount), 1);
+  svg.setAttribute("viewBox", `0 0 ${n * 10} 100`);
+  svg.replaceChildren(...state.bars.map((b) => {
+    const r = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+    const h = Math.max(2, (b.amount / max) * 96);
+    r.setAttribute("x", (b.index - 1) * 10 + 1);
+    r.setAttribute("y", 100 - h);
+    r.setAttribute("width", 8);
+    r.setAttribute("height", h);
+    if (b.amount === max) r.setAttribute("class", "big");
+    const t = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    t.textContent = `#${b.index} ${b.user}: ${yuan(b.amount)}`;
+    r.append(t);
+    return r;
+  }));
+}
+
+function addClaim(user, amount, index) {
+  const li = document.createElement("li");
+  li.innerHTML = `<span>#${index} <span class="who"></span></span><span class="amt">${yuan(amount)}</span>`;
+  $(".who", li).textContent = user;
+  $("#claims").prepend(li);
+}
+
+$("#packet-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const total = Math.round(parseFloat($("#total").value) * 100);
+  const count = parseInt($("#count").value, 10);
+  if (!Number.isFinite(total) || total <= 0) return message("Total must be a positive amount.");
+  if (!Number.isInteger(count) || count <= 0) return message("Shares must be a positive whole number.");
+  $("#send").disabled = true;
+  try {
+    const p = await api("POST", "/api/redpackets", { total_cents: total, count });
+    Object.assign(state, { id: p.id, total: p.total_cents, count: p.count, won: 0, empty: 0, sum: 0, bars: [] });
+    $("#claims").replaceChildren();
+    renderStats(p.count);
+    renderChart();
+    $("#verdict").dataset.state = "idle";
+    $("#verdict").textContent = `Packet ${p.id.slice(0, 8)}… holds ${p.count} shares of ${yuan(p.total_cents)}.`;
+    message(`Packet ready; it expires at ${new Date(p.expires_at_ms).toLocaleTimeString()}.`, "info");
+    $("#storm").disabled = false;
+  } catch (e) {
+    message(`Could not create the packet: ${e.message}`);
+  } finally {
+    $("#send").disabled = false;
+  }
+});
+
+$("#storm").addEventListener("click", async () => {
+  const crowd = parseInt($("#crowd").value, 10);
+  if (!state.id) return message("Send a packet first.");
+  if (!Number.isInteger(crowd) || crowd < 1 || crowd > 1000) return message("The crowd is 1 to 1000 people.");
+  $("#storm").disabled = true;
+  $("#send").disabled = true;
+  message(`${crowd} people grab at once…`, "info");
+  const run = Math.random().toString(36).slice(2, 7);
+  let errors = 0;
+  await Promise.all(Array.from({ length: crowd }, async (_, i) => {
+    const user = `guest-${run}-${i + 1}`;
+    try {
+      const g = await api("POST", `/api/redpackets/${state.id}/grab`, { user });
+      if (g.outcome === "won") {
+        state.won += 1;
+        state.sum += g.amount;
+        state.bars.push({ index: g.index, amount: g.amount, user });
+        addClaim(user, g.amount, g.index);
+        renderChart();
+        renderStats(g.remaining);
+      } else if (g.outcome === "empty") {
+        state.empty += 1;
+        renderStats(0);
+      }
+    } catch (e) {
+      errors += 1;
+      message(`A grab failed: ${e.message}`);
+    }
+  }));
+  try {
+    const s = await api("GET", `/api/redpackets/${state.id}`);
+    renderStats(s.remaining);
+    const balanced = s.claimed_cents === state.sum && (s.remaining > 0 || s.claimed_cents === s.total_cents);
+    const v = $("#verdict");
+    v.dataset.state = balanced && errors === 0 ? "ok" : "bad";
+    v.textContent = s.remaining === 0
+      ? `${s.claimed} winners claimed ${yuan(s.claimed_cents)} of ${yuan(s.total_cents)}: ${s.claimed_cents === s.total_cents ? "the sum equals the total ✓" : "MISMATCH ✗"}`
+      : `${s.claimed} winners claimed ${yuan(s.claimed_cents)}; ${s.remaining} shares are still waiting.`;
+    v.dataset.sum = String(s.claimed_cents);
+    v.dataset.total = String(s.total_cents);
+    if (errors === 0) message(`${state.won} won, ${state.empty} came too late.`, "info");
+  } catch (e) {
+    message(`Could not read the packet: ${e.message}`);
+  } finally {
+    $("#send").disabled = false;
+  }
+});
+
+// Small panels
+function show(panel, ok, text) {
+  const out = $(".out", panel);
+  out.dataset.ok = String(ok);
+  out.textContent = text;
+}
+const secs = (ms) => (ms == null ? "–" : ms >= 3600000 ? `${(ms / 3600000).toFixed(1)} h` : `${Math.ceil(ms / 1000)} s`);
+
+const panels = {
+  async quota(panel, subject) {
+    const q = await api("POST", `/api/quotas/daily-prize/${encodeURIComponent(subject)}`, { cost: 1 });
+    show(panel, q.allowed, `${q.allowed ? "Allowed" : "Denied"} · ${q.remaining}/${q.limit} left\nresets in ${secs(q.reset_ms)}`);
+  },
+  async claim(panel, subject) {
+    const c = await api("POST", `/api/claims/signup-bonus/${encodeURIComponent(subject)}`);
+    show(panel, c.claimed, `${c.claimed ? "Claimed!" : "Already claimed"}\nnext window in ${secs(c.retry_after_ms)}`);
+  },
+  async semaphore(panel, subject, btn) {
+    const action = btn.dataset.action;
+    const s = await api("POST", `/api/semaphores/device-slots/demo/${action}`, { holder: subject });
+    show(panel, s.result !== "full" && s.result !== "not_holder", `${s.result.replace("_", " ")} · ${s.in_use}/${s.limit} in use${s.holding ? `\nlease ${secs(s.lease_ms)}` : ""}`);
+  },
+  async counter(panel, subject, btn) {
+    const c = await api("POST", `/api/counters/running-jobs/${encodeURIComponent(subject)}`, { delta: parseInt(btn.dataset.delta, 10) });
+    show(panel, c.status !== "rejected", `value ${c.value} · ${c.status}${c.status === "clamped" ? " (never below 0)" : ""}`);
+  },
+};
+
+for (const panel of document.querySelectorAll("[data-panel]")) {
+  for (const btn of panel.querySelectorAll(".go")) {
+    btn.addEventListener("click", async () => {
+      const subject = $(".subject", panel).value.trim();
+      btn.disabled = true;
+      try {
+        await panels[panel.dataset.panel](panel, subject, btn);
+      } catch (e) {
+        show(panel, false, e.message);
+      } finally {
+        btn.disabled = false;
+      }
+    });
+  }
+}
