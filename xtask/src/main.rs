@@ -4,6 +4,7 @@
 //! npm packages, cargo tools), so a fresh machine needs nothing but this repository.
 //! Std only, so it compiles in seconds.
 
+mod dev;
 mod procs;
 mod setup;
 mod worker;
@@ -14,6 +15,8 @@ const HELP: &str = "\
 cargo xtask <task>
 
 Tasks:
+  dev      install what is missing, then run Redis + redcount-rest + the worker under
+           wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
   test     install what is missing, prove redcount-core is no_std, run every test
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need
@@ -28,6 +31,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("dev") => dev::dev(),
         Some("nostd") => setup::nostd_check(),
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),

@@ -21,10 +21,6 @@ impl Guard {
         Ok(Guard { name, child })
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// True while it runs.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -260,7 +260,10 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
     let kind = match s.get("kind") {
         Some(Json::String(k)) => k.as_str(),
         _ => {
-            return Err(err(format!("{at}.kind"), "must be one of quota, semaphore, counter, claim, redpackets, inbox"));
+            return Err(err(
+                format!("{at}.kind"),
+                "must be one of quota, semaphore, counter, claim, redpackets, inbox",
+            ));
         }
     };
     let allowed: &[&str] = match kind {
