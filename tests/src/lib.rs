@@ -312,3 +312,117 @@ impl RedisCluster {
         self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>().join(",")
     }
 }
+
+/// Policies the worker tests run with (public limits small enough to test both sides).
+pub const TEST_POLICIES: &str = r#"{
+  "daily-prize":  { "kind": "quota", "algorithm": "fixed", "limit": 2, "window_ms": 86400000 },
+  "burst":        { "kind": "quota", "algorithm": "sliding", "limit": 5, "window_ms": 10000 },
+  "device-slots": { "kind": "semaphore", "limit": 2, "lease_ms": 300000 },
+  "running-jobs": { "kind": "counter", "min": 0, "storage": "hash" },
+  "signup-bonus": { "kind": "claim", "window_ms": 86400000 },
+  "demo-packets": { "kind": "redpackets", "max_shares": 500, "max_total_cents": 1000000, "ttl_ms": 3600000 },
+  "inbox":        { "kind": "inbox", "ttl_ms": 604800000, "max_len": 100, "max_age_s": 604800 }
+}"#;
+
+/// The real worker (the wasm that `cargo xtask build-worker` built) under `wrangler dev`.
+#[derive(Debug)]
+pub struct Wrangler {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Wrangler {
+    /// Starts wrangler dev with its own config directory (so `.dev.vars` is per test) and
+    /// waits until the worker answers.
+    pub fn start(vars: &[(&str, &str)]) -> Self {
+        let root = root();
+        let main = root.join("crates/redcount-worker/build/index.js");
+        assert!(main.exists(), "{} is missing: run `cargo xtask test` (it builds the worker first)", main.display());
+        let wrangler = root.join("node_modules/.bin/wrangler");
+        assert!(wrangler.exists(), "wrangler is missing: run `cargo xtask test` (it runs npm ci)");
+        let dir = scratch_dir("wrangler");
+        let mut toml = format!(
+            "name = \"redcount-test\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n\n[assets]\ndirectory = \"{}\"\n\n[vars]\n",
+            main.display(),
+            root.join("www").display()
+        );
+        let mut dev_vars = String::new();
+        for (k, v) in vars {
+            if *k == "REDCOUNT_POLICIES" || *k == "REDCOUNT_CORS_ORIGINS" {
+                toml.push_str(&format!("{k} = '''\n{v}\n'''\n"));
+            } else {
+                dev_vars.push_str(&format!("{k}={v}\n"));
+            }
+        }
+        std::fs::write(dir.join("wrangler.toml"), toml).unwrap();
+        std::fs::write(dir.join(".dev.vars"), dev_vars).unwrap();
+        let port = free_port();
+        let log = dir.join("wrangler.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(wrangler);
+        cmd.args(["dev", "--ip", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--inspector-port", &free_port().to_string()])
+            .arg("--config")
+            .arg(dir.join("wrangler.toml"))
+            .current_dir(&dir)
+            .env("WRANGLER_SEND_METRICS", "false")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        {
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0); // wrangler starts workerd: stop them as one group
+        }
+        let child = cmd.spawn().expect("start wrangler dev");
+        let w = Wrangler { child: Some(child), port, dir, log };
+        w.wait_ready();
+        w
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+                let _ = s.write_all(b"GET /api/policies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                let mut buf = String::new();
+                let _ = s.read_to_string(&mut buf);
+                if buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.1 500") {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "wrangler dev did not serve the worker:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The worker's base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What wrangler printed so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Wrangler {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let group = format!("-{}", c.id());
+            let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -6,3 +6,4 @@ mod primitives;
 mod rest;
 mod scenario;
 mod scripts;
+mod worker;

@@ -1,0 +1,289 @@
+//! The HTTP API through the real worker under wrangler dev, backed by the real REST front
+//! and Redis: every route, every error status, admin vs public, policies enforced.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use redcount_tests::{RedisServer, RestFront, TEST_POLICIES, Wrangler, secret};
+use serde_json::{Value, json};
+
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    admin: String,
+}
+
+struct Reply {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    json: Value,
+}
+
+impl Api {
+    async fn call(&self, method: &str, path: &str, body: Option<&str>, admin: bool) -> Reply {
+        let mut r = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(b) = body {
+            r = r.header("Content-Type", "application/json").body(b.to_string());
+        }
+        if admin {
+            r = r.bearer_auth(&self.admin);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        let json =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Reply { status, headers, json }
+    }
+    async fn get(&self, path: &str) -> Reply {
+        self.call("GET", path, None, false).await
+    }
+    async fn post(&self, path: &str, body: &str) -> Reply {
+        self.call("POST", path, Some(body), false).await
+    }
+}
+
+fn assert_error(r: &Reply, status: u16, field: Option<&str>) {
+    assert_eq!(r.status, status, "{}", r.json);
+    assert!(r.json["error"].as_str().is_some_and(|e| !e.is_empty()), "{}", r.json);
+    assert_eq!(r.json["field"].as_str(), field, "{}", r.json);
+}
+
+struct Stack {
+    redis: RedisServer,
+    front: RestFront,
+    worker: Wrangler,
+    api: Api,
+}
+
+fn stack() -> Stack {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let admin = secret("admin");
+    let worker = Wrangler::start(&[
+        ("REDCOUNT_REST_URL", &front.url()),
+        ("REDCOUNT_REST_TOKEN", &front.token),
+        ("REDCOUNT_ADMIN_TOKEN", &admin),
+        ("REDCOUNT_POLICIES", TEST_POLICIES),
+        ("REDCOUNT_CORS_ORIGINS", "http://allowed.example"),
+    ]);
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
+    let api = Api { http, base: worker.url(), admin };
+    Stack { redis, front, worker, api }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn route_contract_through_the_worker() {
+    let Stack { redis, mut front, worker, api } = stack();
+
+    let h = api.get("/api/health").await;
+    assert_eq!((h.status, &h.json["ok"]), (200, &json!(true)));
+    let p = api.get("/api/policies").await;
+    assert_eq!(p.status, 200);
+    assert_eq!(p.json["policies"]["device-slots"], json!({"kind": "semaphore", "limit": 2, "lease_ms": 300000}));
+    let text = p.json.to_string();
+    assert!(!text.contains(&front.token) && !text.contains(&api.admin), "no secret in a response");
+
+    // Counter: never below 0, public step limited, admin may exceed.
+    let c = api.post("/api/counters/running-jobs/app-1", r#"{"delta":-1}"#).await;
+    assert_eq!(c.json, json!({"value": 0, "applied": 0, "status": "clamped"}));
+    assert_eq!(api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await.json["value"], 1);
+    assert_eq!(api.get("/api/counters/running-jobs/app-1").await.json, json!({"value": 1}));
+    assert_error(&api.post("/api/counters/running-jobs/app-1", r#"{"delta":5}"#).await, 403, Some("delta"));
+    let big = api.call("POST", "/api/counters/running-jobs/app-1", Some(r#"{"delta":5}"#), true).await;
+    assert_eq!(big.json["value"], 6);
+    assert_error(&api.post("/api/counters/running-jobs/app-1", r#"{"delta":"1e3"}"#).await, 400, Some("delta"));
+
+    // Claim.
+    let first = api.post("/api/claims/signup-bonus/alice", "").await;
+    assert_eq!(first.json["claimed"], json!(true));
+    let again = api.post("/api/claims/signup-bonus/alice", "").await;
+    assert_eq!(again.json["claimed"], json!(false));
+    assert!(again.json["retry_after_ms"].as_i64().unwrap() > 86_000_000);
+
+    // Quota: 2 per day; peek; admin reset.
+    for want in [true, true, false] {
+        let q = api.post("/api/quotas/daily-prize/bob", r#"{"cost":1}"#).await;
+        assert_eq!(q.json["allowed"], json!(want), "{}", q.json);
+        if !want {
+            assert!(q.headers.get("retry-after").is_some());
+        }
+    }
+    assert_eq!(api.get("/api/quotas/daily-prize/bob").await.json["remaining"], 0);
+    assert_error(&api.call("DELETE", "/api/quotas/daily-prize/bob", None, false).await, 401, None);
+    let reset = api.call("DELETE", "/api/quotas/daily-prize/bob", None, true).await;
+    assert_eq!(reset.json, json!({"reset": true}));
+    assert_eq!(api.post("/api/quotas/daily-prize/bob", "").await.json["allowed"], json!(true));
+    assert_error(&api.post("/api/quotas/daily-prize/bob", r#"{"cost":2}"#).await, 403, Some("cost"));
+    assert_error(&api.post("/api/quotas/device-slots/bob", "").await, 404, Some("policy"));
+
+    // Semaphore: 2 slots.
+    let sem = |h: &str, a: &str| (format!("/api/semaphores/device-slots/pool/{a}"), format!(r#"{{"holder":"{h}"}}"#));
+    for (h, a, want) in [
+        ("d1", "acquire", "acquired"),
+        ("d2", "acquire", "acquired"),
+        ("d3", "acquire", "full"),
+        ("d1", "acquire", "renewed"),
+        ("d1", "release", "released"),
+        ("d3", "acquire", "acquired"),
+        ("zz", "renew", "not_holder"),
+        ("zz", "release", "not_holder"),
+    ] {
+        let (path, body) = sem(h, a);
+        let r = api.post(&path, &body).await;
+        assert_eq!(r.json["result"], json!(want), "{h} {a}: {}", r.json);
+        assert!(r.json["in_use"].as_i64().unwrap() <= 2);
+    }
+    assert_eq!(api.post("/api/semaphores/device-slots/pool/steal", r#"{"holder":"x"}"#).await.status, 404);
+    assert_error(
+        &api.post("/api/semaphores/device-slots/pool/acquire", r#"{"holder":"a{b}"}"#).await,
+        400,
+        Some("holder"),
+    );
+
+    // Inbox: admin only under this policy.
+    assert_error(&api.post("/api/inbox/carol/messages", r#"{"id":1,"body":"hi"}"#).await, 401, None);
+    let m = api.call("POST", "/api/inbox/carol/messages", Some(r#"{"id":1,"body":"hi ✓"}"#), true).await;
+    assert_eq!((m.status, &m.json), (201, &json!({"stored": true, "length": 1})));
+    let dup = api.call("POST", "/api/inbox/carol/messages", Some(r#"{"id":1,"body":"again"}"#), true).await;
+    assert_eq!((dup.status, &dup.json["stored"]), (200, &json!(false)));
+    api.call("POST", "/api/inbox/carol/messages", Some(r#"{"id":2,"body":"two"}"#), true).await;
+    let read = api.call("GET", "/api/inbox/carol/messages?after=1&limit=10", None, true).await;
+    assert_eq!(read.json["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(read.json["messages"][0]["body"], json!("two"));
+    let trim = api.call("POST", "/api/inbox/carol/trim", None, true).await;
+    assert_eq!(trim.json["deleted"], json!(0));
+
+    // Red packets.
+    let made = api.post("/api/redpackets", r#"{"total_cents":1000,"count":3}"#).await;
+    assert_eq!(made.status, 201, "{}", made.json);
+    let id = made.json["id"].as_str().unwrap().to_string();
+    let g = api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u1"}"#).await;
+    assert_eq!(g.json["outcome"], json!("won"));
+    let again = api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u1"}"#).await;
+    assert_eq!((&again.json["outcome"], &again.json["amount"]), (&json!("already"), &g.json["amount"]));
+    let st = api.get(&format!("/api/redpackets/{id}")).await;
+    assert_eq!((st.json["remaining"].as_i64(), st.json["claimed"].as_i64()), (Some(2), Some(1)));
+    let claims = api.get(&format!("/api/redpackets/{id}/claims?offset=0&limit=10")).await;
+    assert_eq!(claims.json["claims"][0]["user"], json!("u1"));
+    assert_error(&api.post("/api/redpackets/0123456789abcdef/grab", r#"{"user":"u1"}"#).await, 404, Some("id"));
+    assert_error(&api.get("/api/redpackets/0123456789abcdef").await, 404, Some("id"));
+    assert_error(&api.post("/api/redpackets", r#"{"total_cents":1000,"count":501}"#).await, 403, Some("count"));
+    assert_eq!(
+        api.call("POST", "/api/redpackets", Some(r#"{"total_cents":1000,"count":501}"#), true).await.status,
+        201
+    );
+    assert_error(&api.post("/api/redpackets", r#"{"total_cents":1000.5,"count":3}"#).await, 400, Some("total_cents"));
+    assert_error(&api.post("/api/redpackets", r#"{"total_cents":1000,"count":3"#).await, 400, Some("body"));
+    assert_error(&api.post("/api/redpackets", r#"{"total_cents":1000,"count":3,"x":1}"#).await, 400, Some("x"));
+    let huge = format!(r#"{{"user":"{}"}}"#, "a".repeat(20_000));
+    assert_error(&api.post(&format!("/api/redpackets/{id}/grab"), &huge).await, 413, None);
+    assert_eq!(api.call("PUT", &format!("/api/redpackets/{id}/grab"), None, false).await.status, 405);
+    assert_eq!(api.get("/api/nothing-here").await.status, 404);
+    let wrong =
+        api.http.get(format!("{}/api/policies", api.base)).bearer_auth("not-the-admin-token").send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    // CORS: configured origins only.
+    let cors = |o: &str| api.http.get(format!("{}/api/policies", api.base)).header("Origin", o.to_string()).send();
+    let allowed = cors("http://allowed.example").await.unwrap();
+    assert_eq!(allowed.headers().get("access-control-allow-origin").unwrap(), "http://allowed.example");
+    assert!(cors("http://evil.example").await.unwrap().headers().get("access-control-allow-origin").is_none());
+
+    // One REST round trip per operation (the scripts are cached by now).
+    let (sha0, eval0) = (redis.calls("evalsha"), redis.calls("eval"));
+    api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u2"}"#).await;
+    assert_eq!((redis.calls("evalsha") - sha0, redis.calls("eval") - eval0), (1, 0));
+
+    // 502: a Redis error reply (the counter's hash holds another type).
+    redis::cmd("DEL").arg("rc:{c:running-jobs}").query::<()>(&mut redis.conn()).unwrap();
+    redis::cmd("SADD").arg("rc:{c:running-jobs}").arg("x").query::<()>(&mut redis.conn()).unwrap();
+    assert_error(&api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await, 502, None);
+
+    // 503 while the REST front is down; back by itself once it returns.
+    front.kill();
+    let down = api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u3"}"#).await;
+    assert_error(&down, 503, None);
+    let down_health = api.get("/api/health").await;
+    assert_eq!(down_health.status, 503);
+    front.restart();
+    assert_eq!(api.get("/api/health").await.status, 200);
+
+    let log = worker.log();
+    assert!(!log.contains(&front.token) && !log.contains(&api.admin), "no secret in wrangler's output");
+    assert!(!log.contains("panicked"), "no panic: {log}");
+}
+
+/// `n` concurrent grabs of a `shares`-share packet through the worker, with an optional
+/// SCRIPT FLUSH in the middle.
+async fn storm(api: &Api, redis: &RedisServer, n: usize, shares: i64, flush: bool) {
+    let total = 100_003;
+    let made = api.post("/api/redpackets", &format!(r#"{{"total_cents":{total},"count":{shares}}}"#)).await;
+    let id = made.json["id"].as_str().expect("packet id").to_string();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (http, base, id, barrier) = (api.http.clone(), api.base.clone(), id.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            if flush && i % 2 == 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await; // half of them after the flush
+            }
+            let r = http
+                .post(format!("{base}/api/redpackets/{id}/grab"))
+                .body(format!(r#"{{"user":"crowd-{i}"}}"#))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            (i, serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap())
+        }));
+    }
+    barrier.wait().await;
+    if flush {
+        redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut redis.conn()).unwrap();
+    }
+    let (mut won, mut empty, mut sum, mut indexes) = (HashSet::new(), 0, 0, HashSet::new());
+    for t in tasks {
+        let (i, j) = t.await.unwrap();
+        match j["outcome"].as_str() {
+            Some("won") => {
+                assert!(won.insert(i));
+                assert!(indexes.insert(j["index"].as_i64().unwrap()), "a share handed out twice");
+                sum += j["amount"].as_i64().unwrap();
+            }
+            Some("empty") => empty += 1,
+            other => panic!("{other:?}: {j}"),
+        }
+    }
+    assert_eq!((won.len(), empty), (shares as usize, n - shares as usize));
+    assert_eq!(sum, total);
+    let st = api.get(&format!("/api/redpackets/{id}")).await;
+    assert_eq!((st.json["claimed"].as_i64(), st.json["claimed_cents"].as_i64()), (Some(shares), Some(total)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_hundred_grabs_through_the_worker_even_across_a_script_flush() {
+    let Stack { redis, front: _front, worker: _worker, api } = stack();
+    storm(&api, &redis, 300, 100, false).await;
+    let evals = redis.calls("eval");
+    storm(&api, &redis, 300, 100, true).await;
+    assert!(redis.calls("eval") > evals, "the flush really cost the cache and EVAL refilled it");
+}
+
+#[tokio::test]
+async fn a_bad_configuration_is_a_clear_500_and_logged() {
+    let worker = Wrangler::start(&[
+        ("REDCOUNT_REST_URL", "http://127.0.0.1:9"),
+        ("REDCOUNT_REST_TOKEN", "t"),
+        ("REDCOUNT_POLICIES", r#"{"daily-prize":{"kind":"quota","limit":0,"window_ms":1000}}"#),
+    ]);
+    let r = reqwest::get(format!("{}/api/policies", worker.url())).await.unwrap();
+    assert_eq!(r.status().as_u16(), 500);
+    let j: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert!(j["error"].as_str().unwrap().contains("REDCOUNT_POLICIES.daily-prize.limit"), "{j}");
+    assert!(worker.log().contains("server misconfigured: REDCOUNT_POLICIES.daily-prize.limit"), "{}", worker.log());
+    // The page itself is still served.
+    let page = reqwest::get(format!("{}/", worker.url())).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+}
