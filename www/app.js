@@ -37,6 +37,38 @@ async function api(method, path, body) {
   }
 })();
 
+// Describe the panels from the server's own policies (the page never assumes limits).
+const span = (ms) => ms % 86400000 === 0 ? `${ms / 86400000 === 1 ? "" : ms / 86400000 + " "}day${ms / 86400000 === 1 ? "" : "s"}`
+  : ms % 3600000 === 0 ? `${ms / 3600000} h` : `${ms / 1000} s`;
+function describe(p) {
+  switch (p.kind) {
+    case "quota": return p.algorithm === "bucket"
+      ? `${p.capacity} tokens, ${p.refill} back every ${span(p.interval_ms)}`
+      : `${p.limit} per user per ${span(p.window_ms)} (${p.algorithm} window)`;
+    case "claim": return `once per user per ${span(p.window_ms)}`;
+    case "semaphore": return `${p.limit} holders at once, ${span(p.lease_ms)} leases`;
+    case "counter": return `never below ${p.min}${p.max == null ? "" : `, never above ${p.max}`}`;
+    default: return "";
+  }
+}
+(async () => {
+  try {
+    const { policies } = await api("GET", "/api/policies");
+    for (const el of document.querySelectorAll("[data-policy]")) {
+      const p = policies[el.dataset.policy];
+      if (!p) { el.textContent = `Policy ${el.dataset.policy} is not configured on this server.`; continue; }
+      el.replaceChildren("Policy ", Object.assign(document.createElement("code"), { textContent: el.dataset.policy }), `: ${describe(p)}.`);
+    }
+    const rp = Object.values(policies).find((p) => p.kind === "redpackets");
+    if (rp) {
+      $("#count").max = rp.max_shares;
+      $("#total").max = rp.max_total_cents / 100;
+    }
+  } catch (e) {
+    message(`Could not read the policies: ${e.message}`);
+  }
+})();
+
 // Red packet storm
 const state = { id: null, total: 0, count: 0, won: 0, empty: 0, sum: 0, bars: [] };
 

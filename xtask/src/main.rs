@@ -17,7 +17,9 @@ cargo xtask <task>
 Tasks:
   dev      install what is missing, then run Redis + redcount-rest + the worker under
            wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
-  test     install what is missing, prove redcount-core is no_std, run every test
+  test     install what is missing, prove redcount-core is no_std, build the binaries and
+           the worker, run every test (real Redis, Redis Cluster, REST front, wrangler dev,
+           Chromium)
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need
   build-worker
@@ -56,6 +58,7 @@ fn test(extra: &[String]) -> Result<(), String> {
     setup::ensure_test_deps()?;
     setup::nostd_check()?;
     let bins = setup::build_bins(false)?;
+    worker::build()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
     tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", bins))

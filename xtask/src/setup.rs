@@ -74,6 +74,10 @@ pub fn ensure_test_deps() -> Result<(), String> {
     if !have("redis-server") || !have("redis-cli") {
         apt_install(&["redis-server"])?;
     }
+    // The browser test drives Debian's Chromium (a browser download is not possible everywhere).
+    if !Path::new("/usr/bin/chromium").exists() {
+        apt_install(&["chromium"])?;
+    }
     ensure_npm()
 }
 

@@ -30,7 +30,8 @@ fn cargo_bin(name: &str) -> PathBuf {
 
 fn version_of(bin: &Path) -> Option<String> {
     let out = Command::new(bin).arg("--version").output().ok()?;
-    String::from_utf8(out.stdout).ok()?.split_whitespace().nth(1).map(str::to_string)
+    // `wasm-bindgen 0.2.130`, or just `0.8.7` (worker-build): the last word.
+    String::from_utf8(out.stdout).ok()?.split_whitespace().last().map(str::to_string)
 }
 
 /// `cargo install` of an exact version, unless that version is already there.

@@ -287,3 +287,36 @@ async fn a_bad_configuration_is_a_clear_500_and_logged() {
     let page = reqwest::get(format!("{}/", worker.url())).await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
 }
+
+#[test]
+fn demo_page_in_a_real_browser() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let admin = secret("admin");
+    let worker = Wrangler::start(&[
+        ("REDCOUNT_REST_URL", &front.url()),
+        ("REDCOUNT_REST_TOKEN", &front.token),
+        ("REDCOUNT_ADMIN_TOKEN", &admin),
+        ("REDCOUNT_POLICIES", TEST_POLICIES),
+    ]);
+    let artifacts = redcount_tests::root().join("target/artifacts");
+    let out = std::process::Command::new("node")
+        .arg(redcount_tests::root().join("tests/node/demo-browser.mjs"))
+        .current_dir(redcount_tests::root())
+        .env("BASE_URL", worker.url())
+        .env("ARTIFACTS", &artifacts)
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "browser test failed");
+    assert!(artifacts.join("demo-desktop.png").exists() && artifacts.join("demo-phone.png").exists());
+    // The page and its files hold no secret.
+    for file in ["index.html", "app.js", "style.css"] {
+        let text = std::fs::read_to_string(redcount_tests::root().join("www").join(file)).unwrap();
+        assert!(
+            !text.contains(&front.token) && !text.contains(&admin) && !text.to_lowercase().contains("bearer"),
+            "{file}"
+        );
+    }
+}
