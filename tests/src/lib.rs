@@ -447,3 +447,57 @@ impl Drop for Wrangler {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A running `redcount serve` (the native shell of the HTTP API).
+#[derive(Debug)]
+pub struct NativeServer {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+impl NativeServer {
+    /// Starts it with a backend: `--rest-url` (token in the environment) or `--redis`.
+    pub fn start(backend: &[(&str, &str)], admin_token: &str, policies: &str) -> Self {
+        let port = free_port();
+        let log = scratch_dir("serve").join("serve.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(bin("redcount"));
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--www")
+            .arg(root().join("www"))
+            .env("REDCOUNT_POLICIES", policies)
+            .env("REDCOUNT_ADMIN_TOKEN", admin_token)
+            .env("REDCOUNT_CORS_ORIGINS", "http://allowed.example")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        for (k, v) in backend {
+            cmd.env(k, v); // secrets through the environment, not argv
+        }
+        let child = cmd.spawn().expect("start redcount serve");
+        let s = NativeServer { child: Some(child), port, log };
+        wait_for_port(port, Duration::from_secs(15));
+        s
+    }
+
+    /// Its base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NativeServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

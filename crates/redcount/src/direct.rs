@@ -43,10 +43,11 @@ impl From<InputError> for Error {
     }
 }
 
-/// A multiplexed connection to one Redis, able to run any core operation.
+/// A multiplexed connection to one Redis that reconnects by itself, able to run any core
+/// operation.
 #[derive(Clone)]
 pub struct Direct {
-    conn: redis::aio::MultiplexedConnection,
+    conn: redis::aio::ConnectionManager,
 }
 
 impl fmt::Debug for Direct {
@@ -56,10 +57,22 @@ impl fmt::Debug for Direct {
 }
 
 impl Direct {
-    /// Connects to `url` (`redis://host:port/db`).
+    /// Connects to `url` (`redis://host:port/db`); a call waits at most 5 s for its reply.
     pub async fn connect(url: &str) -> Result<Self, Error> {
+        Self::connect_with(url, std::time::Duration::from_secs(5)).await
+    }
+
+    /// Connects to `url`; a call waits at most `timeout` for its reply.
+    pub async fn connect_with(url: &str, timeout: std::time::Duration) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(|e| Error::Io(e.to_string()))?;
-        let conn = client.get_multiplexed_async_connection().await.map_err(|e| Error::Io(e.to_string()))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(std::time::Duration::from_millis(500));
+        let conn = redis::aio::ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| Error::Io(e.to_string()))?;
         Ok(Direct { conn })
     }
 

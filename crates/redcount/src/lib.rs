@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod direct;
 pub mod rest;
+pub mod serve;
 
 use std::future::Future;
 

@@ -19,11 +19,44 @@ enum Cmd {
         #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
         redis: String,
     },
+    /// Serve the HTTP API and the demo page (the worker's routes, natively).
+    Serve(ServeArgs),
     /// Benchmarks: the same scripts over direct RESP and through a REST front, side by side.
     Bench {
         #[command(subcommand)]
         which: BenchCmd,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "REDCOUNT_LISTEN", default_value = "127.0.0.1:8788")]
+    listen: std::net::SocketAddr,
+    /// Backend: an Upstash-compatible REST front (Upstash, redcount-rest).
+    #[arg(long, env = "REDCOUNT_REST_URL", conflicts_with = "redis")]
+    rest_url: Option<String>,
+    /// Token of the REST front.
+    #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
+    rest_token: Option<String>,
+    /// Backend: Redis itself, over RESP (redis://host:port/db).
+    #[arg(long, env = "REDIS_URL")]
+    redis: Option<String>,
+    /// Policies: JSON, or @path of a JSON file (see wrangler.toml for the format).
+    #[arg(long, env = "REDCOUNT_POLICIES")]
+    policies: String,
+    /// Admin token (at least 16 characters); without it admin actions are refused.
+    #[arg(long, env = "REDCOUNT_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Browser origins allowed to call the API (comma-separated).
+    #[arg(long, env = "REDCOUNT_CORS_ORIGINS", default_value = "")]
+    cors_origins: String,
+    /// Directory of the demo page.
+    #[arg(long, env = "REDCOUNT_WWW", default_value = "www")]
+    www: std::path::PathBuf,
+    /// Longest wait for one Redis or REST call, in ms.
+    #[arg(long, env = "REDCOUNT_TIMEOUT_MS", default_value_t = 5_000)]
+    timeout_ms: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -51,9 +84,24 @@ enum BenchCmd {
     },
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The server uses every core; the load generator stays on one thread (its figures were
+    // measured that way, and it leaves the other core to what it measures).
+    let runtime = match cli.command {
+        Cmd::Serve(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+    };
+    match runtime {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("redcount: cannot start the runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> std::process::ExitCode {
     match cli.command {
         Cmd::Scripts => {
             for s in redcount_core::script::ALL {
@@ -85,6 +133,12 @@ async fn main() -> std::process::ExitCode {
                 }
             }
         }
+        Cmd::Serve(args) => {
+            if let Err(e) = serve(args).await {
+                eprintln!("redcount: serve: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
         Cmd::Bench { which: BenchCmd::Rest { redis, rest_url, rest_token, concurrency, ops, out } } => {
             if let Err(e) = bench_rest(&redis, &rest_url, &rest_token, concurrency, ops, out).await {
                 eprintln!("redcount: bench: {e}");
@@ -93,6 +147,55 @@ async fn main() -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    use redcount::serve::Backend;
+    let policies = match args.policies.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--policies @{path}: {e}"))?,
+        None => args.policies.clone(),
+    };
+    let rest = args.rest_url.is_some();
+    let var = |name: &str| -> Option<String> {
+        match name {
+            "REDCOUNT_REST_URL" => args.rest_url.clone(),
+            "REDCOUNT_REST_TOKEN" => args.rest_token.clone(),
+            "REDCOUNT_ADMIN_TOKEN" => args.admin_token.clone(),
+            "REDCOUNT_POLICIES" => Some(policies.clone()),
+            "REDCOUNT_CORS_ORIGINS" => Some(args.cors_origins.clone()),
+            _ => None,
+        }
+    };
+    let config = redcount_core::api::Config::from_env_for(var, rest).map_err(|e| e.to_string())?;
+    let timeout = std::time::Duration::from_millis(args.timeout_ms.max(1));
+    let (backend, what) = match (&args.rest_url, &args.redis) {
+        (Some(url), _) => {
+            let r = redcount::Rest::new(url, &config.rest_token, timeout).map_err(|e| e.to_string())?;
+            (Backend::Rest(r), format!("REST front {url}"))
+        }
+        (None, Some(url)) => {
+            let d =
+                redcount::Direct::connect_with(url, timeout).await.map_err(|e| format!("cannot reach Redis: {e}"))?;
+            (Backend::Direct(d), String::from("Redis over RESP"))
+        }
+        (None, None) => return Err("give a backend: --rest-url (with --rest-token) or --redis".into()),
+    };
+    if !args.www.join("index.html").exists() {
+        return Err(format!("--www {}: no index.html there", args.www.display()));
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    eprintln!("redcount: serving http://{} with {what}", listener.local_addr().map_err(|e| e.to_string())?);
+    let shutdown = async {
+        let term = async {
+            if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                s.recv().await;
+            }
+        };
+        tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term => {} }
+    };
+    redcount::serve::serve(listener, config, backend, args.www, shutdown).await.map_err(|e| e.to_string())
 }
 
 async fn bench_rest(

@@ -33,19 +33,26 @@ impl Rest {
         Ok(Rest { http, url: url.trim_end_matches('/').to_string(), token: token.to_string() })
     }
 
-    /// Sends one command (`POST /`, replies base64-encoded so binary values survive).
-    pub async fn send(&self, command: &Command) -> Result<Value, Error> {
+    /// POSTs a REST body to `/` and returns the status and body, undecoded.
+    pub async fn post(&self, body: String) -> Result<(u16, Vec<u8>), Error> {
         let resp = self
             .http
             .post(format!("{}/", self.url))
             .bearer_auth(&self.token)
             .header(ENCODING_HEADER, ENCODING_BASE64)
-            .body(command.to_rest_body())
+            .header("Content-Type", "application/json")
+            .body(body)
             .send()
             .await
             .map_err(|e| Error::Io(format!("REST front {}: {e}", self.url)))?;
         let status = resp.status().as_u16();
         let body = resp.bytes().await.map_err(|e| Error::Io(e.to_string()))?;
+        Ok((status, body.to_vec()))
+    }
+
+    /// Sends one command (`POST /`, replies base64-encoded so binary values survive).
+    pub async fn send(&self, command: &Command) -> Result<Value, Error> {
+        let (status, body) = self.post(command.to_rest_body()).await?;
         rest::decode_reply(status, &body, Encoding::Base64).map_err(|e| match e {
             RestError::Reply(r) => Error::Redis(r),
             RestError::Unauthorized(m) => Error::Unauthorized(m),

@@ -1,10 +1,11 @@
-//! The HTTP API through the real worker under wrangler dev, backed by the real REST front
-//! and Redis: every route, every error status, admin vs public, policies enforced.
+//! The HTTP API through its real shells: the worker under wrangler dev (REST front, Redis),
+//! and `redcount serve` over the REST front or over RESP. The same route contract runs
+//! against each: every route, every error status, admin vs public, policies enforced.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use redcount_tests::{RedisServer, RestFront, TEST_POLICIES, Wrangler, secret};
+use redcount_tests::{NativeServer, RedisServer, RestFront, TEST_POLICIES, Wrangler, secret};
 use serde_json::{Value, json};
 
 struct Api {
@@ -50,32 +51,88 @@ fn assert_error(r: &Reply, status: u16, field: Option<&str>) {
     assert_eq!(r.json["field"].as_str(), field, "{}", r.json);
 }
 
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Worker,
+    NativeRest,
+    NativeResp,
+}
+
+enum Shell {
+    Worker(Wrangler),
+    Native(NativeServer),
+}
+
+impl Shell {
+    fn log(&self) -> String {
+        match self {
+            Shell::Worker(w) => w.log(),
+            Shell::Native(n) => n.log(),
+        }
+    }
+}
+
 struct Stack {
     redis: RedisServer,
-    front: RestFront,
-    worker: Wrangler,
+    front: Option<RestFront>,
+    shell: Shell,
     api: Api,
 }
 
-fn stack() -> Stack {
+fn stack(kind: Kind) -> Stack {
     let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
     let admin = secret("admin");
-    let worker = Wrangler::start(&[
-        ("REDCOUNT_REST_URL", &front.url()),
-        ("REDCOUNT_REST_TOKEN", &front.token),
-        ("REDCOUNT_ADMIN_TOKEN", &admin),
-        ("REDCOUNT_POLICIES", TEST_POLICIES),
-        ("REDCOUNT_CORS_ORIGINS", "http://allowed.example"),
-    ]);
+    let (front, shell) = match kind {
+        Kind::Worker => {
+            let front = RestFront::start(&redis.url(), false);
+            let w = Wrangler::start(&[
+                ("REDCOUNT_REST_URL", &front.url()),
+                ("REDCOUNT_REST_TOKEN", &front.token),
+                ("REDCOUNT_ADMIN_TOKEN", &admin),
+                ("REDCOUNT_POLICIES", TEST_POLICIES),
+                ("REDCOUNT_CORS_ORIGINS", "http://allowed.example"),
+            ]);
+            (Some(front), Shell::Worker(w))
+        }
+        Kind::NativeRest => {
+            let front = RestFront::start(&redis.url(), false);
+            let n = NativeServer::start(
+                &[("REDCOUNT_REST_URL", &front.url()), ("REDCOUNT_REST_TOKEN", &front.token)],
+                &admin,
+                TEST_POLICIES,
+            );
+            (Some(front), Shell::Native(n))
+        }
+        Kind::NativeResp => {
+            (None, Shell::Native(NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, TEST_POLICIES)))
+        }
+    };
+    let base = match &shell {
+        Shell::Worker(w) => w.url(),
+        Shell::Native(n) => n.url(),
+    };
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
-    let api = Api { http, base: worker.url(), admin };
-    Stack { redis, front, worker, api }
+    Stack { redis, front, shell, api: Api { http, base, admin } }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn route_contract_through_the_worker() {
-    let Stack { redis, mut front, worker, api } = stack();
+    route_contract(Kind::Worker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn route_contract_through_the_native_server_over_rest() {
+    route_contract(Kind::NativeRest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn route_contract_through_the_native_server_over_resp() {
+    route_contract(Kind::NativeResp).await;
+}
+
+async fn route_contract(kind: Kind) {
+    let Stack { mut redis, mut front, shell, api } = stack(kind);
+    let secrets: Vec<String> = front.iter().map(|f| f.token.clone()).chain([api.admin.clone()]).collect();
 
     let h = api.get("/api/health").await;
     assert_eq!((h.status, &h.json["ok"]), (200, &json!(true)));
@@ -83,7 +140,7 @@ async fn route_contract_through_the_worker() {
     assert_eq!(p.status, 200);
     assert_eq!(p.json["policies"]["device-slots"], json!({"kind": "semaphore", "limit": 2, "lease_ms": 300000}));
     let text = p.json.to_string();
-    assert!(!text.contains(&front.token) && !text.contains(&api.admin), "no secret in a response");
+    assert!(secrets.iter().all(|s| !text.contains(s)), "no secret in a response");
 
     // Counter: never below 0, public step limited, admin may exceed.
     let c = api.post("/api/counters/running-jobs/app-1", r#"{"delta":-1}"#).await;
@@ -200,17 +257,26 @@ async fn route_contract_through_the_worker() {
     redis::cmd("SADD").arg("rc:{c:running-jobs}").arg("x").query::<()>(&mut redis.conn()).unwrap();
     assert_error(&api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await, 502, None);
 
-    // 503 while the REST front is down; back by itself once it returns.
-    front.kill();
+    // 503 while the backend (REST front, or Redis itself) is down; back by itself after.
+    match front.as_mut() {
+        Some(f) => f.kill(),
+        None => redis.kill(),
+    }
     let down = api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u3"}"#).await;
     assert_error(&down, 503, None);
-    let down_health = api.get("/api/health").await;
-    assert_eq!(down_health.status, 503);
-    front.restart();
-    assert_eq!(api.get("/api/health").await.status, 200);
+    assert_eq!(api.get("/api/health").await.status, 503);
+    match front.as_mut() {
+        Some(f) => f.restart(),
+        None => redis.restart(),
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while api.get("/api/health").await.status != 200 {
+        assert!(std::time::Instant::now() < deadline, "{kind:?} did not recover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
-    let log = worker.log();
-    assert!(!log.contains(&front.token) && !log.contains(&api.admin), "no secret in wrangler's output");
+    let log = shell.log();
+    assert!(secrets.iter().all(|s| !log.contains(s)), "no secret in the shell's output");
     assert!(!log.contains("panicked"), "no panic: {log}");
 }
 
@@ -264,7 +330,16 @@ async fn storm(api: &Api, redis: &RedisServer, n: usize, shares: i64, flush: boo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_grabs_through_the_worker_even_across_a_script_flush() {
-    let Stack { redis, front: _front, worker: _worker, api } = stack();
+    storms(Kind::Worker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_hundred_grabs_through_the_native_server_even_across_a_script_flush() {
+    storms(Kind::NativeResp).await;
+}
+
+async fn storms(kind: Kind) {
+    let Stack { redis, front: _front, shell: _shell, api } = stack(kind);
     storm(&api, &redis, 300, 100, false).await;
     let evals = redis.calls("eval");
     storm(&api, &redis, 300, 100, true).await;

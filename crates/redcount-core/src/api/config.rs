@@ -173,17 +173,27 @@ impl Config {
     /// `REDCOUNT_REST_URL`, `REDCOUNT_REST_TOKEN` and `REDCOUNT_POLICIES` are required;
     /// `REDCOUNT_ADMIN_TOKEN` and `REDCOUNT_CORS_ORIGINS` (comma-separated) are optional.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Self::from_env_for(var, true)
+    }
+
+    /// As [`Config::from_env`]; with `rest: false` (a shell that talks RESP to Redis itself)
+    /// the REST variables are not read and `rest_url` / `rest_token` stay empty.
+    pub fn from_env_for(var: impl Fn(&str) -> Option<String>, rest: bool) -> Result<Config, ConfigError> {
         let required = |name: &str| -> Result<String, ConfigError> {
             match var(name) {
                 Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
                 _ => Err(err(name, "is not set")),
             }
         };
-        let rest_url = required("REDCOUNT_REST_URL")?;
-        if !(rest_url.starts_with("http://") || rest_url.starts_with("https://")) {
-            return Err(err("REDCOUNT_REST_URL", "must start with http:// or https://"));
-        }
-        let rest_token = required("REDCOUNT_REST_TOKEN")?;
+        let (rest_url, rest_token) = if rest {
+            let url = required("REDCOUNT_REST_URL")?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(err("REDCOUNT_REST_URL", "must start with http:// or https://"));
+            }
+            (url, required("REDCOUNT_REST_TOKEN")?)
+        } else {
+            (String::new(), String::new())
+        };
         let admin_token = match var("REDCOUNT_ADMIN_TOKEN").map(|t| t.trim().to_owned()) {
             Some(t) if t.is_empty() => None,
             Some(t) if t.len() < MIN_SECRET_LEN => {

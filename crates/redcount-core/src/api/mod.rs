@@ -121,9 +121,10 @@ where
 /// One pending REST round trip and how to finish it.
 pub struct Exchange {
     request: Request,
+    command: crate::Command,
     body: String,
     retried: bool,
-    render: Box<dyn Render>,
+    render: Box<dyn Render + Send>,
     cors: Vec<(&'static str, String)>,
 }
 
@@ -140,12 +141,27 @@ pub const REST_HEADERS: &[(&str, &str)] =
 impl Exchange {
     fn new<O, F>(op: O, f: F) -> Exchange
     where
-        O: crate::Operation + 'static,
-        F: Fn(&O, O::Outcome) -> ApiResponse + 'static,
+        O: crate::Operation + Send + 'static,
+        F: Fn(&O, O::Outcome) -> ApiResponse + Send + 'static,
     {
         let request = op.request();
-        let body = request.command().to_rest_body();
-        Exchange { request, body, retried: false, render: Box::new(With { op, f }), cors: Vec::new() }
+        let command = request.command();
+        let body = command.to_rest_body();
+        Exchange { request, command, body, retried: false, render: Box::new(With { op, f }), cors: Vec::new() }
+    }
+
+    /// The command to send, for a shell that talks RESP instead of REST.
+    pub fn command(&self) -> &crate::Command {
+        &self.command
+    }
+
+    /// Reads a reply that arrived some other way than REST (e.g. RESP): the response, or
+    /// one more call (EVAL after NOSCRIPT).
+    pub fn receive_value(self, reply: Result<Value, crate::ErrorReply>) -> Step {
+        match reply {
+            Ok(v) => self.receive_result(Ok(v)),
+            Err(e) => self.receive_result(Err(RestError::Reply(e))),
+        }
     }
 
     /// The JSON body to `POST` to the REST front's `/`, with [`REST_HEADERS`] and the token.
@@ -154,8 +170,12 @@ impl Exchange {
     }
 
     /// Reads the REST reply: the response, or one more call (EVAL after NOSCRIPT).
-    pub fn receive(mut self, status: u16, body: &[u8]) -> Step {
-        let response = match rest::decode_reply(status, body, Encoding::Base64) {
+    pub fn receive(self, status: u16, body: &[u8]) -> Step {
+        self.receive_result(rest::decode_reply(status, body, Encoding::Base64))
+    }
+
+    fn receive_result(mut self, reply: Result<Value, RestError>) -> Step {
+        let response = match reply {
             Ok(value) => match self.render.render(value) {
                 Ok(r) => r,
                 Err(e) => ApiResponse::error(502, format!("unexpected reply from Redis: {e}"), None),
@@ -163,6 +183,7 @@ impl Exchange {
             Err(RestError::Reply(e)) if e.kind == ErrorKind::NoScript && !self.retried => {
                 if let Some(eval) = self.request.fallback(&e) {
                     self.body = eval.to_rest_body();
+                    self.command = eval;
                     self.retried = true;
                     return Step::Send(self);
                 }
@@ -206,6 +227,11 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
             Step::Send(ex)
         }
     }
+}
+
+/// The response for a body over [`MAX_BODY`], for shells that stop reading early.
+pub fn too_large() -> ApiResponse {
+    ApiResponse::error(413, format!("body larger than {MAX_BODY} bytes"), None)
 }
 
 /// The response for a configuration that cannot be used (every request gets it).

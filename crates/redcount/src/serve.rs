@@ -1,0 +1,126 @@
+//! `redcount serve`: the HTTP API and the demo page, natively.
+//!
+//! The same `redcount_core::api` functions as the worker; this module only does I/O:
+//! HTTP in (axum), one call out per step (REST or RESP), static files.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use rand::SeedableRng;
+use redcount_core::api::{self, ApiRequest, ApiResponse, Config, Step};
+
+use crate::{Direct, Error, Rest};
+
+/// Where the API's Redis calls go.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// An Upstash-compatible REST front (the worker's path).
+    Rest(Rest),
+    /// Redis itself, over RESP.
+    Direct(Direct),
+}
+
+struct Server {
+    config: Config,
+    backend: Backend,
+    www: PathBuf,
+}
+
+/// Serves until the future `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    backend: Backend,
+    www: PathBuf,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = Arc::new(Server { config, backend, www });
+    let app = axum::Router::new().fallback(handle).with_state(state);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    if !uri.path().starts_with("/api/") {
+        return static_file(&s.www, &method, uri.path()).await;
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, api::MAX_BODY).await else {
+        return to_response(api::too_large());
+    };
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let request = ApiRequest {
+        method: method.as_str(),
+        path: uri.path(),
+        query: uri.query().unwrap_or(""),
+        authorization: header(header::AUTHORIZATION),
+        origin: header(header::ORIGIN),
+        body: &bytes,
+    };
+    let mut rng = rand::rngs::StdRng::from_os_rng();
+    let mut step = api::handle(&s.config, &request, &mut rng);
+    loop {
+        match step {
+            Step::Respond(r) => return to_response(r),
+            Step::Send(exchange) => {
+                step = match &s.backend {
+                    Backend::Rest(rest) => match rest.post(exchange.body().to_string()).await {
+                        Ok((status, body)) => exchange.receive(status, &body),
+                        Err(e) => Step::Respond(exchange.fail(&e.to_string())),
+                    },
+                    Backend::Direct(d) => match d.send(exchange.command()).await {
+                        Ok(v) => exchange.receive_value(Ok(v)),
+                        Err(Error::Redis(e)) => exchange.receive_value(Err(e)),
+                        Err(e) => Step::Respond(exchange.fail(&e.to_string())),
+                    },
+                };
+            }
+        }
+    }
+}
+
+fn to_response(r: ApiResponse) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = if r.status == 204 {
+        status.into_response()
+    } else {
+        (status, [(header::CONTENT_TYPE, "application/json")], r.body).into_response()
+    };
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    for (k, v) in r.headers {
+        if let Ok(v) = header::HeaderValue::from_str(&v) {
+            h.append(k, v);
+        }
+    }
+    resp
+}
+
+/// The demo page's files; nothing outside `www` is reachable.
+async fn static_file(www: &Path, method: &Method, path: &str) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "GET, HEAD")]).into_response();
+    }
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "index.html" } else { rel };
+    let rel = Path::new(rel);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let file = www.join(rel);
+    let kind = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js" | "mjs") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        Some("json") => "application/json",
+        _ => "application/octet-stream",
+    };
+    match tokio::fs::read(&file).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, kind)], bytes).into_response(),
+        Err(_) => StatusCode::NOT_FOUND.into_response(),
+    }
+}
