@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod direct;
+pub mod drain;
 pub mod rest;
 pub mod serve;
 

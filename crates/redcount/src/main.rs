@@ -21,6 +21,27 @@ enum Cmd {
     },
     /// Serve the HTTP API and the demo page (the worker's routes, natively).
     Serve(ServeArgs),
+    /// Copy red-packet claims from Redis into SQLite, exactly once (safe to kill and rerun).
+    Drain {
+        /// Redis URL.
+        #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+        /// SQLite database file (created if missing).
+        #[arg(long)]
+        db: std::path::PathBuf,
+        /// Packets to drain (repeatable); default: every packet with a claim log (SCAN).
+        #[arg(long = "packet")]
+        packets: Vec<String>,
+        /// Claims per transaction.
+        #[arg(long, default_value_t = redcount::drain::DEFAULT_BATCH)]
+        batch: i64,
+        /// Keep draining until stopped (Ctrl-C / SIGTERM), polling every --interval-ms.
+        #[arg(long)]
+        follow: bool,
+        /// Pause between passes with --follow.
+        #[arg(long, default_value_t = 1_000)]
+        interval_ms: u64,
+    },
     /// Benchmarks: the same scripts over direct RESP and through a REST front, side by side.
     Bench {
         #[command(subcommand)]
@@ -133,6 +154,12 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 }
             }
         }
+        Cmd::Drain { redis, db, packets, batch, follow, interval_ms } => {
+            if let Err(e) = drain(&redis, &db, packets, batch, follow, interval_ms).await {
+                eprintln!("redcount: drain: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
         Cmd::Serve(args) => {
             if let Err(e) = serve(args).await {
                 eprintln!("redcount: serve: {e}");
@@ -147,6 +174,63 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+async fn drain(
+    redis: &str,
+    db: &std::path::Path,
+    packets: Vec<String>,
+    batch: i64,
+    follow: bool,
+    interval_ms: u64,
+) -> Result<(), redcount::Error> {
+    use redcount::drain;
+    redcount_core::validate::range("batch", batch, 1, redcount_core::ops::redpacket::MAX_PAGE)?;
+    for p in &packets {
+        redcount_core::validate::id("packet", p)?;
+    }
+    let direct = redcount::Direct::connect(redis).await?;
+    let mut store = drain::Store::open(db)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if follow {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let term = async move {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term => {} }
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+    let mut total = 0u64;
+    loop {
+        let ids = if packets.is_empty() { drain::packets(&direct).await? } else { packets.clone() };
+        let mut pass = 0u64;
+        for id in &ids {
+            let n = drain::drain_packet(&direct, &mut store, id, batch).await?;
+            if n > 0 {
+                let (count, sum) = store.totals(id)?;
+                eprintln!("drain: packet {id}: +{n} claims ({count} stored, {sum} cents)");
+            }
+            pass += n;
+        }
+        total += pass;
+        if !follow || stop.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(interval_ms)).await;
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+    }
+    eprintln!("drain: {total} claims copied");
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod concurrency;
+mod drain;
 mod primitives;
 mod rest;
 mod scenario;

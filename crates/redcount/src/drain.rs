@@ -1,0 +1,141 @@
+//! `redcount drain`: red-packet claims from Redis into SQLite, exactly once.
+//!
+//! Each packet's claim log (`rc:{rp:ID}:log`) is append-only, so a claim's position in it
+//! never changes. Drain keeps, per packet, the position of the next claim to copy, and
+//! advances it in the same SQLite transaction that inserts the claims (primary key:
+//! packet + user). A crash at any point leaves either both written or neither: run again,
+//! and it continues where the last commit stopped. Redis is only read.
+
+use std::path::Path;
+
+use redcount_core::ops::redpacket::{ClaimRecord, Claims, Status};
+use rusqlite::{Connection, params};
+
+use crate::{Direct, Error};
+
+/// Claims read from Redis per transaction.
+pub const DEFAULT_BATCH: i64 = 500;
+
+/// The SQLite side.
+pub struct Store {
+    db: Connection,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+fn sql(e: rusqlite::Error) -> Error {
+    Error::Io(format!("sqlite: {e}"))
+}
+
+impl Store {
+    /// Opens (or creates) the database.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let db = Connection::open(path).map_err(sql)?;
+        // WAL + FULL: a committed transaction survives a crash of this process or the machine.
+        db.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             CREATE TABLE IF NOT EXISTS claims (
+                 packet TEXT NOT NULL, user TEXT NOT NULL,
+                 amount INTEGER NOT NULL, idx INTEGER NOT NULL, at_ms INTEGER NOT NULL,
+                 PRIMARY KEY (packet, user));
+             CREATE TABLE IF NOT EXISTS cursors (packet TEXT PRIMARY KEY, next INTEGER NOT NULL);",
+        )
+        .map_err(sql)?;
+        Ok(Store { db })
+    }
+
+    /// Position of the next claim to copy for `packet`.
+    pub fn cursor(&self, packet: &str) -> Result<i64, Error> {
+        let mut st = self.db.prepare_cached("SELECT next FROM cursors WHERE packet = ?1").map_err(sql)?;
+        let mut rows = st.query(params![packet]).map_err(sql)?;
+        Ok(match rows.next().map_err(sql)? {
+            Some(r) => r.get(0).map_err(sql)?,
+            None => 0,
+        })
+    }
+
+    /// Inserts `claims` (found at positions `from..`) and advances the cursor, atomically.
+    pub fn commit(&mut self, packet: &str, from: i64, claims: &[ClaimRecord]) -> Result<(), Error> {
+        let tx = self.db.transaction().map_err(sql)?;
+        {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO claims (packet, user, amount, idx, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(sql)?;
+            for c in claims {
+                ins.execute(params![packet, c.user, c.amount, c.index, c.at_ms]).map_err(sql)?;
+            }
+            tx.execute(
+                "INSERT INTO cursors (packet, next) VALUES (?1, ?2) ON CONFLICT(packet) DO UPDATE SET next = excluded.next",
+                params![packet, from + claims.len() as i64],
+            )
+            .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Claims stored for `packet`: (count, sum of amounts).
+    pub fn totals(&self, packet: &str) -> Result<(i64, i64), Error> {
+        self.db
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM claims WHERE packet = ?1",
+                params![packet],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sql)
+    }
+}
+
+/// Copies every claim of `packet` not yet stored. Returns how many were copied.
+pub async fn drain_packet(redis: &Direct, store: &mut Store, packet: &str, batch: i64) -> Result<u64, Error> {
+    let mut copied = 0;
+    loop {
+        let from = store.cursor(packet)?;
+        let claims = redis.run(&Claims::new(packet, from, batch)?).await?;
+        if claims.is_empty() {
+            return Ok(copied);
+        }
+        store.commit(packet, from, &claims)?;
+        copied += claims.len() as u64;
+    }
+}
+
+/// Packet ids that have a claim log, found with SCAN (an admin tool may scan).
+pub async fn packets(redis: &Direct) -> Result<Vec<String>, Error> {
+    use redcount_core::{Command, Value};
+    let mut out = Vec::new();
+    let mut cursor = String::from("0");
+    loop {
+        let reply = redis
+            .send(&Command::new("SCAN").arg(cursor.clone()).arg("MATCH").arg("rc:{rp:*}:log").arg("COUNT").arg("1000"))
+            .await?;
+        let mut parts = reply.into_array("scan").map_err(Error::Shape)?.into_iter();
+        let (Some(next), Some(Value::Array(keys))) = (parts.next(), parts.next()) else {
+            return Err(Error::Protocol("unexpected SCAN reply".into()));
+        };
+        for k in keys {
+            let k = k.into_string("scan").map_err(Error::Shape)?;
+            if let Some(id) = k.strip_prefix("rc:{rp:").and_then(|r| r.strip_suffix("}:log")) {
+                out.push(id.to_string());
+            }
+        }
+        cursor = next.into_string("scan").map_err(Error::Shape)?;
+        if cursor == "0" {
+            break;
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Whether Redis still knows `packet` (its claims can still grow).
+pub async fn packet_live(redis: &Direct, packet: &str) -> Result<bool, Error> {
+    Ok(redis.run(&Status::new(packet)?).await?.is_some())
+}
