@@ -4,6 +4,7 @@
 //! npm packages, cargo tools), so a fresh machine needs nothing but this repository.
 //! Std only, so it compiles in seconds.
 
+mod bench;
 mod dev;
 mod procs;
 mod setup;
@@ -24,6 +25,9 @@ Tasks:
   setup    only install what the tests and `dev` need
   build-worker
            build the Cloudflare Worker (wasm32) and print its bundle size
+  bench    every scenario through every variant (Lua over RESP / REST front / worker, the
+           naive client-side ways, the @upstash/ratelimit peer), one run; writes BENCHMARKS.md
+           and BENCHMARKS.svg
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -67,8 +71,9 @@ fn test(extra: &[String]) -> Result<(), String> {
 /// `cargo xtask bench rest`
 fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
+        None | Some("all") => bench::all(),
         Some("rest") => bench_rest(),
-        _ => Err(format!("bench takes a scenario: rest\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default) or rest\n\n{HELP}")),
     }
 }
 

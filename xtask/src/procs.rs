@@ -104,3 +104,25 @@ pub fn rest_front(
     wait_port(port, Duration::from_secs(10), &mut g)?;
     Ok((g, port))
 }
+
+/// Starts `wrangler dev` on a config directory of its own (wrangler.toml + .dev.vars there).
+pub fn wrangler(dir: &std::path::Path) -> Result<(Guard, u16), String> {
+    let root = crate::setup::root();
+    let port = free_port()?;
+    let log = std::fs::File::create(dir.join("wrangler.log")).map_err(|e| e.to_string())?;
+    let mut g = Guard::spawn(
+        "wrangler dev",
+        Command::new(root.join("node_modules/.bin/wrangler"))
+            .args(["dev", "--ip", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--inspector-port", &free_port()?.to_string()])
+            .arg("--config")
+            .arg(dir.join("wrangler.toml"))
+            .current_dir(dir)
+            .env("WRANGLER_SEND_METRICS", "false")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log),
+    )?;
+    wait_port(port, Duration::from_secs(180), &mut g)?;
+    Ok((g, port))
+}

@@ -161,18 +161,23 @@ pub fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
 
-/// A lean REST driver for load generation: one HTTP/1.1 keep-alive connection of its own
-/// (as a worker isolate's fetch would hold), no pool, no retries. It measures the front,
-/// not a heavyweight client beside it on the same cores.
-pub struct LeanRest {
+/// A lean HTTP/1.1 client for load generation: one keep-alive connection of its own (as a
+/// worker isolate's fetch would hold), no pool, no retries. It measures the server, not a
+/// heavyweight client beside it on the same cores.
+pub struct LeanHttp {
     conn: tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>>,
     authority: String,
-    auth: String,
 }
 
-impl LeanRest {
+impl std::fmt::Debug for LeanHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeanHttp").field("authority", &self.authority).finish_non_exhaustive()
+    }
+}
+
+impl LeanHttp {
     /// Opens one connection to `url` (`http://host:port`).
-    pub async fn connect(url: &str, token: &str) -> Result<Self, Error> {
+    pub async fn connect(url: &str) -> Result<Self, Error> {
         let authority = url.trim_start_matches("http://").trim_end_matches('/').to_string();
         let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| Error::Io(e.to_string()))?;
         stream.set_nodelay(true).map_err(|e| Error::Io(e.to_string()))?;
@@ -180,30 +185,50 @@ impl LeanRest {
             .await
             .map_err(|e| Error::Io(e.to_string()))?;
         tokio::spawn(conn);
-        Ok(LeanRest { conn: tokio::sync::Mutex::new(send), authority, auth: format!("Bearer {token}") })
+        Ok(LeanHttp { conn: tokio::sync::Mutex::new(send), authority })
+    }
+
+    /// POSTs `body` to `path` with extra headers; returns status and body.
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: String) -> Result<(u16, bytes::Bytes), Error> {
+        use http_body_util::BodyExt;
+        let mut req =
+            hyper::Request::post(path).header("host", &self.authority).header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        let mut conn = self.conn.lock().await;
+        conn.ready().await.map_err(|e| Error::Io(e.to_string()))?;
+        let resp = conn.send_request(req).await.map_err(|e| Error::Io(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.map_err(|e| Error::Io(e.to_string()))?.to_bytes();
+        Ok((status, body))
     }
 }
 
-impl std::fmt::Debug for LeanRest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeanRest").field("authority", &self.authority).finish_non_exhaustive()
+/// A lean REST driver: [`LeanHttp`] speaking the Upstash REST protocol.
+#[derive(Debug)]
+pub struct LeanRest {
+    http: LeanHttp,
+    auth: String,
+}
+
+impl LeanRest {
+    /// Opens one connection to `url` (`http://host:port`).
+    pub async fn connect(url: &str, token: &str) -> Result<Self, Error> {
+        Ok(LeanRest { http: LeanHttp::connect(url).await?, auth: format!("Bearer {token}") })
     }
 }
 
 impl Driver for LeanRest {
     async fn send(&self, command: &redcount_core::Command) -> Result<redcount_core::Value, Error> {
-        use http_body_util::BodyExt;
-        let req = hyper::Request::post("/")
-            .header("host", &self.authority)
-            .header("authorization", &self.auth)
-            .header(redcount_core::rest::ENCODING_HEADER, redcount_core::rest::ENCODING_BASE64)
-            .body(http_body_util::Full::new(bytes::Bytes::from(command.to_rest_body())))
-            .map_err(|e| Error::Protocol(e.to_string()))?;
-        let mut conn = self.conn.lock().await;
-        let resp = conn.send_request(req).await.map_err(|e| Error::Io(e.to_string()))?;
-        let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.map_err(|e| Error::Io(e.to_string()))?.to_bytes();
-        drop(conn);
+        let headers = [
+            ("authorization", self.auth.as_str()),
+            (redcount_core::rest::ENCODING_HEADER, redcount_core::rest::ENCODING_BASE64),
+        ];
+        let (status, body) = self.http.post("/", &headers, command.to_rest_body()).await?;
         redcount_core::rest::decode_reply(status, &body, redcount_core::rest::Encoding::Base64).map_err(|e| match e {
             redcount_core::rest::RestError::Reply(r) => Error::Redis(r),
             other => Error::Protocol(other.to_string()),

@@ -7,6 +7,7 @@ pub mod direct;
 pub mod drain;
 pub mod rest;
 pub mod serve;
+pub mod suite;
 
 use std::future::Future;
 

@@ -82,6 +82,34 @@ struct ServeArgs {
 
 #[derive(Subcommand, Debug)]
 enum BenchCmd {
+    /// Every scenario (red-packet storm, quota burst, counter floor) through every variant:
+    /// Lua over RESP, via a REST front, via the worker, and the naive client-side ways.
+    All {
+        /// Redis URL (RESP variants, and the invariant checks).
+        #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+        /// redcount-rest in front of the same Redis (token: REDCOUNT_REST_TOKEN).
+        #[arg(long)]
+        rest_url: Option<String>,
+        /// The redcount worker under wrangler dev (admin token: REDCOUNT_ADMIN_TOKEN).
+        #[arg(long)]
+        worker_url: Option<String>,
+        /// The @upstash/ratelimit peer worker.
+        #[arg(long)]
+        peer_url: Option<String>,
+        /// Operations per row.
+        #[arg(long, default_value_t = 10_000)]
+        ops: usize,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 50)]
+        concurrency: usize,
+        /// Write the Markdown table here.
+        #[arg(long)]
+        out_md: Option<std::path::PathBuf>,
+        /// Write the SVG chart here.
+        #[arg(long)]
+        out_svg: Option<std::path::PathBuf>,
+    },
     /// Red-packet grabs and quota calls: direct RESP vs an Upstash-compatible REST front.
     Rest {
         /// Redis URL (direct RESP).
@@ -164,6 +192,36 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             if let Err(e) = serve(args).await {
                 eprintln!("redcount: serve: {e}");
                 return std::process::ExitCode::FAILURE;
+            }
+        }
+        Cmd::Bench {
+            which: BenchCmd::All { redis, rest_url, worker_url, peer_url, ops, concurrency, out_md, out_svg },
+        } => {
+            let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+            let targets = redcount::suite::Targets {
+                redis,
+                rest: rest_url.map(|u| (u, env("REDCOUNT_REST_TOKEN").unwrap_or_default())),
+                worker: worker_url.map(|u| (u, env("REDCOUNT_ADMIN_TOKEN").unwrap_or_default())),
+                peer: peer_url,
+            };
+            let shape = redcount::suite::Shape { ops, concurrency };
+            match redcount::suite::run_all(&targets, shape).await {
+                Ok(rows) => {
+                    let md = redcount::suite::markdown(&rows, shape);
+                    print!("{md}");
+                    let write = |p: &Option<std::path::PathBuf>, text: String| match p {
+                        Some(p) => std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display())),
+                        None => Ok(()),
+                    };
+                    if let Err(e) = write(&out_md, md).and(write(&out_svg, redcount::suite::svg(&rows))) {
+                        eprintln!("redcount: bench: {e}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("redcount: bench: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
             }
         }
         Cmd::Bench { which: BenchCmd::Rest { redis, rest_url, rest_token, concurrency, ops, out } } => {

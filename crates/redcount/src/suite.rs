@@ -1,0 +1,847 @@
+//! `redcount bench all`: every scenario through every variant, side by side, one run.
+//!
+//! Variants: redcount's Lua over RESP, through redcount-rest, through the worker's HTTP
+//! API; and what a developer would write without scripts: GET-check-write in separate
+//! round trips, write-then-undo on overflow, and WATCH/MULTI/EXEC with retries. After each
+//! run the invariants are checked against Redis itself.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Storage};
+use redcount_core::ops::quota::{Algorithm, Quota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
+use redcount_core::{Command, Value};
+
+use crate::bench::{LeanHttp, LeanRest, ms};
+use crate::{Direct, Driver, Error};
+
+/// Where each variant sends its load.
+#[derive(Debug, Clone)]
+pub struct Targets {
+    /// Redis, for the RESP variants and for checking invariants.
+    pub redis: String,
+    /// redcount-rest and its token.
+    pub rest: Option<(String, String)>,
+    /// The redcount worker (wrangler dev) and its admin token.
+    pub worker: Option<(String, String)>,
+    /// The @upstash/ratelimit peer worker.
+    pub peer: Option<String>,
+}
+
+/// Load shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Operations per row (users in the storm, calls in the burst, decrements on the floor).
+    pub ops: usize,
+    /// Concurrent clients, each with its own connection.
+    pub concurrency: usize,
+}
+
+/// One measured row.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Scenario.
+    pub scenario: &'static str,
+    /// Variant.
+    pub variant: &'static str,
+    /// Operations.
+    pub ops: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Median latency.
+    pub p50: Duration,
+    /// 99th percentile latency.
+    pub p99: Duration,
+    /// Round trips to Redis (or HTTP requests) in all.
+    pub round_trips: u64,
+    /// Optimistic-lock retries in all.
+    pub retries: u64,
+    /// Invariant violations found.
+    pub violations: u64,
+    /// What the violations are.
+    pub note: String,
+    /// Operations that won / were allowed / applied.
+    pub successes: u64,
+}
+
+impl Row {
+    fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// What one operation did.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    ok: bool,
+    round_trips: u32,
+    retries: u32,
+    anomalies: u32,
+}
+
+struct Totals {
+    lat: Vec<Duration>,
+    ok: u64,
+    rtt: u64,
+    retries: u64,
+    anomalies: u64,
+    errors: u64,
+    elapsed: Duration,
+}
+
+async fn drive<D, F, Fut>(label: &str, drivers: Vec<D>, ops: usize, call: F) -> Totals
+where
+    D: Send + Sync + 'static,
+    F: Fn(Arc<D>, usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Sample, Error>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let call = Arc::new(call);
+    let bar = progress(label.to_string(), ops, done.clone());
+    let start = Instant::now();
+    let tasks: Vec<_> = drivers
+        .into_iter()
+        .map(|d| {
+            let (next, done, call, d) = (next.clone(), done.clone(), call.clone(), Arc::new(d));
+            tokio::spawn(async move {
+                let mut t = Totals {
+                    lat: Vec::new(),
+                    ok: 0,
+                    rtt: 0,
+                    retries: 0,
+                    anomalies: 0,
+                    errors: 0,
+                    elapsed: Duration::ZERO,
+                };
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= ops {
+                        break;
+                    }
+                    let at = Instant::now();
+                    match call(d.clone(), i).await {
+                        Ok(s) => {
+                            t.ok += s.ok as u64;
+                            t.rtt += s.round_trips as u64;
+                            t.retries += s.retries as u64;
+                            t.anomalies += s.anomalies as u64;
+                        }
+                        Err(_) => t.errors += 1,
+                    }
+                    t.lat.push(at.elapsed());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                t
+            })
+        })
+        .collect();
+    let mut all = Totals {
+        lat: Vec::with_capacity(ops),
+        ok: 0,
+        rtt: 0,
+        retries: 0,
+        anomalies: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+    };
+    for t in tasks {
+        let t = t.await.expect("bench task");
+        all.lat.extend(t.lat);
+        all.ok += t.ok;
+        all.rtt += t.rtt;
+        all.retries += t.retries;
+        all.anomalies += t.anomalies;
+        all.errors += t.errors;
+    }
+    all.elapsed = start.elapsed();
+    bar.abort();
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+    eprintln!("  {label}: {} ops in {:.2} s", ops, all.elapsed.as_secs_f64());
+    all.lat.sort_unstable();
+    all
+}
+
+/// A progress bar on stderr (a terminal only; logs get one line per row instead).
+fn progress(label: String, total: usize, done: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        loop {
+            let d = done.load(Ordering::Relaxed) as usize;
+            let filled = d * 30 / total.max(1);
+            eprint!("\r  {label:<44} [{}{}] {d}/{total}", "#".repeat(filled), ".".repeat(30 - filled));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    })
+}
+
+fn pct(lat: &[Duration], p: f64) -> Duration {
+    if lat.is_empty() { Duration::ZERO } else { lat[((lat.len() as f64 - 1.0) * p).round() as usize] }
+}
+
+fn row(scenario: &'static str, variant: &'static str, ops: usize, t: &Totals, violations: u64, note: String) -> Row {
+    let note = if t.errors > 0 { format!("{note} {} errors", t.errors).trim().to_string() } else { note };
+    Row {
+        scenario,
+        variant,
+        ops,
+        elapsed: t.elapsed,
+        p50: pct(&t.lat, 0.5),
+        p99: pct(&t.lat, 0.99),
+        round_trips: t.rtt,
+        retries: t.retries,
+        violations: violations + t.errors,
+        note,
+        successes: t.ok,
+    }
+}
+
+async fn directs(url: &str, n: usize) -> Result<Vec<Direct>, Error> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(Direct::connect(url).await?);
+    }
+    Ok(v)
+}
+
+async fn rests(url: &str, token: &str, n: usize) -> Result<Vec<LeanRest>, Error> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(LeanRest::connect(url, token).await?);
+    }
+    Ok(v)
+}
+
+async fn https(url: &str, n: usize) -> Result<Vec<LeanHttp>, Error> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(LeanHttp::connect(url).await?);
+    }
+    Ok(v)
+}
+
+fn int(v: &Value) -> i64 {
+    v.to_int("bench").unwrap_or(0)
+}
+
+fn cmd(parts: &[&str]) -> Command {
+    let mut c = Command::new(parts[0]);
+    for p in &parts[1..] {
+        c.push(*p);
+    }
+    c
+}
+
+fn json_field<'a>(body: &'a [u8], key: &str) -> Option<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get(key).cloned()
+}
+
+fn run_id() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+const SHARES: i64 = 1_000;
+const TOTAL: i64 = 1_000_000;
+
+/// Red-packet storm: `ops` distinct users, 1,000 shares.
+async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> {
+    const SC: &str = "red-packet storm";
+    let check = Direct::connect(&t.redis).await?;
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_os_rng();
+    let users = s.ops;
+    let want_won = (users as i64).min(SHARES) as u64;
+
+    // Lua, through each transport.
+    let lua_verify = |won: u64, st: Option<redpacket::PacketStatus>| -> (u64, String) {
+        let st = st.expect("packet exists");
+        let over = won.saturating_sub(SHARES as u64) + (st.claimed as u64).saturating_sub(SHARES as u64);
+        let bad_sum = (users as i64 >= SHARES && st.claimed_sum != TOTAL) as u64;
+        (
+            over + bad_sum + (won != want_won) as u64,
+            if over + bad_sum > 0 { format!("{over} over-issued") } else { String::new() },
+        )
+    };
+    {
+        let id = redpacket::new_id(&mut rng);
+        check.run(&Create::new(&id, TOTAL, SHARES, 1, 3_600_000, &mut rng)?).await?;
+        let run = run_id();
+        let idc = id.clone();
+        let tt = drive("storm · Lua over RESP", directs(&t.redis, s.concurrency).await?, users, move |d, i| {
+            let (id, run) = (idc.clone(), run.clone());
+            async move {
+                let o = d.run(&Grab::new(&id, &format!("u{run}-{i}"))?).await?;
+                Ok(Sample { ok: matches!(o, GrabOutcome::Won { .. }), round_trips: 1, ..Sample::default() })
+            }
+        })
+        .await;
+        let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
+        rows.push(row(SC, "Lua over RESP", users, &tt, v, note));
+    }
+    if let Some((url, token)) = &t.rest {
+        let id = redpacket::new_id(&mut rng);
+        check.run(&Create::new(&id, TOTAL, SHARES, 1, 3_600_000, &mut rng)?).await?;
+        let run = run_id();
+        let idc = id.clone();
+        let tt =
+            drive("storm · Lua via redcount-rest", rests(url, token, s.concurrency).await?, users, move |d, i| {
+                let (id, run) = (idc.clone(), run.clone());
+                async move {
+                    let o = d.run(&Grab::new(&id, &format!("u{run}-{i}"))?).await?;
+                    Ok(Sample { ok: matches!(o, GrabOutcome::Won { .. }), round_trips: 1, ..Sample::default() })
+                }
+            })
+            .await;
+        let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
+        rows.push(row(SC, "Lua via redcount-rest", users, &tt, v, note));
+    }
+    if let Some((url, admin)) = &t.worker {
+        let http = LeanHttp::connect(url).await?;
+        let auth = format!("Bearer {admin}");
+        let (status, body) = http
+            .post(
+                "/api/redpackets",
+                &[("authorization", &auth)],
+                format!(r#"{{"total_cents":{TOTAL},"count":{SHARES}}}"#),
+            )
+            .await?;
+        let id = json_field(&body, "id").and_then(|v| v.as_str().map(String::from)).ok_or_else(|| {
+            Error::Protocol(format!("worker could not create a packet: {status} {}", String::from_utf8_lossy(&body)))
+        })?;
+        let run = run_id();
+        let idc = id.clone();
+        let tt =
+            drive("storm · worker HTTP API (Lua via REST)", https(url, s.concurrency).await?, users, move |d, i| {
+                let (id, run) = (idc.clone(), run.clone());
+                async move {
+                    let (status, body) = d
+                        .post(&format!("/api/redpackets/{id}/grab"), &[], format!(r#"{{"user":"u{run}-{i}"}}"#))
+                        .await?;
+                    if status != 200 {
+                        return Err(Error::Protocol(format!("HTTP {status}")));
+                    }
+                    let won = json_field(&body, "outcome").is_some_and(|o| o == "won");
+                    Ok(Sample { ok: won, round_trips: 1, ..Sample::default() })
+                }
+            })
+            .await;
+        let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
+        rows.push(row(SC, "worker HTTP API", users, &tt, v, note));
+    }
+
+    // Naive: a share counter, checked and changed in separate round trips.
+    let naive = |name: &'static str| async move {
+        let key = format!("bench:naive:{}:left", run_id());
+        Ok::<_, Error>((name, key))
+    };
+    for (variant, kind) in
+        [("naive GET-check-DECR", 0), ("naive DECR, INCR back on underflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
+    {
+        let (_, key) = naive(variant).await?;
+        check.send(&cmd(&["SET", &key, &SHARES.to_string(), "EX", "3600"])).await?;
+        let k = key.clone();
+        let tt = drive(&format!("storm · {variant}"), directs(&t.redis, s.concurrency).await?, users, move |d, _| {
+            let k = k.clone();
+            async move { naive_take(&d, &k, kind).await }
+        })
+        .await;
+        let over = tt.ok.saturating_sub(SHARES as u64);
+        let note = if over > 0 { format!("{over} shares over-issued") } else { String::new() };
+        rows.push(row(SC, variant, users, &tt, over, note));
+    }
+    Ok(())
+}
+
+/// Takes one unit from a counter that must not go below zero, the naive ways:
+/// 0 = GET then DECR, 1 = DECR then INCR back if negative, 2 = WATCH/MULTI/EXEC with retries.
+async fn naive_take(d: &Direct, key: &str, kind: u8) -> Result<Sample, Error> {
+    match kind {
+        0 => {
+            let left = int(&d.send(&cmd(&["GET", key])).await?);
+            if left <= 0 {
+                return Ok(Sample { ok: false, round_trips: 1, ..Sample::default() });
+            }
+            let after = int(&d.send(&cmd(&["DECR", key])).await?);
+            Ok(Sample { ok: true, round_trips: 2, anomalies: (after < 0) as u32, ..Sample::default() })
+        }
+        1 => {
+            let after = int(&d.send(&cmd(&["DECR", key])).await?);
+            if after >= 0 {
+                return Ok(Sample { ok: true, round_trips: 1, ..Sample::default() });
+            }
+            d.send(&cmd(&["INCR", key])).await?;
+            // Between the two, every reader saw a negative count.
+            Ok(Sample { ok: false, round_trips: 2, anomalies: 1, ..Sample::default() })
+        }
+        _ => {
+            let mut s = Sample::default();
+            loop {
+                d.send(&cmd(&["WATCH", key])).await?;
+                let left = int(&d.send(&cmd(&["GET", key])).await?);
+                s.round_trips += 2;
+                if left <= 0 {
+                    d.send(&cmd(&["UNWATCH"])).await?;
+                    s.round_trips += 1;
+                    return Ok(s);
+                }
+                d.send(&cmd(&["MULTI"])).await?;
+                d.send(&cmd(&["DECR", key])).await?;
+                let exec = d.send(&cmd(&["EXEC"])).await?;
+                s.round_trips += 3;
+                if exec != Value::Nil {
+                    s.ok = true;
+                    return Ok(s);
+                }
+                s.retries += 1;
+            }
+        }
+    }
+}
+
+/// Quota burst: `ops` calls over 10 subjects, 500 per subject per hour (hot keys: contention).
+async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> {
+    const SC: &str = "quota burst";
+    const SUBJECTS: usize = 10;
+    const LIMIT: i64 = 500;
+    let algo = Algorithm::FixedWindow { limit: LIMIT, window_ms: 3_600_000 };
+    let want = (s.ops as u64).min(SUBJECTS as u64 * LIMIT as u64);
+    let verdict = |allowed: u64| -> (u64, String) {
+        let over = allowed.saturating_sub(want);
+        let under = want.saturating_sub(allowed);
+        let note = match (over, under) {
+            (0, 0) => String::new(),
+            (o, 0) => format!("{o} calls over the limit"),
+            (_, u) => format!("{u} calls wrongly refused"),
+        };
+        (over + under, note)
+    };
+    let check = Direct::connect(&t.redis).await?;
+    {
+        let run = run_id();
+        let tt = drive("quota · Lua over RESP", directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+            let run = run.clone();
+            async move {
+                let o = d.run(&Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?).await?;
+                Ok(Sample { ok: o.allowed, round_trips: 1, ..Sample::default() })
+            }
+        })
+        .await;
+        let (v, note) = verdict(tt.ok);
+        rows.push(row(SC, "Lua over RESP", s.ops, &tt, v, note));
+    }
+    if let Some((url, token)) = &t.rest {
+        let run = run_id();
+        let tt =
+            drive("quota · Lua via redcount-rest", rests(url, token, s.concurrency).await?, s.ops, move |d, i| {
+                let run = run.clone();
+                async move {
+                    let o = d.run(&Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?).await?;
+                    Ok(Sample { ok: o.allowed, round_trips: 1, ..Sample::default() })
+                }
+            })
+            .await;
+        let (v, note) = verdict(tt.ok);
+        rows.push(row(SC, "Lua via redcount-rest", s.ops, &tt, v, note));
+    }
+    let http_quota = |label: &'static str,
+                      url: String,
+                      path: &'static str,
+                      field: &'static str,
+                      clients: usize,
+                      ops: usize| async move {
+        let run = run_id();
+        let tt = drive(label, https(&url, clients).await?, ops, move |d, i| {
+            let run = run.clone();
+            async move {
+                let (status, body) =
+                    d.post(&format!("{path}/s{run}-{}", i % SUBJECTS), &[], String::from("{}")).await?;
+                if status != 200 {
+                    return Err(Error::Protocol(format!("HTTP {status}")));
+                }
+                Ok(Sample {
+                    ok: json_field(&body, field) == Some(serde_json::Value::Bool(true)),
+                    round_trips: 1,
+                    ..Sample::default()
+                })
+            }
+        })
+        .await;
+        Ok::<_, Error>(tt)
+    };
+    if let Some((url, _)) = &t.worker {
+        let tt = http_quota(
+            "quota · worker HTTP API",
+            url.clone(),
+            "/api/quotas/bench-quota",
+            "allowed",
+            s.concurrency,
+            s.ops,
+        )
+        .await?;
+        let (v, note) = verdict(tt.ok);
+        rows.push(row(SC, "worker HTTP API", s.ops, &tt, v, note));
+    }
+    if let Some(url) = &t.peer {
+        let tt = http_quota(
+            "quota · peer @upstash/ratelimit worker",
+            url.clone(),
+            "/limit",
+            "allowed",
+            s.concurrency,
+            s.ops,
+        )
+        .await?;
+        let (v, note) = verdict(tt.ok);
+        rows.push(row(SC, "peer: @upstash/ratelimit worker", s.ops, &tt, v, note));
+    }
+    // One client at a time: wrangler dev's local proxy does not queue, so the two workers'
+    // own costs show (at 50 clients both sit at the proxy's ceiling).
+    let solo = (s.ops / 10).max(100);
+    if let Some((url, _)) = &t.worker {
+        let tt =
+            http_quota("quota · worker HTTP API, 1 client", url.clone(), "/api/quotas/bench-quota", "allowed", 1, solo)
+                .await?;
+        // Fresh subjects, well under the limit: every call must be allowed.
+        let wrong = (solo as u64).abs_diff(tt.ok);
+        rows.push(row("quota, one client", "worker HTTP API", solo, &tt, wrong, String::new()));
+    }
+    if let Some(url) = &t.peer {
+        let tt = http_quota("quota · peer worker, 1 client", url.clone(), "/limit", "allowed", 1, solo).await?;
+        let wrong = (solo as u64).abs_diff(tt.ok);
+        rows.push(row("quota, one client", "peer: @upstash/ratelimit worker", solo, &tt, wrong, String::new()));
+    }
+    for (variant, kind) in
+        [("naive GET-check-INCR", 0u8), ("naive INCR, DECR back on overflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
+    {
+        let run = run_id();
+        let tt = drive(&format!("quota · {variant}"), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+            let key = format!("bench:naive:{run}:q{}", i % SUBJECTS);
+            async move { naive_quota(&d, &key, LIMIT, kind).await }
+        })
+        .await;
+        let (v, note) = verdict(tt.ok);
+        rows.push(row(SC, variant, s.ops, &tt, v, note));
+    }
+    let _ = check;
+    Ok(())
+}
+
+async fn naive_quota(d: &Direct, key: &str, limit: i64, kind: u8) -> Result<Sample, Error> {
+    match kind {
+        0 => {
+            let used = int(&d.send(&cmd(&["GET", key])).await?);
+            if used >= limit {
+                return Ok(Sample { ok: false, round_trips: 1, ..Sample::default() });
+            }
+            let n = int(&d.send(&cmd(&["INCR", key])).await?);
+            let mut rtt = 2;
+            if n == 1 {
+                d.send(&cmd(&["EXPIRE", key, "3600"])).await?;
+                rtt += 1;
+            }
+            Ok(Sample { ok: true, round_trips: rtt, ..Sample::default() })
+        }
+        1 => {
+            let n = int(&d.send(&cmd(&["INCR", key])).await?);
+            if n == 1 {
+                d.send(&cmd(&["EXPIRE", key, "3600"])).await?;
+                return Ok(Sample { ok: true, round_trips: 2, ..Sample::default() });
+            }
+            if n <= limit {
+                return Ok(Sample { ok: true, round_trips: 1, ..Sample::default() });
+            }
+            d.send(&cmd(&["DECR", key])).await?;
+            Ok(Sample { ok: false, round_trips: 2, ..Sample::default() })
+        }
+        _ => {
+            let mut s = Sample::default();
+            loop {
+                d.send(&cmd(&["WATCH", key])).await?;
+                let used = int(&d.send(&cmd(&["GET", key])).await?);
+                s.round_trips += 2;
+                if used >= limit {
+                    d.send(&cmd(&["UNWATCH"])).await?;
+                    s.round_trips += 1;
+                    return Ok(s);
+                }
+                d.send(&cmd(&["MULTI"])).await?;
+                d.send(&cmd(&["INCR", key])).await?;
+                d.send(&cmd(&["EXPIRE", key, "3600"])).await?;
+                let exec = d.send(&cmd(&["EXEC"])).await?;
+                s.round_trips += 4;
+                if exec != Value::Nil {
+                    s.ok = true;
+                    return Ok(s);
+                }
+                s.retries += 1;
+            }
+        }
+    }
+}
+
+/// Counter floor: 10 stocks of 500, `ops` decrements; none may end (or be seen) below 0.
+async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> {
+    const SC: &str = "counter floor";
+    const SUBJECTS: usize = 10;
+    const STOCK: i64 = 500;
+    let want = (s.ops as u64).min(SUBJECTS as u64 * STOCK as u64);
+    let check = Direct::connect(&t.redis).await?;
+    let floor = Bounds::default();
+    // Lua through RESP and REST: counters as their own keys.
+    let lua_rows: Vec<(&'static str, bool)> = std::iter::once(("Lua over RESP", false))
+        .chain(t.rest.as_ref().map(|_| ("Lua via redcount-rest", true)))
+        .collect();
+    for (variant, via_rest) in lua_rows {
+        let run = run_id();
+        for k in 0..SUBJECTS {
+            check.run(&AddCounter::new("bench", &format!("c{run}-{k}"), Storage::Key, STOCK, floor)?).await?;
+        }
+        let label = format!("counter · {variant}");
+        let op = move |i: usize, run: &str| {
+            AddCounter::new("bench", &format!("c{run}-{}", i % SUBJECTS), Storage::Key, -1, floor)
+        };
+        let tt = if via_rest {
+            let (url, token) = t.rest.as_ref().expect("rest target");
+            let r = run.clone();
+            drive(&label, rests(url, token, s.concurrency).await?, s.ops, move |d, i| {
+                let o = op(i, &r);
+                async move {
+                    Ok(Sample {
+                        ok: d.run(&o?).await?.status == CounterStatus::Applied,
+                        round_trips: 1,
+                        ..Sample::default()
+                    })
+                }
+            })
+            .await
+        } else {
+            let r = run.clone();
+            drive(&label, directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+                let o = op(i, &r);
+                async move {
+                    Ok(Sample {
+                        ok: d.run(&o?).await?.status == CounterStatus::Applied,
+                        round_trips: 1,
+                        ..Sample::default()
+                    })
+                }
+            })
+            .await
+        };
+        let mut below = 0u64;
+        for k in 0..SUBJECTS {
+            let v = check.run(&GetCounter::new("bench", &format!("c{run}-{k}"), Storage::Key)?).await?;
+            below += (-v).max(0) as u64;
+        }
+        let wrong = (tt.ok != want) as u64;
+        rows.push(row(
+            SC,
+            variant,
+            s.ops,
+            &tt,
+            below + wrong,
+            if below > 0 { format!("{below} below zero") } else { String::new() },
+        ));
+    }
+    if let Some((url, admin)) = &t.worker {
+        let run = run_id();
+        let seed = LeanHttp::connect(url).await?;
+        let auth = format!("Bearer {admin}");
+        for k in 0..SUBJECTS {
+            seed.post(
+                &format!("/api/counters/running-jobs/c{run}-{k}"),
+                &[("authorization", &auth)],
+                format!(r#"{{"delta":{STOCK}}}"#),
+            )
+            .await?;
+        }
+        let r = run.clone();
+        let tt = drive("counter · worker HTTP API", https(url, s.concurrency).await?, s.ops, move |d, i| {
+            let path = format!("/api/counters/running-jobs/c{r}-{}", i % SUBJECTS);
+            async move {
+                let (status, body) = d.post(&path, &[], String::from(r#"{"delta":-1}"#)).await?;
+                if status != 200 {
+                    return Err(Error::Protocol(format!("HTTP {status}")));
+                }
+                Ok(Sample {
+                    ok: json_field(&body, "status").is_some_and(|s| s == "applied"),
+                    round_trips: 1,
+                    ..Sample::default()
+                })
+            }
+        })
+        .await;
+        let mut below = 0u64;
+        for k in 0..SUBJECTS {
+            let v = check.run(&GetCounter::new("running-jobs", &format!("c{run}-{k}"), Storage::HashField)?).await?;
+            below += (-v).max(0) as u64;
+        }
+        let wrong = (tt.ok != want) as u64;
+        rows.push(row(
+            SC,
+            "worker HTTP API",
+            s.ops,
+            &tt,
+            below + wrong,
+            if below > 0 { format!("{below} below zero") } else { String::new() },
+        ));
+    }
+    for (variant, kind) in
+        [("naive GET-check-DECR", 0u8), ("naive DECR, INCR back on underflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
+    {
+        let run = run_id();
+        for k in 0..SUBJECTS {
+            check.send(&cmd(&["SET", &format!("bench:naive:{run}:c{k}"), &STOCK.to_string(), "EX", "3600"])).await?;
+        }
+        let r = run.clone();
+        let tt =
+            drive(&format!("counter · {variant}"), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+                let key = format!("bench:naive:{r}:c{}", i % SUBJECTS);
+                async move { naive_take(&d, &key, kind).await }
+            })
+            .await;
+        let mut below = 0u64;
+        for k in 0..SUBJECTS {
+            below += (-int(&check.send(&cmd(&["GET", &format!("bench:naive:{run}:c{k}")])).await?)).max(0) as u64;
+        }
+        let (v, note) = match (below, tt.anomalies) {
+            (0, 0) => (0, String::new()),
+            (b, 0) => (b, format!("ended {b} below zero")),
+            (0, a) => (a, format!("{a} negative counts seen by readers")),
+            (b, a) => (b + a, format!("ended {b} below zero; {a} negative counts seen")),
+        };
+        rows.push(row(SC, variant, s.ops, &tt, v, note));
+    }
+    Ok(())
+}
+
+/// Runs every scenario; returns the rows in order.
+pub async fn run_all(t: &Targets, s: Shape) -> Result<Vec<Row>, Error> {
+    // Warm up the workers (workerd compiles the wasm on first use) and every script cache.
+    for (url, path) in t
+        .worker
+        .iter()
+        .map(|(u, _)| (u, "/api/quotas/bench-quota/warm"))
+        .chain(t.peer.iter().map(|u| (u, "/limit/warm")))
+    {
+        let http = LeanHttp::connect(url).await?;
+        for _ in 0..200 {
+            http.post(path, &[], String::from("{}")).await?;
+        }
+    }
+    let mut rows = Vec::new();
+    eprintln!("red-packet storm: {} users, {SHARES} shares", s.ops);
+    storm(t, s, &mut rows).await?;
+    eprintln!("quota burst: {} calls over 10 subjects, 500 each per hour", s.ops);
+    quota(t, s, &mut rows).await?;
+    eprintln!("counter floor: {} decrements of 10 stocks of 500", s.ops);
+    counter(t, s, &mut rows).await?;
+    Ok(rows)
+}
+
+/// The table, and the ratios that matter, as Markdown.
+pub fn markdown(rows: &[Row], s: Shape) -> String {
+    let mut out = format!(
+        "{} operations per row, {} concurrent clients (own connection each).\n\n\
+         | scenario | variant | ops/s | p50 ms | p99 ms | round trips/op | retries | invariant violations |\n\
+         |---|---|---:|---:|---:|---:|---:|---|\n",
+        s.ops, s.concurrency
+    );
+    for r in rows {
+        let v = if r.violations == 0 { String::from("0") } else { format!("**{}** ({})", r.violations, r.note) };
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {:.2} | {} | {} |\n",
+            r.scenario,
+            r.variant,
+            r.ops_per_sec(),
+            ms(r.p50),
+            ms(r.p99),
+            r.round_trips as f64 / r.ops as f64,
+            r.retries,
+            v
+        ));
+    }
+    let find = |sc: &str, v: &str| rows.iter().find(|r| r.scenario == sc && r.variant == v);
+    out.push_str("\n| comparison | throughput | p99 |\n|---|---:|---:|\n");
+    for sc in ["red-packet storm", "quota burst", "counter floor"] {
+        if let (Some(rest), Some(resp)) = (find(sc, "Lua via redcount-rest"), find(sc, "Lua over RESP")) {
+            out.push_str(&format!(
+                "| {sc}: redcount-rest / direct RESP | {:.2}x | {:+.3} ms |\n",
+                rest.ops_per_sec() / resp.ops_per_sec(),
+                (rest.p99.as_secs_f64() - resp.p99.as_secs_f64()) * 1000.0
+            ));
+        }
+    }
+    for sc in ["quota burst", "quota, one client"] {
+        if let (Some(ours), Some(peer)) = (find(sc, "worker HTTP API"), find(sc, "peer: @upstash/ratelimit worker")) {
+            out.push_str(&format!(
+                "| {sc}: redcount worker / @upstash/ratelimit worker | {:.2}x | {:.2}x ({} vs {} ms) |\n",
+                ours.ops_per_sec() / peer.ops_per_sec(),
+                ours.p99.as_secs_f64() / peer.p99.as_secs_f64(),
+                ms(ours.p99),
+                ms(peer.p99)
+            ));
+        }
+    }
+    out
+}
+
+/// A bar chart of throughput per variant, one group per scenario; violating rows in red.
+pub fn svg(rows: &[Row]) -> String {
+    let (w, bar, gap, left) = (900.0, 16.0, 26.0, 300.0);
+    let max = rows.iter().map(Row::ops_per_sec).fold(1.0, f64::max);
+    let mut y = 40.0;
+    let mut body = String::new();
+    let mut last = "";
+    for r in rows {
+        if r.scenario != last {
+            y += if last.is_empty() { 0.0 } else { gap };
+            body.push_str(&format!(
+                "<text x=\"10\" y=\"{:.0}\" font-weight=\"700\" font-size=\"14\">{}</text>\n",
+                y,
+                esc(r.scenario)
+            ));
+            y += 10.0;
+            last = r.scenario;
+        }
+        let len = (w - left - 90.0) * r.ops_per_sec() / max;
+        let color = if r.violations > 0 {
+            "#b3261e"
+        } else if r.variant.starts_with("naive") {
+            "#9a8f88"
+        } else {
+            "#d6322f"
+        };
+        body.push_str(&format!(
+            "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"12\" text-anchor=\"end\">{}</text>\
+             <rect x=\"{left}\" y=\"{:.0}\" width=\"{len:.1}\" height=\"{bar}\" fill=\"{color}\"/>\
+             <text x=\"{:.0}\" y=\"{:.0}\" font-size=\"12\">{:.0}/s{}</text>\n",
+            left - 8.0,
+            y + 12.0,
+            esc(r.variant),
+            y,
+            left + len + 6.0,
+            y + 12.0,
+            r.ops_per_sec(),
+            if r.violations > 0 { format!(" ✗ {}", r.violations) } else { String::new() }
+        ));
+        y += bar + 6.0;
+    }
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{:.0}\" font-family=\"system-ui, sans-serif\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"#fbf7f2\"/>\n\
+         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"700\">Throughput (ops/s); red ✗ = invariant violations</text>\n{body}</svg>\n",
+        y + 20.0
+    )
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
