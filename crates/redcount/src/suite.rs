@@ -501,6 +501,18 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         let (v, note) = verdict(tt.ok);
         rows.push(row(SC, "peer: @upstash/ratelimit worker", s.ops, &tt, v, note));
     }
+    for (variant, kind) in
+        [("naive GET-check-INCR", 0u8), ("naive INCR, DECR back on overflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
+    {
+        let run = run_id();
+        let tt = drive(&format!("quota · {variant}"), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+            let key = format!("bench:naive:{run}:q{}", i % SUBJECTS);
+            async move { naive_quota(&d, &key, LIMIT, kind).await }
+        })
+        .await;
+        let (v, note) = verdict(tt.ok);
+        rows.push(row(SC, variant, s.ops, &tt, v, note));
+    }
     // One client at a time: wrangler dev's local proxy does not queue, so the two workers'
     // own costs show (at 50 clients both sit at the proxy's ceiling).
     let solo = (s.ops / 10).max(100);
@@ -516,18 +528,6 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         let tt = http_quota("quota · peer worker, 1 client", url.clone(), "/limit", "allowed", 1, solo).await?;
         let wrong = (solo as u64).abs_diff(tt.ok);
         rows.push(row("quota, one client", "peer: @upstash/ratelimit worker", solo, &tt, wrong, String::new()));
-    }
-    for (variant, kind) in
-        [("naive GET-check-INCR", 0u8), ("naive INCR, DECR back on overflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
-    {
-        let run = run_id();
-        let tt = drive(&format!("quota · {variant}"), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
-            let key = format!("bench:naive:{run}:q{}", i % SUBJECTS);
-            async move { naive_quota(&d, &key, LIMIT, kind).await }
-        })
-        .await;
-        let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, variant, s.ops, &tt, v, note));
     }
     let _ = check;
     Ok(())
@@ -797,7 +797,7 @@ pub fn markdown(rows: &[Row], s: Shape) -> String {
 pub fn svg(rows: &[Row]) -> String {
     let (w, bar, gap, left) = (900.0, 16.0, 26.0, 300.0);
     let max = rows.iter().map(Row::ops_per_sec).fold(1.0, f64::max);
-    let mut y = 40.0;
+    let mut y = 52.0;
     let mut body = String::new();
     let mut last = "";
     for r in rows {
@@ -813,9 +813,9 @@ pub fn svg(rows: &[Row]) -> String {
         }
         let len = (w - left - 90.0) * r.ops_per_sec() / max;
         let color = if r.violations > 0 {
-            "#b3261e"
+            "#1d1b1a"
         } else if r.variant.starts_with("naive") {
-            "#9a8f88"
+            "#b9aea7"
         } else {
             "#d6322f"
         };
@@ -830,14 +830,17 @@ pub fn svg(rows: &[Row]) -> String {
             left + len + 6.0,
             y + 12.0,
             r.ops_per_sec(),
-            if r.violations > 0 { format!(" ✗ {}", r.violations) } else { String::new() }
+            if r.violations > 0 { format!("  ✗ {} violations", r.violations) } else { String::new() }
         ));
         y += bar + 6.0;
     }
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{:.0}\" font-family=\"system-ui, sans-serif\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"#fbf7f2\"/>\n\
-         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"700\">Throughput (ops/s); red ✗ = invariant violations</text>\n{body}</svg>\n",
+         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"700\">Throughput (ops/s)</text>\n\
+         <rect x=\"200\" y=\"11\" width=\"12\" height=\"12\" fill=\"#d6322f\"/><text x=\"216\" y=\"22\" font-size=\"12\">redcount (Lua, one round trip)</text>\n\
+         <rect x=\"410\" y=\"11\" width=\"12\" height=\"12\" fill=\"#b9aea7\"/><text x=\"426\" y=\"22\" font-size=\"12\">naive, no violation this run</text>\n\
+         <rect x=\"610\" y=\"11\" width=\"12\" height=\"12\" fill=\"#1d1b1a\"/><text x=\"626\" y=\"22\" font-size=\"12\">invariant violated ✗</text>\n{body}</svg>\n",
         y + 20.0
     )
 }
