@@ -811,11 +811,13 @@ pub fn svg(rows: &[Row]) -> String {
             y += 10.0;
             last = r.scenario;
         }
-        let len = (w - left - 90.0) * r.ops_per_sec() / max;
+        let len = (w - left - 190.0) * r.ops_per_sec() / max;
         let color = if r.violations > 0 {
             "#1d1b1a"
         } else if r.variant.starts_with("naive") {
             "#b9aea7"
+        } else if r.variant.starts_with("peer") {
+            "#4a6fa5"
         } else {
             "#d6322f"
         };

@@ -3,6 +3,7 @@
 mod bad_input;
 mod concurrency;
 mod drain;
+mod faults;
 mod primitives;
 mod rest;
 mod scenario;

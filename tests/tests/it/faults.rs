@@ -1,0 +1,175 @@
+//! Faults on purpose: Redis SIGKILLed in the middle of a red-packet storm (AOF, fsync
+//! always), the REST front killed under load, a Redis that stops answering.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redcount_core::keys;
+use redcount_tests::{RedisServer, RestFront, TEST_POLICIES, Wrangler, secret};
+use serde_json::Value;
+
+fn worker_for(front: &RestFront, admin: &str) -> Wrangler {
+    Wrangler::start(&[
+        ("REDCOUNT_REST_URL", &front.url()),
+        ("REDCOUNT_REST_TOKEN", &front.token),
+        ("REDCOUNT_ADMIN_TOKEN", admin),
+        ("REDCOUNT_POLICIES", TEST_POLICIES),
+    ])
+}
+
+async fn post(http: &reqwest::Client, url: String, body: String) -> (u16, Value) {
+    match http.post(url).body(body).send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// Every user of a storm keeps grabbing until it gets an answer (grabs are idempotent per
+/// user, so a retry after a 503 is safe). Returns what each user was told, and every
+/// non-200 status seen on the way.
+async fn storm_until_answered<T>(
+    base: String,
+    id: String,
+    users: usize,
+    fault: impl std::future::Future<Output = T>,
+) -> (BTreeMap<usize, Value>, Vec<(u16, Value)>, T) {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..users)
+        .map(|i| {
+            let (http, base, id, failures) = (http.clone(), base.clone(), id.clone(), failures.clone());
+            tokio::spawn(async move {
+                // Spread the storm over about a second, so the fault lands in its middle.
+                tokio::time::sleep(Duration::from_millis((i as u64 * 1000) / users as u64)).await;
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let (status, j) =
+                        post(&http, format!("{base}/api/redpackets/{id}/grab"), format!(r#"{{"user":"u{i}"}}"#)).await;
+                    if status == 200 {
+                        return (i, j);
+                    }
+                    failures.lock().unwrap().push((status, j));
+                    assert!(Instant::now() < deadline, "user {i} never got an answer");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        })
+        .collect();
+    let handed_back = fault.await;
+    let mut told = BTreeMap::new();
+    for t in tasks {
+        let (i, j) = t.await.unwrap();
+        told.insert(i, j);
+    }
+    let f = failures.lock().unwrap().clone();
+    (told, f, handed_back)
+}
+
+/// What the clients were told against what Redis holds, after everything.
+fn reconcile(redis: &RedisServer, id: &str, told: &BTreeMap<usize, Value>, shares: usize, total: i64) {
+    let claims: BTreeMap<String, String> =
+        redis::cmd("HGETALL").arg(&keys::redpacket(id)[2]).query(&mut redis.conn()).unwrap();
+    let mut indexes = BTreeSet::new();
+    let mut sum = 0;
+    for v in claims.values() {
+        let (amount, index) = v.split_once(':').unwrap();
+        assert!(indexes.insert(index.to_string()), "share {index} issued twice");
+        sum += amount.parse::<i64>().unwrap();
+    }
+    assert_eq!(claims.len(), shares, "every share claimed exactly once");
+    assert_eq!(sum, total);
+    for (i, j) in told {
+        let user = format!("u{i}");
+        match j["outcome"].as_str() {
+            Some("won") | Some("already") => {
+                let stored = claims.get(&user).unwrap_or_else(|| panic!("acknowledged claim of {user} was lost"));
+                assert_eq!(stored.split(':').next().unwrap(), j["amount"].to_string(), "{user} was told another amount");
+            }
+            Some("empty") => assert!(!claims.contains_key(&user), "{user} was told empty but holds a share"),
+            other => panic!("{user}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
+    let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
+    let admin = secret("admin");
+    let worker = worker_for(&front, &admin);
+    let http = reqwest::Client::new();
+    let (_, made) = post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":100000,"count":300}"#.into()).await;
+    let id = made["id"].as_str().expect("packet").to_string();
+
+    let fault = async move {
+        let mut redis = redis;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        redis.kill(); // SIGKILL: nothing flushed beyond what fsync already wrote
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        redis.restart(); // same port, same AOF
+        redis
+    };
+    let (told, failures, redis) = storm_until_answered(worker.url(), id.clone(), 600, fault).await;
+    assert!(failures.iter().any(|(s, _)| *s == 503), "the kill landed while requests were in flight");
+    for (status, j) in &failures {
+        assert_eq!(*status, 503, "while Redis was down: a clear 503, nothing else: {j}");
+        assert!(j["error"].as_str().is_some_and(|e| e.contains("unavailable") || e.contains("unreachable")), "{j}");
+    }
+    reconcile(&redis, &id, &told, 300, 100_000);
+    let won = told.values().filter(|j| j["outcome"] == "won" || j["outcome"] == "already").count();
+    assert_eq!(won, 300);
+    println!("{} grabs failed with 503 while Redis was down and succeeded on retry", failures.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rest_front_killed_under_load_then_back() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let admin = secret("admin");
+    let worker = worker_for(&front, &admin);
+    let http = reqwest::Client::new();
+    let (_, made) = post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":50000,"count":200}"#.into()).await;
+    let id = made["id"].as_str().expect("packet").to_string();
+    let fault = async move {
+        let mut front = front;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        front.kill();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        front.restart();
+        front
+    };
+    let (told, failures, _front) = storm_until_answered(worker.url(), id.clone(), 400, fault).await;
+    assert!(!failures.is_empty(), "the front went down while requests were in flight");
+    assert!(failures.iter().all(|(s, _)| *s == 503), "only 503s while the front was down: {failures:?}");
+    reconcile(&redis, &id, &told, 200, 50_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_stops_answering_times_out_within_the_bound() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "1000"]);
+    let admin = secret("admin");
+    let worker = worker_for(&front, &admin);
+    let http = reqwest::Client::new();
+    let url = redis.url();
+    let sleeper = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd("DEBUG").arg("SLEEP").arg("3").query::<()>(&mut c).unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    let (status, j) = post(&http, format!("{}/api/quotas/daily-prize/slow", worker.url()), "{}".into()).await;
+    let took = t.elapsed();
+    assert_eq!(status, 503, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("did not answer within 1000 ms"), "{j}");
+    assert!(took < Duration::from_millis(2500), "answered after {took:?}, not within the bound");
+    sleeper.join().unwrap();
+    // Redis answers again: so does everything else, without restarts.
+    let (status, _) = post(&http, format!("{}/api/quotas/daily-prize/slow", worker.url()), "{}".into()).await;
+    assert_eq!(status, 200);
+}
