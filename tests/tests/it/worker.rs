@@ -257,6 +257,43 @@ async fn route_contract(kind: Kind) {
     redis::cmd("SADD").arg("rc:{c:running-jobs}").arg("x").query::<()>(&mut redis.conn()).unwrap();
     assert_error(&api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await, 502, None);
 
+    // Hostile input: every one a 4xx naming the problem, none reaches Redis, nothing panics.
+    let calls_before = redis.total_calls();
+    let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+    let long_segment = format!("/api/redpackets/{}/grab", "x".repeat(5000));
+    let hostile: Vec<(&str, String, Vec<u8>, u16)> = vec![
+        ("POST", "/api/redpackets".into(), br#"{"total_cents":"100","count":[3]}"#.to_vec(), 400),
+        ("POST", "/api/redpackets".into(), br#"{"total_cents":true,"count":3}"#.to_vec(), 400),
+        ("POST", "/api/redpackets".into(), br#"{"count":3}"#.to_vec(), 400),
+        ("POST", "/api/redpackets".into(), br#"{"total_cents":1e308,"count":3}"#.to_vec(), 400),
+        ("POST", "/api/redpackets".into(), br#"{"total_cents":-5,"count":3}"#.to_vec(), 400),
+        ("POST", "/api/redpackets".into(), br#"{"total_cents":NaN,"count":3}"#.to_vec(), 400),
+        ("POST", "/api/redpackets".into(), deep.clone().into_bytes(), 400),
+        ("POST", "/api/redpackets".into(), b"{\"total_cents\":100,\"count\":3,\"policy\":\"\xff\xfe\"}".to_vec(), 400),
+        ("POST", "/api/redpackets/abc/grab".into(), br#"{"user":null}"#.to_vec(), 400),
+        ("POST", "/api/redpackets/abc/grab".into(), br#"{"user":"a","user":"b:c"}"#.to_vec(), 400),
+        ("POST", "/api/redpackets/a%2Fb/grab".into(), br#"{"user":"u"}"#.to_vec(), 400),
+        ("POST", "/api/redpackets/%7Brp%3Ax%7D/grab".into(), br#"{"user":"u"}"#.to_vec(), 400),
+        ("POST", long_segment, br#"{"user":"u"}"#.to_vec(), 400),
+        ("POST", "/api/counters/running-jobs/%E2%9C%93".into(), br#"{"delta":1}"#.to_vec(), 400),
+        ("POST", "/api/counters/running-jobs/x".into(), br#"{"delta":9007199254740993}"#.to_vec(), 400),
+        ("POST", "/api/quotas/daily-prize/x".into(), br#"{"cost":0}"#.to_vec(), 400),
+        ("GET", "/api/quotas/daily-prize/x?cost=%20%35".into(), Vec::new(), 400),
+        ("POST", "/api/semaphores/device-slots/p/acquire".into(), format!(r#"{{"holder":"{}"}}"#, "h".repeat(65)).into_bytes(), 400),
+        ("POST", "/api/inbox/u/messages".into(), br#"{"id":1,"body":"x"}"#.to_vec(), 401),
+        ("DELETE", "/api/quotas/daily-prize/x".into(), Vec::new(), 401),
+        ("POST", "/api/redpackets".into(), vec![b' '; 17 * 1024], 413),
+    ];
+    for (method, path, body, want) in hostile {
+        let r = api.http.request(method.parse().unwrap(), format!("{}{path}", api.base)).body(body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, want, "{kind:?} {method} {}: {text}", &path[..path.len().min(80)]);
+        let j: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert!(j["error"].as_str().is_some_and(|e| !e.is_empty()), "{path}: {text}");
+    }
+    assert_eq!(redis.total_calls(), calls_before, "{kind:?}: hostile input reached Redis");
+
     // 503 while the backend (REST front, or Redis itself) is down; back by itself after.
     match front.as_mut() {
         Some(f) => f.kill(),
