@@ -18,6 +18,33 @@ local function int(name, v, lo, hi)
 end
 local function s(n) return string.format('%.0f', n) end
 
+-- Idempotency (optional): with one key more than the script needs, KEYS[2] holds this
+-- call's reply for ARGV[#ARGV-1] ms, tagged with the request's fingerprint ARGV[#ARGV]; a
+-- replay returns the stored reply unchanged, the same key with another request is refused.
+local IDEM, idem_ttl, idem_fp = KEYS[2], nil, nil
+if IDEM then
+  idem_ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
+  idem_fp = ARGV[#ARGV]
+  local prev = redis.call('GET', IDEM)
+  if prev then
+    local fp, body = string.match(prev, '^([^|]*)|(.*)$')
+    if fp ~= idem_fp then
+      return error({err = 'ERR redcount: idempotency key reused for a different request'})
+    end
+    local out = {}
+    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    return out
+  end
+end
+local function finish(reply)
+  if IDEM then
+    local parts = {}
+    for i = 1, #reply do parts[i] = string.format('%.0f', reply[i]) end
+    redis.call('SET', IDEM, idem_fp .. '|' .. table.concat(parts, ','), 'PX', string.format('%.0f', idem_ttl))
+  end
+  return reply
+end
+
 local key = KEYS[1]
 local id = int('id', ARGV[1], 0, 9007199254740991)
 local body = ARGV[2]
@@ -25,7 +52,7 @@ local ttl = int('ttl', ARGV[3], 1, 100000000000)
 local max_len = int('max_len', ARGV[4], 1, 1000000)
 
 if #redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1], 'LIMIT', 0, 1) > 0 then
-  return {0, redis.call('ZCARD', key)}
+  return finish({0, redis.call('ZCARD', key)})
 end
 local now = tonumber(redis.call('TIME')[1])
 local stamp = string.char(now % 256, math.floor(now / 256) % 256,
@@ -38,4 +65,4 @@ if len > max_len then
   redis.call('ZREMRANGEBYRANK', key, 0, len - max_len - 1)
   len = max_len
 end
-return {1, len}
+return finish({1, len})

@@ -20,6 +20,33 @@ local function int(name, v, lo, hi)
 end
 local function s(n) return string.format('%.0f', n) end
 
+-- Idempotency (optional): with one key more than the script needs, KEYS[2] holds this
+-- call's reply for ARGV[#ARGV-1] ms, tagged with the request's fingerprint ARGV[#ARGV]; a
+-- replay returns the stored reply unchanged, the same key with another request is refused.
+local IDEM, idem_ttl, idem_fp = KEYS[2], nil, nil
+if IDEM then
+  idem_ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
+  idem_fp = ARGV[#ARGV]
+  local prev = redis.call('GET', IDEM)
+  if prev then
+    local fp, body = string.match(prev, '^([^|]*)|(.*)$')
+    if fp ~= idem_fp then
+      return error({err = 'ERR redcount: idempotency key reused for a different request'})
+    end
+    local out = {}
+    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    return out
+  end
+end
+local function finish(reply)
+  if IDEM then
+    local parts = {}
+    for i = 1, #reply do parts[i] = string.format('%.0f', reply[i]) end
+    redis.call('SET', IDEM, idem_fp .. '|' .. table.concat(parts, ','), 'PX', string.format('%.0f', idem_ttl))
+  end
+  return reply
+end
+
 local cap = int('capacity', ARGV[1], 1, 1000000000)
 local refill = int('refill', ARGV[2], 1, cap)
 local step = int('interval', ARGV[3], 1, 1000000000000)
@@ -60,4 +87,4 @@ if allowed then
 else
   retry = until_tokens(cost)
 end
-return {allowed and 1 or 0, cap, tokens, until_tokens(cap), retry}
+return finish({allowed and 1 or 0, cap, tokens, until_tokens(cap), retry})

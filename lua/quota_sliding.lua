@@ -19,6 +19,33 @@ local function int(name, v, lo, hi)
 end
 local function s(n) return string.format('%.0f', n) end
 
+-- Idempotency (optional): with one key more than the script needs, KEYS[2] holds this
+-- call's reply for ARGV[#ARGV-1] ms, tagged with the request's fingerprint ARGV[#ARGV]; a
+-- replay returns the stored reply unchanged, the same key with another request is refused.
+local IDEM, idem_ttl, idem_fp = KEYS[2], nil, nil
+if IDEM then
+  idem_ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
+  idem_fp = ARGV[#ARGV]
+  local prev = redis.call('GET', IDEM)
+  if prev then
+    local fp, body = string.match(prev, '^([^|]*)|(.*)$')
+    if fp ~= idem_fp then
+      return error({err = 'ERR redcount: idempotency key reused for a different request'})
+    end
+    local out = {}
+    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    return out
+  end
+end
+local function finish(reply)
+  if IDEM then
+    local parts = {}
+    for i = 1, #reply do parts[i] = string.format('%.0f', reply[i]) end
+    redis.call('SET', IDEM, idem_fp .. '|' .. table.concat(parts, ','), 'PX', string.format('%.0f', idem_ttl))
+  end
+  return reply
+end
+
 local key = KEYS[1]
 local limit = int('limit', ARGV[1], 1, 10000)
 local window = int('window', ARGV[2], 1, 1000000000000)
@@ -66,4 +93,4 @@ if not allowed then
     end
   end
 end
-return {allowed and 1 or 0, limit, math.max(0, limit - used), reset, retry}
+return finish({allowed and 1 or 0, limit, math.max(0, limit - used), reset, retry})

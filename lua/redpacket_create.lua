@@ -7,6 +7,7 @@
 -- ARGV[1]  ttl in ms (1 .. 10^10)
 -- ARGV[2]  total in cents (1 .. 10^13)
 -- ARGV[3..] the shares, count = #ARGV - 2 (1 .. 10000), each >= 1, summing to the total
+-- KEYS[5], ARGV[#ARGV-1], ARGV[#ARGV]: optional idempotency key, its TTL and fingerprint
 -- Reply: {created, expires_at_ms}; created 0 = a packet with this id exists (nothing written).
 local function int(name, v, lo, hi)
   if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
@@ -20,29 +21,58 @@ local function int(name, v, lo, hi)
 end
 local function s(n) return string.format('%.0f', n) end
 
+-- Idempotency (optional): with one key more than the script needs, KEYS[5] holds this
+-- call's reply for ARGV[#ARGV-1] ms, tagged with the request's fingerprint ARGV[#ARGV]; a
+-- replay returns the stored reply unchanged, the same key with another request is refused.
+local IDEM, idem_ttl, idem_fp = KEYS[5], nil, nil
+if IDEM then
+  idem_ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
+  idem_fp = ARGV[#ARGV]
+  local prev = redis.call('GET', IDEM)
+  if prev then
+    local fp, body = string.match(prev, '^([^|]*)|(.*)$')
+    if fp ~= idem_fp then
+      return error({err = 'ERR redcount: idempotency key reused for a different request'})
+    end
+    local out = {}
+    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    return out
+  end
+end
+local function finish(reply)
+  if IDEM then
+    local parts = {}
+    for i = 1, #reply do parts[i] = string.format('%.0f', reply[i]) end
+    redis.call('SET', IDEM, idem_fp .. '|' .. table.concat(parts, ','), 'PX', string.format('%.0f', idem_ttl))
+  end
+  return reply
+end
+
 local ttl = int('ttl', ARGV[1], 1, 10000000000)
 local total = int('total', ARGV[2], 1, 10000000000000)
-local count = #ARGV - 2
+local last = #ARGV -- the last share (two idempotency arguments follow it when KEYS[5] is given)
+if IDEM then last = #ARGV - 2 end
+local count = last - 2
 if count < 1 or count > 10000 then
   return error({err = 'ERR redcount: count out of range'})
 end
 local sum = 0
-for i = 3, #ARGV do sum = sum + int('share', ARGV[i], 1, total) end
+for i = 3, last do sum = sum + int('share', ARGV[i], 1, total) end
 if sum ~= total then
   return error({err = 'ERR redcount: shares do not sum to the total'})
 end
 local meta = redis.call('HGET', KEYS[1], 'expires_ms')
-if meta then return {0, tonumber(meta)} end
+if meta then return finish({0, tonumber(meta)}) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local exp = now + ttl
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) -- leftovers of an expired packet of that id
-for i = 3, #ARGV, 500 do -- unpack() has a stack limit: push in chunks
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+for i = 3, last, 500 do -- unpack() has a stack limit: push in chunks
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 499, last)))
 end
 redis.call('HSET', KEYS[1], 'total', ARGV[2], 'count', s(count), 'created_ms', s(now),
   'expires_ms', s(exp), 'claimed_n', '0', 'claimed_sum', '0')
 redis.call('PEXPIREAT', KEYS[1], s(exp))
 redis.call('PEXPIREAT', KEYS[2], s(exp))
-return {1, exp}
+return finish({1, exp})

@@ -60,6 +60,8 @@ scripts! {
     QUOTA_SLIDING = "quota_sliding";
     /// Quota, token bucket.
     QUOTA_BUCKET = "quota_bucket";
+    /// Quota: forget a subject's usage.
+    QUOTA_RESET = "quota_reset";
     /// Semaphore with leases.
     SEMAPHORE = "semaphore";
     /// Inbox: append a message.

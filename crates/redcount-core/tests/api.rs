@@ -31,7 +31,7 @@ fn config() -> Config {
 
 fn req<'a>(method: &'a str, path: &'a str, body: &'a str) -> ApiRequest<'a> {
     let (path, query) = path.split_once('?').unwrap_or((path, ""));
-    ApiRequest { method, path, query, authorization: None, origin: None, body: body.as_bytes() }
+    ApiRequest { method, path, query, authorization: None, origin: None, idempotency_key: None, body: body.as_bytes() }
 }
 
 fn step(r: ApiRequest<'_>) -> Step {
@@ -192,6 +192,40 @@ fn bad_requests_never_reach_redis_and_name_the_field() {
     assert_eq!(respond(bad_utf8).status, 400);
     let r = respond(req("PUT", "/api/redpackets/abc/grab", ""));
     assert!(r.headers.contains(&("Allow", "POST".into())));
+}
+
+#[test]
+fn idempotency_keys_add_one_key_in_the_same_slot() {
+    let with = |k: &'static str| ApiRequest {
+        idempotency_key: Some(k),
+        ..req("POST", "/api/quotas/daily-prize/u1", r#"{"cost":1}"#)
+    };
+    let b = send_body(with("order-42"));
+    let arr = b.as_array().unwrap();
+    assert_eq!(arr[2], "2", "the reply key joins the object's key");
+    let key = arr[4].as_str().unwrap();
+    assert!(key.starts_with("rc:{q:daily-prize:u1}:fw:idem:"), "{key}: same hash tag, same slot");
+    assert_eq!(arr.len(), 11, "ttl and fingerprint follow the arguments");
+    assert_eq!(send_body(with("order-42")), b, "the same request maps to the same reply key");
+    assert_ne!(send_body(with("order-43"))[4], b[4]);
+    // Packets take their id from the key, so a replay addresses the same packet.
+    let create = |k: &'static str| ApiRequest {
+        idempotency_key: Some(k),
+        ..req("POST", "/api/redpackets", r#"{"total_cents":100,"count":2}"#)
+    };
+    assert_eq!(send_body(create("p-1"))[4], send_body(create("p-1"))[4]);
+    for bad in ["", " spaced ", "ünï", &*Box::leak("k".repeat(256).into_boxed_str())] {
+        let r = respond(ApiRequest { idempotency_key: Some(bad), ..req("POST", "/api/quotas/daily-prize/u1", "") });
+        assert_eq!((r.status, json_of(&r)["field"].as_str()), (400, Some("Idempotency-Key")), "{bad:?}");
+    }
+    // The same key with another request: 422.
+    let Step::Send(ex) = step(with("order-42")) else { panic!() };
+    let Step::Respond(r) =
+        ex.receive(400, br#"{"error":"ERR redcount: idempotency key reused for a different request script: x"}"#)
+    else {
+        panic!()
+    };
+    assert_eq!((r.status, json_of(&r)["field"].as_str()), (422, Some("Idempotency-Key")));
 }
 
 #[test]

@@ -104,12 +104,14 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
     let method = req.method().to_string();
     let authorization = req.headers().get("Authorization")?;
     let origin = req.headers().get("Origin")?;
+    let idempotency_key = req.headers().get("Idempotency-Key")?;
     let request = ApiRequest {
         method: &method,
         path,
         query,
         authorization: authorization.as_deref(),
         origin: origin.as_deref(),
+        idempotency_key: idempotency_key.as_deref(),
         body: &body,
     };
     let mut rng = match rng() {

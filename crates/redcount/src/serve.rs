@@ -57,6 +57,7 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
         query: uri.query().unwrap_or(""),
         authorization: header(header::AUTHORIZATION),
         origin: header(header::ORIGIN),
+        idempotency_key: headers.get("idempotency-key").and_then(|v| v.to_str().ok()),
         body: &bytes,
     };
     let mut rng = rand::rngs::StdRng::from_os_rng();

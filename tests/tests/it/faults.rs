@@ -88,7 +88,11 @@ fn reconcile(redis: &RedisServer, id: &str, told: &BTreeMap<usize, Value>, share
         match j["outcome"].as_str() {
             Some("won") | Some("already") => {
                 let stored = claims.get(&user).unwrap_or_else(|| panic!("acknowledged claim of {user} was lost"));
-                assert_eq!(stored.split(':').next().unwrap(), j["amount"].to_string(), "{user} was told another amount");
+                assert_eq!(
+                    stored.split(':').next().unwrap(),
+                    j["amount"].to_string(),
+                    "{user} was told another amount"
+                );
             }
             Some("empty") => assert!(!claims.contains_key(&user), "{user} was told empty but holds a share"),
             other => panic!("{user}: {other:?}"),
@@ -103,7 +107,8 @@ async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
     let admin = secret("admin");
     let worker = worker_for(&front, &admin);
     let http = reqwest::Client::new();
-    let (_, made) = post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":100000,"count":300}"#.into()).await;
+    let (_, made) =
+        post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":100000,"count":300}"#.into()).await;
     let id = made["id"].as_str().expect("packet").to_string();
 
     let fault = async move {
@@ -133,7 +138,8 @@ async fn rest_front_killed_under_load_then_back() {
     let admin = secret("admin");
     let worker = worker_for(&front, &admin);
     let http = reqwest::Client::new();
-    let (_, made) = post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":50000,"count":200}"#.into()).await;
+    let (_, made) =
+        post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":50000,"count":200}"#.into()).await;
     let id = made["id"].as_str().expect("packet").to_string();
     let fault = async move {
         let mut front = front;

@@ -279,13 +279,19 @@ async fn route_contract(kind: Kind) {
         ("POST", "/api/counters/running-jobs/x".into(), br#"{"delta":9007199254740993}"#.to_vec(), 400),
         ("POST", "/api/quotas/daily-prize/x".into(), br#"{"cost":0}"#.to_vec(), 400),
         ("GET", "/api/quotas/daily-prize/x?cost=%20%35".into(), Vec::new(), 400),
-        ("POST", "/api/semaphores/device-slots/p/acquire".into(), format!(r#"{{"holder":"{}"}}"#, "h".repeat(65)).into_bytes(), 400),
+        (
+            "POST",
+            "/api/semaphores/device-slots/p/acquire".into(),
+            format!(r#"{{"holder":"{}"}}"#, "h".repeat(65)).into_bytes(),
+            400,
+        ),
         ("POST", "/api/inbox/u/messages".into(), br#"{"id":1,"body":"x"}"#.to_vec(), 401),
         ("DELETE", "/api/quotas/daily-prize/x".into(), Vec::new(), 401),
         ("POST", "/api/redpackets".into(), vec![b' '; 17 * 1024], 413),
     ];
     for (method, path, body, want) in hostile {
-        let r = api.http.request(method.parse().unwrap(), format!("{}{path}", api.base)).body(body).send().await.unwrap();
+        let r =
+            api.http.request(method.parse().unwrap(), format!("{}{path}", api.base)).body(body).send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         assert_eq!(status, want, "{kind:?} {method} {}: {text}", &path[..path.len().min(80)]);
@@ -431,4 +437,106 @@ fn demo_page_in_a_real_browser() {
             "{file}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotency_keys_through_the_worker() {
+    idempotency(Kind::Worker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotency_keys_through_the_native_server() {
+    idempotency(Kind::NativeResp).await;
+}
+
+impl Api {
+    async fn keyed(&self, method: &str, path: &str, body: &str, key: &str, admin: bool) -> (u16, Value) {
+        let mut r =
+            self.http.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("Idempotency-Key", key);
+        if !body.is_empty() {
+            r = r.body(body.to_string());
+        }
+        if admin {
+            r = r.bearer_auth(&self.admin);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null))
+    }
+
+    /// Sends a request and hangs up without reading the answer: a client that timed out.
+    async fn keyed_and_dropped(&self, method: &str, path: &str, body: &str, key: &str) {
+        use tokio::io::AsyncWriteExt;
+        let addr = self.base.trim_start_matches("http://");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        s.flush().await.unwrap();
+        drop(s);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn idempotency(kind: Kind) {
+    let Stack { redis: _redis, front: _front, shell: _shell, api } = stack(kind);
+    let run = format!("{:x}", rand::random::<u32>());
+    let cases: Vec<(&str, String, &str, &str, bool)> = vec![
+        ("POST", format!("/api/counters/running-jobs/i{run}"), r#"{"delta":1}"#, r#"{"delta":-1}"#, false),
+        ("POST", format!("/api/claims/signup-bonus/i{run}"), "", "{}", false),
+        ("POST", format!("/api/quotas/daily-prize/i{run}"), r#"{"cost":1}"#, r#"{}"#, false),
+        (
+            "POST",
+            format!("/api/semaphores/device-slots/i{run}/acquire"),
+            r#"{"holder":"h1"}"#,
+            r#"{"holder":"h2"}"#,
+            false,
+        ),
+        ("POST", format!("/api/inbox/i{run}/messages"), r#"{"id":1,"body":"hi"}"#, r#"{"id":1,"body":"other"}"#, true),
+        ("POST", format!("/api/inbox/i{run}/trim"), "", "{}", true),
+        (
+            "POST",
+            String::from("/api/redpackets"),
+            r#"{"total_cents":900,"count":3}"#,
+            r#"{"total_cents":901,"count":3}"#,
+            false,
+        ),
+        ("DELETE", format!("/api/quotas/daily-prize/i{run}"), "", "{}", true),
+    ];
+    for (method, path, body, other, admin) in &cases {
+        let key = format!("k-{run}-{}", path.len() + body.len());
+        let first = api.keyed(method, path, body, &key, *admin).await;
+        assert!(first.0 < 300, "{kind:?} {method} {path}: {first:?}");
+        let replay = api.keyed(method, path, body, &key, *admin).await;
+        assert_eq!(replay, first, "{kind:?} {method} {path}: a replay answers exactly the same");
+        let clash = api.keyed(method, path, other, &key, *admin).await;
+        assert_eq!(clash.0, 422, "{kind:?} {method} {path}: same key, another request: {:?}", clash.1);
+        assert_eq!(clash.1["field"], json!("Idempotency-Key"));
+    }
+    // The writes happened once: state shows a single application.
+    assert_eq!(api.get(&format!("/api/counters/running-jobs/i{run}")).await.json["value"], 1);
+    let fresh = api.post(&format!("/api/claims/signup-bonus/i{run}"), "").await;
+    assert_eq!(fresh.json["claimed"], json!(false), "the claim was taken once, by the keyed call");
+    let sem = api.post(&format!("/api/semaphores/device-slots/i{run}/acquire"), r#"{"holder":"h1"}"#).await;
+    assert_eq!(sem.json["result"], json!("renewed"));
+    assert_eq!(sem.json["in_use"], json!(1));
+
+    // A response lost on the way: the client hangs up, then retries with the same key.
+    let counter = format!("/api/counters/running-jobs/d{run}");
+    api.keyed_and_dropped("POST", &counter, r#"{"delta":1}"#, &format!("drop-{run}")).await;
+    let retry = api.keyed("POST", &counter, r#"{"delta":1}"#, &format!("drop-{run}"), false).await;
+    let again = api.keyed("POST", &counter, r#"{"delta":1}"#, &format!("drop-{run}"), false).await;
+    assert_eq!(retry, again);
+    assert_eq!(retry.1["value"], json!(1), "applied exactly once: {retry:?}");
+    assert_eq!(api.get(&counter).await.json["value"], 1);
+    let create = r#"{"total_cents":500,"count":5}"#;
+    api.keyed_and_dropped("POST", "/api/redpackets", create, &format!("drop-p-{run}")).await;
+    let made = api.keyed("POST", "/api/redpackets", create, &format!("drop-p-{run}"), false).await;
+    assert_eq!(made.0, 201, "{made:?}");
+    let id = made.1["id"].as_str().unwrap();
+    let st = api.get(&format!("/api/redpackets/{id}")).await;
+    assert_eq!((st.json["count"].as_i64(), st.json["remaining"].as_i64()), (Some(5), Some(5)));
+    assert_eq!(api.keyed("POST", "/api/redpackets", create, &format!("drop-p-{run}"), false).await, made);
 }

@@ -54,6 +54,8 @@ pub struct ApiRequest<'a> {
     pub authorization: Option<&'a str>,
     /// The `Origin` header.
     pub origin: Option<&'a str>,
+    /// The `Idempotency-Key` header: write routes store their first result under it.
+    pub idempotency_key: Option<&'a str>,
     /// The body (the shell may stop reading past [`MAX_BODY`] + 1 bytes).
     pub body: &'a [u8],
 }
@@ -188,6 +190,15 @@ impl Exchange {
                     return Step::Send(self);
                 }
                 ApiResponse::error(502, format!("Redis error: {e}"), None)
+            }
+            Err(RestError::Reply(e))
+                if e.kind == ErrorKind::Rejected && e.message.contains("idempotency key reused") =>
+            {
+                ApiResponse::error(
+                    422,
+                    "this Idempotency-Key was already used for a different request",
+                    Some("Idempotency-Key"),
+                )
             }
             Err(RestError::Reply(e)) => ApiResponse::error(502, format!("Redis error: {e}"), None),
             Err(RestError::Unauthorized(_)) => {

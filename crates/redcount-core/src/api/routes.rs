@@ -24,6 +24,30 @@ use crate::{Operation, ops};
 
 type Routed = Result<Step, ApiResponse>;
 
+/// The request's `Idempotency-Key`, checked: 1 to 255 visible ASCII characters.
+fn idempotency(req: &ApiRequest<'_>) -> Result<Option<ops::Idempotency>, ApiResponse> {
+    let Some(k) = req.idempotency_key else { return Ok(None) };
+    if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiResponse::error(
+            400,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            Some("Idempotency-Key"),
+        ));
+    }
+    Ok(Some(ops::Idempotency::new(k, req.method, req.path, req.body)))
+}
+
+/// Applies the idempotency key, if the request has one, to a write operation.
+macro_rules! replayable {
+    ($req:expr, $op:expr) => {{
+        let op = $op;
+        match idempotency($req)? {
+            Some(i) => op.idempotent(i),
+            None => op,
+        }
+    }};
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Caller {
     Public,
@@ -74,7 +98,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             allow(m, &["POST"])?;
             body(req, &[])?;
             let Policy::Claim { window_ms } = *find(config, policy, "claim")? else { unreachable!() };
-            let op = Claim::new(policy, subject, window_ms).map_err(|e| ApiResponse::input(&e))?;
+            let op = replayable!(req, Claim::new(policy, subject, window_ms).map_err(|e| ApiResponse::input(&e))?);
             Ok(Step::Send(Exchange::new(op, |_, o| {
                 ApiResponse::json(200, json!({"claimed": o.claimed, "retry_after_ms": o.window_left_ms}))
             })))
@@ -91,8 +115,10 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             let b = body(req, &["holder"])?;
             let holder = b.string("holder")?;
             let Policy::Semaphore { limit, lease_ms } = *find(config, policy, "semaphore")? else { unreachable!() };
-            let op =
-                Semaphore::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?;
+            let op = replayable!(
+                req,
+                Semaphore::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?
+            );
             Ok(Step::Send(Exchange::new(op, |_, o| {
                 let result = match o.result {
                     SemaphoreResult::Acquired => "acquired",
@@ -355,7 +381,10 @@ fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str,
         if caller == Caller::Public && delta.abs() > max_step {
             return Err(beyond("delta", format!("|{delta}| > {max_step}")));
         }
-        let op = AddCounter::new(policy, subject, storage, delta, bounds).map_err(|e| ApiResponse::input(&e))?;
+        let op = replayable!(
+            req,
+            AddCounter::new(policy, subject, storage, delta, bounds).map_err(|e| ApiResponse::input(&e))?
+        );
         Ok(Step::Send(Exchange::new(op, |_, o| {
             let status = match o.status {
                 CounterStatus::Applied => "applied",
@@ -389,7 +418,7 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
     match req.method {
         "DELETE" => {
             require_admin(caller)?;
-            let op = ResetQuota::new(policy, subject, algorithm).map_err(|e| ApiResponse::input(&e))?;
+            let op = replayable!(req, ResetQuota::new(policy, subject, algorithm).map_err(|e| ApiResponse::input(&e))?);
             Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "reset": existed })))))
         }
         "POST" => {
@@ -397,7 +426,8 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
             if caller == Caller::Public && cost > max_cost {
                 return Err(beyond("cost", format!("{cost} > {max_cost}")));
             }
-            let op = Quota::take(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
+            let op =
+                replayable!(req, Quota::take(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?);
             Ok(Step::Send(Exchange::new(op, render)))
         }
         _ => {
@@ -422,7 +452,10 @@ fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest
                 let b = body(req, &["id", "body"])?;
                 let id = b.int("id", 0, validate::MAX_SAFE, None)?;
                 let text = b.string("body")?;
-                let op = Append::new(user, id, &text, ttl_ms, max_len).map_err(|e| ApiResponse::input(&e))?;
+                let op = replayable!(
+                    req,
+                    Append::new(user, id, &text, ttl_ms, max_len).map_err(|e| ApiResponse::input(&e))?
+                );
                 Ok(Step::Send(Exchange::new(op, |_, o| {
                     ApiResponse::json(if o.stored { 201 } else { 200 }, json!({"stored": o.stored, "length": o.length}))
                 })))
@@ -443,7 +476,7 @@ fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest
         ["trim"] => {
             allow(req.method, &["POST"])?;
             body(req, &[])?;
-            let op = Trim::new(user, max_age_s, max_len, 1000).map_err(|e| ApiResponse::input(&e))?;
+            let op = replayable!(req, Trim::new(user, max_age_s, max_len, 1000).map_err(|e| ApiResponse::input(&e))?);
             Ok(Step::Send(Exchange::new(op, |_, o| {
                 ApiResponse::json(200, json!({"deleted": o.deleted, "newest_time": o.newest_time}))
             })))
@@ -479,8 +512,17 @@ fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, cal
             return Err(beyond("min_cents", format!("{min} ≠ {min_cents}")));
         }
     }
-    let id = redpacket::new_id(rng);
+    // With an Idempotency-Key the id comes from the key, so a replay finds the same packet.
+    let idem = idempotency(req)?;
+    let id = match &idem {
+        Some(i) => redpacket::id_for(i),
+        None => redpacket::new_id(rng),
+    };
     let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;
+    let op = match idem {
+        Some(i) => op.idempotent(i),
+        None => op,
+    };
     Ok(Step::Send(Exchange::new(op, move |_, o| {
         if !o.created {
             return ApiResponse::error(409, "a packet with this id exists; try again", None);

@@ -18,6 +18,7 @@ pub const MAX_WINDOW_MS: i64 = 1_000_000_000_000;
 pub struct Claim {
     key: String,
     window_ms: i64,
+    idem: Option<super::Idempotency>,
 }
 
 impl Claim {
@@ -26,7 +27,7 @@ impl Claim {
         let scope = validate::id("policy", scope)?;
         let subject = validate::id("subject", subject)?;
         validate::range("window_ms", window_ms, 1, MAX_WINDOW_MS)?;
-        Ok(Claim { key: keys::claim(scope, subject), window_ms })
+        Ok(Claim { key: keys::claim(scope, subject), window_ms, idem: None })
     }
 }
 
@@ -44,15 +45,26 @@ impl Operation for Claim {
     const NAME: &'static str = "claim";
 
     fn request(&self) -> Request {
-        Request::Script(Invocation {
-            script: &CLAIM,
-            keys: alloc::vec![self.key.clone()],
-            args: alloc::vec![itoa_i(self.window_ms)],
-        })
+        super::script(
+            &self.idem,
+            Invocation {
+                script: &CLAIM,
+                keys: alloc::vec![self.key.clone()],
+                args: alloc::vec![itoa_i(self.window_ms)],
+            },
+        )
     }
 
     fn parse(&self, reply: Value) -> Result<ClaimOutcome, ShapeError> {
         let [claimed, left] = reply.into_ints::<2>(Self::NAME)?;
         Ok(ClaimOutcome { claimed: claimed == 1, window_left_ms: opt_ms(left) })
+    }
+}
+
+impl Claim {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
     }
 }

@@ -92,6 +92,7 @@ pub struct AddCounter {
     field: String,
     delta: i64,
     bounds: Bounds,
+    idem: Option<super::Idempotency>,
 }
 
 impl AddCounter {
@@ -100,7 +101,7 @@ impl AddCounter {
         let (key, field) = target(scope, subject, storage)?;
         validate::range("delta", delta, -MAX_VALUE, MAX_VALUE)?;
         bounds.validate()?;
-        Ok(AddCounter { key, field, delta, bounds })
+        Ok(AddCounter { key, field, delta, bounds, idem: None })
     }
 }
 
@@ -132,18 +133,21 @@ impl Operation for AddCounter {
 
     fn request(&self) -> Request {
         let b = &self.bounds;
-        Request::Script(Invocation {
-            script: &COUNTER,
-            keys: alloc::vec![self.key.clone()],
-            args: alloc::vec![
-                self.field.clone(),
-                itoa_i(self.delta),
-                itoa_i(b.min),
-                b.max.map(itoa_i).unwrap_or_default(),
-                String::from(b.mode.as_str()),
-                itoa_i(b.ttl_ms),
-            ],
-        })
+        super::script(
+            &self.idem,
+            Invocation {
+                script: &COUNTER,
+                keys: alloc::vec![self.key.clone()],
+                args: alloc::vec![
+                    self.field.clone(),
+                    itoa_i(self.delta),
+                    itoa_i(b.min),
+                    b.max.map(itoa_i).unwrap_or_default(),
+                    String::from(b.mode.as_str()),
+                    itoa_i(b.ttl_ms),
+                ],
+            },
+        )
     }
 
     fn parse(&self, reply: Value) -> Result<CounterOutcome, ShapeError> {
@@ -190,5 +194,13 @@ impl Operation for GetCounter {
             Value::Nil => Ok(0),
             v => v.to_int(Self::NAME),
         }
+    }
+}
+
+impl AddCounter {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
     }
 }

@@ -31,6 +31,7 @@ pub struct Append {
     body: String,
     ttl_ms: i64,
     max_len: i64,
+    idem: Option<super::Idempotency>,
 }
 
 impl Append {
@@ -42,7 +43,7 @@ impl Append {
         let body = validate::text("body", body, MAX_BODY)?;
         validate::range("ttl_ms", ttl_ms, 1, MAX_TTL_MS)?;
         validate::range("max_len", max_len, 1, MAX_LEN)?;
-        Ok(Append { key: keys::inbox(user), id, body: String::from(body), ttl_ms, max_len })
+        Ok(Append { key: keys::inbox(user), id, body: String::from(body), ttl_ms, max_len, idem: None })
     }
 }
 
@@ -60,11 +61,14 @@ impl Operation for Append {
     const NAME: &'static str = "inbox_append";
 
     fn request(&self) -> Request {
-        Request::Script(Invocation {
-            script: &INBOX_APPEND,
-            keys: alloc::vec![self.key.clone()],
-            args: alloc::vec![itoa_i(self.id), self.body.clone(), itoa_i(self.ttl_ms), itoa_i(self.max_len)],
-        })
+        super::script(
+            &self.idem,
+            Invocation {
+                script: &INBOX_APPEND,
+                keys: alloc::vec![self.key.clone()],
+                args: alloc::vec![itoa_i(self.id), self.body.clone(), itoa_i(self.ttl_ms), itoa_i(self.max_len)],
+            },
+        )
     }
 
     fn parse(&self, reply: Value) -> Result<Appended, ShapeError> {
@@ -176,6 +180,7 @@ pub struct Trim {
     max_age_s: i64,
     max_len: i64,
     scan: i64,
+    idem: Option<super::Idempotency>,
 }
 
 /// Longest max age: about 31 years in s.
@@ -190,7 +195,7 @@ impl Trim {
         validate::range("max_age_s", max_age_s, 1, MAX_AGE_S)?;
         validate::range("max_len", max_len, 1, MAX_LEN)?;
         validate::range("scan", scan, 1, MAX_SCAN)?;
-        Ok(Trim { key: keys::inbox(user), max_age_s, max_len, scan })
+        Ok(Trim { key: keys::inbox(user), max_age_s, max_len, scan, idem: None })
     }
 }
 
@@ -208,15 +213,34 @@ impl Operation for Trim {
     const NAME: &'static str = "inbox_trim";
 
     fn request(&self) -> Request {
-        Request::Script(Invocation {
-            script: &INBOX_TRIM,
-            keys: alloc::vec![self.key.clone()],
-            args: alloc::vec![itoa_i(self.max_age_s), itoa_i(self.max_len), itoa_i(self.scan)],
-        })
+        super::script(
+            &self.idem,
+            Invocation {
+                script: &INBOX_TRIM,
+                keys: alloc::vec![self.key.clone()],
+                args: alloc::vec![itoa_i(self.max_age_s), itoa_i(self.max_len), itoa_i(self.scan)],
+            },
+        )
     }
 
     fn parse(&self, reply: Value) -> Result<Trimmed, ShapeError> {
         let [deleted, newest] = reply.into_ints::<2>(Self::NAME)?;
         Ok(Trimmed { deleted, newest_time: if newest > 0 { Some(newest) } else { None } })
+    }
+}
+
+impl Append {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
+    }
+}
+
+impl Trim {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
     }
 }

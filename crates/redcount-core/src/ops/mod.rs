@@ -34,6 +34,56 @@ pub trait Operation {
     fn parse(&self, reply: Value) -> Result<Self::Outcome, ShapeError>;
 }
 
+/// Makes a write replayable: the script stores its reply under a key in the same slot as the
+/// object, for `ttl_ms`, and a replay (same suffix) returns it unchanged. A replay whose
+/// `fingerprint` differs (same key, another request) is refused by the script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    /// Unique per (route, client key): becomes `<object key>:idem:<suffix>`.
+    pub suffix: alloc::string::String,
+    /// Identifies the request body.
+    pub fingerprint: alloc::string::String,
+    /// How long the reply is kept, in ms.
+    pub ttl_ms: i64,
+}
+
+/// How long idempotent replies are kept by default: 24 h.
+pub const IDEMPOTENCY_TTL_MS: i64 = 86_400_000;
+
+impl Idempotency {
+    /// From a client's `Idempotency-Key`, the request's method and path, and its body.
+    pub fn new(client_key: &str, method: &str, path: &str, body: &[u8]) -> Self {
+        let mut scope = alloc::vec::Vec::with_capacity(method.len() + path.len() + client_key.len() + 2);
+        scope.extend_from_slice(method.as_bytes());
+        scope.push(b'\n');
+        scope.extend_from_slice(path.as_bytes());
+        scope.push(b'\n');
+        scope.extend_from_slice(client_key.as_bytes());
+        Idempotency { suffix: hex(&scope), fingerprint: hex(body), ttl_ms: IDEMPOTENCY_TTL_MS }
+    }
+
+    /// Adds the reply key (after the script's own keys) and the TTL and fingerprint (after its
+    /// own arguments) to a script call.
+    pub fn apply(&self, inv: &mut crate::script::Invocation) {
+        let first = inv.keys.first().cloned().unwrap_or_default();
+        inv.keys.push(alloc::format!("{first}:idem:{}", self.suffix));
+        inv.args.push(crate::command::itoa_i(self.ttl_ms));
+        inv.args.push(self.fingerprint.clone());
+    }
+}
+
+/// A script call, with the idempotency key and arguments when there are.
+pub(crate) fn script(idem: &Option<Idempotency>, mut inv: crate::script::Invocation) -> Request {
+    if let Some(i) = idem {
+        i.apply(&mut inv);
+    }
+    Request::Script(inv)
+}
+
+fn hex(data: &[u8]) -> alloc::string::String {
+    alloc::string::String::from_utf8(crate::sha1::hex(crate::sha1::digest(data)).to_vec()).unwrap_or_default()
+}
+
 /// Milliseconds, non-negative where the reply uses a negative number for "none".
 pub(crate) fn opt_ms(n: i64) -> Option<i64> {
     if n >= 0 { Some(n) } else { None }

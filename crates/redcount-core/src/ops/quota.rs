@@ -3,10 +3,10 @@
 use alloc::string::String;
 
 use super::Operation;
-use crate::command::{Command, itoa_i};
+use crate::command::itoa_i;
 use crate::error::{InputError, ShapeError};
 use crate::keys;
-use crate::script::{Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_SLIDING, Request};
+use crate::script::{Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_RESET, QUOTA_SLIDING, Request};
 use crate::validate;
 use crate::value::Value;
 
@@ -90,6 +90,7 @@ pub struct Quota {
     algo: Algorithm,
     cost: i64,
     peek: bool,
+    idem: Option<super::Idempotency>,
 }
 
 impl Quota {
@@ -108,7 +109,7 @@ impl Quota {
         let subject = validate::id("subject", subject)?;
         algo.validate()?;
         validate::range("cost", cost, 1, algo.limit())?;
-        Ok(Quota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek })
+        Ok(Quota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek, idem: None })
     }
 }
 
@@ -145,7 +146,7 @@ impl Operation for Quota {
                 alloc::vec![itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms), itoa_i(self.cost), peek],
             ),
         };
-        Request::Script(Invocation { script, keys: alloc::vec![self.key.clone()], args })
+        super::script(&self.idem, Invocation { script, keys: alloc::vec![self.key.clone()], args })
     }
 
     fn parse(&self, reply: Value) -> Result<QuotaOutcome, ShapeError> {
@@ -158,6 +159,7 @@ impl Operation for Quota {
 #[derive(Debug, Clone)]
 pub struct ResetQuota {
     key: String,
+    idem: Option<super::Idempotency>,
 }
 
 impl ResetQuota {
@@ -165,7 +167,7 @@ impl ResetQuota {
     pub fn new(scope: &str, subject: &str, algo: Algorithm) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
         let subject = validate::id("subject", subject)?;
-        Ok(ResetQuota { key: keys::quota(scope, subject, algo.tag()) })
+        Ok(ResetQuota { key: keys::quota(scope, subject, algo.tag()), idem: None })
     }
 }
 
@@ -175,10 +177,30 @@ impl Operation for ResetQuota {
     const NAME: &'static str = "quota_reset";
 
     fn request(&self) -> Request {
-        Request::Command(Command::new("DEL").arg(self.key.clone()))
+        super::script(
+            &self.idem,
+            Invocation { script: &QUOTA_RESET, keys: alloc::vec![self.key.clone()], args: alloc::vec::Vec::new() },
+        )
     }
 
     fn parse(&self, reply: Value) -> Result<bool, ShapeError> {
-        Ok(reply.to_int(Self::NAME)? > 0)
+        let [existed] = reply.into_ints::<1>(Self::NAME)?;
+        Ok(existed > 0)
+    }
+}
+
+impl Quota {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
+    }
+}
+
+impl ResetQuota {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
     }
 }

@@ -18,6 +18,14 @@ pub const MAX_TTL_MS: i64 = 30 * 86_400_000;
 /// Largest page of claims.
 pub const MAX_PAGE: i64 = 1_000;
 
+/// The packet id for a create carrying an idempotency key: derived from it, so that a replay
+/// addresses the same packet (and the same cluster slot) as the first call.
+pub fn id_for(idem: &super::Idempotency) -> String {
+    String::from_utf8(crate::sha1::hex(crate::sha1::digest(idem.suffix.as_bytes())).to_vec())
+        .map(|h| String::from(&h[..32]))
+        .unwrap_or_default()
+}
+
 /// A fresh random packet id: 32 hex digits (128 bits, so ids never collide).
 pub fn new_id<R: RngCore + ?Sized>(rng: &mut R) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -33,6 +41,7 @@ pub struct Create {
     total: i64,
     shares: Vec<i64>,
     ttl_ms: i64,
+    idem: Option<super::Idempotency>,
 }
 
 impl Create {
@@ -48,7 +57,7 @@ impl Create {
         let id = validate::id("id", id)?;
         validate::range("ttl_ms", ttl_ms, 1, MAX_TTL_MS)?;
         let shares = split::split(total_cents, count, min_cents, rng)?;
-        Ok(Create { keys: keys::redpacket(id), total: total_cents, shares, ttl_ms })
+        Ok(Create { keys: keys::redpacket(id), total: total_cents, shares, ttl_ms, idem: None })
     }
 
     /// The shares, in the order they will be handed out.
@@ -75,7 +84,7 @@ impl Operation for Create {
         args.push(itoa_i(self.ttl_ms));
         args.push(itoa_i(self.total));
         args.extend(self.shares.iter().map(|s| itoa_i(*s)));
-        Request::Script(Invocation { script: &REDPACKET_CREATE, keys: self.keys.to_vec(), args })
+        super::script(&self.idem, Invocation { script: &REDPACKET_CREATE, keys: self.keys.to_vec(), args })
     }
 
     fn parse(&self, reply: Value) -> Result<Created, ShapeError> {
@@ -266,5 +275,13 @@ impl Operation for Claims {
                 Ok(ClaimRecord { user: String::from(user), amount: num(a)?, index: num(i)?, at_ms: num(t)? })
             })
             .collect()
+    }
+}
+
+impl Create {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
     }
 }

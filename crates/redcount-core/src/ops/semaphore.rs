@@ -44,6 +44,7 @@ pub struct Semaphore {
     holder: String,
     limit: i64,
     lease_ms: i64,
+    idem: Option<super::Idempotency>,
 }
 
 impl Semaphore {
@@ -61,7 +62,14 @@ impl Semaphore {
         let holder = validate::id("holder", holder)?;
         validate::range("limit", limit, 1, MAX_LIMIT)?;
         validate::range("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-        Ok(Semaphore { key: keys::semaphore(scope, name), action, holder: String::from(holder), limit, lease_ms })
+        Ok(Semaphore {
+            key: keys::semaphore(scope, name),
+            action,
+            holder: String::from(holder),
+            limit,
+            lease_ms,
+            idem: None,
+        })
     }
 }
 
@@ -100,16 +108,19 @@ impl Operation for Semaphore {
     const NAME: &'static str = "semaphore";
 
     fn request(&self) -> Request {
-        Request::Script(Invocation {
-            script: &SEMAPHORE,
-            keys: alloc::vec![self.key.clone()],
-            args: alloc::vec![
-                String::from(self.action.as_str()),
-                self.holder.clone(),
-                itoa_i(self.limit),
-                itoa_i(self.lease_ms),
-            ],
-        })
+        super::script(
+            &self.idem,
+            Invocation {
+                script: &SEMAPHORE,
+                keys: alloc::vec![self.key.clone()],
+                args: alloc::vec![
+                    String::from(self.action.as_str()),
+                    self.holder.clone(),
+                    itoa_i(self.limit),
+                    itoa_i(self.lease_ms),
+                ],
+            },
+        )
     }
 
     fn parse(&self, reply: Value) -> Result<SemaphoreOutcome, ShapeError> {
@@ -123,5 +134,13 @@ impl Operation for Semaphore {
             _ => return Err(ShapeError::new(Self::NAME, "unknown result code")),
         };
         Ok(SemaphoreOutcome { result, in_use, limit, earliest_end_ms: opt_ms(earliest), lease_ms })
+    }
+}
+
+impl Semaphore {
+    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
+    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
+        self.idem = Some(idem);
+        self
     }
 }
