@@ -6,6 +6,7 @@
 
 mod bench;
 mod dev;
+mod fuzz;
 mod procs;
 mod setup;
 mod worker;
@@ -23,6 +24,7 @@ Tasks:
            Chromium)
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need
+  fuzz [S] run each cargo-fuzz target for S seconds (default 60); `test` runs them for 10 s
   build-worker
            build the Cloudflare Worker (wasm32) and print its bundle size
   bench    every scenario through every variant (Lua over RESP / REST front / worker, the
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build(),
+        Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
 fn test(extra: &[String]) -> Result<(), String> {
     setup::ensure_test_deps()?;
     setup::nostd_check()?;
+    fuzz::fuzz(10)?;
     let bins = setup::build_bins(false)?;
     worker::build()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];

@@ -425,3 +425,23 @@ async fn run_many(
     }
     Ok(json_response(Json::Array(items.iter().map(|v| reply::entry(v, base64)).collect())))
 }
+
+/// The request-parsing path of the front, on arbitrary input (for the fuzz target): path
+/// segments, one JSON command, a JSON pipeline, the refusal rules and script rewriting.
+pub(crate) fn fuzz_parse(path: &str, body: &[u8]) {
+    let bytes = Bytes::copy_from_slice(body);
+    for seg in path.split('/') {
+        let _ = percent_decode(seg);
+    }
+    let mut cmds: Vec<Cmd> = parse_one(&bytes).into_iter().collect();
+    if let Ok(many) = parse_many(&bytes) {
+        cmds.extend(many);
+    }
+    for c in &cmds {
+        let _ = commands::refusal(&c.name, &c.args);
+        if let Some(src) = c.args.first() {
+            let _ = crate::scripts::rewrite(src);
+        }
+    }
+    let _ = crate::scripts::rewrite(body);
+}

@@ -22,6 +22,12 @@ use clap::Parser;
 
 use http::router;
 
+/// The front's request parsing on arbitrary input; for the fuzz targets only.
+#[doc(hidden)]
+pub fn fuzz_parse(path: &str, body: &[u8]) {
+    http::fuzz_parse(path, body)
+}
+
 /// Command-line configuration; every flag has an environment variable.
 #[derive(Parser, Clone)]
 #[command(version, about = "An Upstash-compatible REST front for Redis and Redis Cluster")]
