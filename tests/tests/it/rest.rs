@@ -245,3 +245,114 @@ fn bad_flags_and_unreachable_redis_fail_at_start() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"), "no password in messages");
 }
+
+/// Moves `slot` from the node that serves it to another, the way `redis-cli --cluster
+/// reshard` does: IMPORTING / MIGRATING, MIGRATE key by key, then NODE everywhere.
+fn migrate_slot(cluster: &RedisCluster, slot: i64) {
+    let id_of = |n: &RedisServer| -> String { redis::cmd("CLUSTER").arg("MYID").query(&mut n.conn()).unwrap() };
+    let owner = cluster
+        .nodes
+        .iter()
+        .position(|n| {
+            let count: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap();
+            count > 0
+        })
+        .expect("a node holds the slot's keys");
+    let to = (owner + 1) % cluster.nodes.len();
+    let (src, dst) = (&cluster.nodes[owner], &cluster.nodes[to]);
+    let (src_id, dst_id) = (id_of(src), id_of(dst));
+    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&src_id).query::<()>(&mut dst.conn()).unwrap();
+    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&dst_id).query::<()>(&mut src.conn()).unwrap();
+    loop {
+        let keys: Vec<String> =
+            redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        // One key at a time, with a pause: the storm keeps running while the slot is split
+        // across two nodes (ASK redirections, TRYAGAIN for the multi-key script).
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(dst.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query::<()>(&mut src.conn())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for n in &cluster.nodes {
+        redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_migrated_in_the_middle_of_a_storm() {
+    use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start(&cluster.urls(), true);
+    let d = rest(&front);
+    let mut rng = rand::rng();
+    let id = redpacket::new_id(&mut rng);
+    let (shares, total, users) = (300i64, 123_456i64, 900usize);
+    d.run(&Create::new(&id, total, shares, 1, 600_000, &mut rng).unwrap()).await.unwrap();
+    let meta = redcount_core::keys::redpacket(&id)[0].clone();
+    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&meta).query(&mut cluster.nodes[0].conn()).unwrap();
+
+    let storm: Vec<_> = (0..users)
+        .map(|i| {
+            let (d, id) = (d.clone(), id.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis((i as u64 * 1500) / users as u64)).await;
+                let mut transient = 0;
+                loop {
+                    match d.run(&Grab::new(&id, &format!("u{i}")).unwrap()).await {
+                        Ok(o) => return (i, o, transient),
+                        // Mid-migration the script's keys can be split across two nodes:
+                        // Redis says TRYAGAIN; a grab is idempotent per user, so retry.
+                        Err(_) => {
+                            transient += 1;
+                            assert!(transient < 200, "user {i} kept failing");
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c2 = std::sync::Arc::new(cluster);
+    let mover = {
+        let c = c2.clone();
+        tokio::task::spawn_blocking(move || migrate_slot(&c, slot))
+    };
+    let mut won = std::collections::BTreeMap::new();
+    let (mut empty, mut retried) = (0, 0);
+    for t in storm {
+        let (i, o, transient) = t.await.unwrap();
+        retried += transient;
+        match o {
+            GrabOutcome::Won { amount, index, .. } | GrabOutcome::Already { amount, index } => {
+                assert!(won.insert(i, (amount, index)).is_none());
+            }
+            GrabOutcome::Empty => empty += 1,
+            GrabOutcome::NotFound => panic!("the packet vanished during the migration"),
+        }
+    }
+    mover.await.unwrap();
+    assert_eq!((won.len(), empty), (shares as usize, users - shares as usize));
+    let indexes: std::collections::BTreeSet<i64> = won.values().map(|(_, i)| *i).collect();
+    assert_eq!(indexes.len(), shares as usize, "no share issued twice");
+    assert_eq!(won.values().map(|(a, _)| a).sum::<i64>(), total);
+    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!((st.claimed, st.claimed_sum, st.remaining), (shares, total, 0));
+    // The slot really moved while the storm ran.
+    let served_by_new_owner = c2.nodes.iter().any(|n| {
+        let keys: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap();
+        keys >= 3
+    });
+    assert!(served_by_new_owner);
+    println!("slot {slot} migrated mid-storm; {retried} transient errors retried; counts exact");
+}
