@@ -123,6 +123,8 @@ fn replies_become_responses_and_noscript_retries_once() {
         (504, br#"{"error":"ERR Redis did not answer"}"#, 503),
         (401, br#"{"error":"Unauthorized"}"#, 502),
         (400, br#"{"error":"WRONGTYPE Operation against a key"}"#, 502),
+        (400, br#"{"error":"TRYAGAIN Multiple keys request during rehashing of slot"}"#, 503),
+        (400, br#"{"error":"LOADING Redis is loading the dataset in memory"}"#, 503),
         (200, br#"{"result":"garbage"}"#, 502),
         (200, b"<html>", 502),
     ] {

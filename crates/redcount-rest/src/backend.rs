@@ -22,7 +22,8 @@ impl Backend {
             let client = ClusterClientBuilder::new(seeds)
                 .connection_timeout(connect_timeout)
                 .response_timeout(timeout)
-                .retries(2)
+                // A migrating slot can answer ASK, then TRYAGAIN, more than once: room to follow.
+                .retries(8)
                 .build()?;
             Backend::Cluster(client.get_async_connection().await?)
         } else {

@@ -349,7 +349,20 @@ async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisR
 
 async fn run_one(st: &State, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
     let fixup = prepare(st, &mut cmd);
-    let first = timed(st, st.backend.query(&to_redis(&cmd))).await;
+    let redis_cmd = to_redis(&cmd);
+    let mut first = timed(st, st.backend.query(&redis_cmd)).await;
+    // A cluster slot in migration answers TRYAGAIN while a multi-key call's keys are split
+    // between two nodes, and ASK/MOVED once the client's own redirect budget is spent; the
+    // migration of one slot takes milliseconds, so wait a little (at most ~0.5 s in all).
+    for attempt in 1..=8u64 {
+        match &first {
+            Err(Failure(_, msg)) if ["TRYAGAIN", "ASK ", "MOVED "].iter().any(|p| msg.starts_with(p)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(15 * attempt)).await;
+                first = timed(st, st.backend.query(&redis_cmd)).await;
+            }
+            _ => break,
+        }
+    }
     let value = match (first, &fixup) {
         (Err(Failure(_, msg)), Fixup::Reload(rw)) if msg.starts_with("NOSCRIPT") => {
             // Redis lost a script it knew under the rewritten SHA: send the source again.

@@ -312,7 +312,10 @@ async fn a_slot_migrated_in_the_middle_of_a_storm() {
                         Ok(o) => return (i, o, transient),
                         // Mid-migration the script's keys can be split across two nodes:
                         // Redis says TRYAGAIN; a grab is idempotent per user, so retry.
-                        Err(_) => {
+                        Err(e) => {
+                            if transient == 0 {
+                                eprintln!("transient: {e}");
+                            }
                             transient += 1;
                             assert!(transient < 200, "user {i} kept failing");
                             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -200,6 +200,10 @@ impl Exchange {
                     Some("Idempotency-Key"),
                 )
             }
+            // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN: retryable, so 503 rather than 502.
+            Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {
+                ApiResponse::error(503, format!("Redis is unavailable for now: {e}"), None)
+            }
             Err(RestError::Reply(e)) => ApiResponse::error(502, format!("Redis error: {e}"), None),
             Err(RestError::Unauthorized(_)) => {
                 ApiResponse::error(502, "the REST front refused REDCOUNT_REST_TOKEN (server misconfigured)", None)
