@@ -8,44 +8,11 @@
 -- Reply: {allowed, limit, remaining, reset_ms, retry_after_ms}
 --   reset_ms: until the bucket is full again; retry_after_ms: 0 when allowed, else until
 --   enough tokens for this cost have been added.
-local function int(name, v, lo, hi)
-  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
-    return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
-  end
-  local n = tonumber(v)
-  if n == nil or n ~= n or n < lo or n > hi then
-    return error({err = 'ERR redcount: ' .. name .. ' out of range'})
-  end
-  return n
-end
-local function s(n) return string.format('%.0f', n) end
+-- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
+-- (Runs after prelude.lua: int, s, idempotency.)
 
--- Idempotency (optional): with one key more than the script needs, KEYS[2] holds this
--- call's reply for ARGV[#ARGV-1] ms, tagged with the request's fingerprint ARGV[#ARGV]; a
--- replay returns the stored reply unchanged, the same key with another request is refused.
-local IDEM, idem_ttl, idem_fp = KEYS[2], nil, nil
-if IDEM then
-  idem_ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
-  idem_fp = ARGV[#ARGV]
-  local prev = redis.call('GET', IDEM)
-  if prev then
-    local fp, body = string.match(prev, '^([^|]*)|(.*)$')
-    if fp ~= idem_fp then
-      return error({err = 'ERR redcount: idempotency key reused for a different request'})
-    end
-    local out = {}
-    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
-    return out
-  end
-end
-local function finish(reply)
-  if IDEM then
-    local parts = {}
-    for i = 1, #reply do parts[i] = string.format('%.0f', reply[i]) end
-    redis.call('SET', IDEM, idem_fp .. '|' .. table.concat(parts, ','), 'PX', string.format('%.0f', idem_ttl))
-  end
-  return reply
-end
+local replay, finish = idempotency(1)
+if replay then return replay end
 
 local cap = int('capacity', ARGV[1], 1, 1000000000)
 local refill = int('refill', ARGV[2], 1, cap)

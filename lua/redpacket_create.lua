@@ -9,49 +9,16 @@
 -- ARGV[3..] the shares, count = #ARGV - 2 (1 .. 10000), each >= 1, summing to the total
 -- KEYS[5], ARGV[#ARGV-1], ARGV[#ARGV]: optional idempotency key, its TTL and fingerprint
 -- Reply: {created, expires_at_ms}; created 0 = a packet with this id exists (nothing written).
-local function int(name, v, lo, hi)
-  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
-    return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
-  end
-  local n = tonumber(v)
-  if n == nil or n ~= n or n < lo or n > hi then
-    return error({err = 'ERR redcount: ' .. name .. ' out of range'})
-  end
-  return n
-end
-local function s(n) return string.format('%.0f', n) end
+-- Optional: KEYS[5] + two last ARGV make it idempotent (prelude.lua).
+-- (Runs after prelude.lua: int, s, idempotency.)
 
--- Idempotency (optional): with one key more than the script needs, KEYS[5] holds this
--- call's reply for ARGV[#ARGV-1] ms, tagged with the request's fingerprint ARGV[#ARGV]; a
--- replay returns the stored reply unchanged, the same key with another request is refused.
-local IDEM, idem_ttl, idem_fp = KEYS[5], nil, nil
-if IDEM then
-  idem_ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
-  idem_fp = ARGV[#ARGV]
-  local prev = redis.call('GET', IDEM)
-  if prev then
-    local fp, body = string.match(prev, '^([^|]*)|(.*)$')
-    if fp ~= idem_fp then
-      return error({err = 'ERR redcount: idempotency key reused for a different request'})
-    end
-    local out = {}
-    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
-    return out
-  end
-end
-local function finish(reply)
-  if IDEM then
-    local parts = {}
-    for i = 1, #reply do parts[i] = string.format('%.0f', reply[i]) end
-    redis.call('SET', IDEM, idem_fp .. '|' .. table.concat(parts, ','), 'PX', string.format('%.0f', idem_ttl))
-  end
-  return reply
-end
+local replay, finish = idempotency(4)
+if replay then return replay end
 
 local ttl = int('ttl', ARGV[1], 1, 10000000000)
 local total = int('total', ARGV[2], 1, 10000000000000)
 local last = #ARGV -- the last share (two idempotency arguments follow it when KEYS[5] is given)
-if IDEM then last = #ARGV - 2 end
+if KEYS[5] then last = #ARGV - 2 end
 local count = last - 2
 if count < 1 or count > 10000 then
   return error({err = 'ERR redcount: count out of range'})

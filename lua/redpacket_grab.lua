@@ -5,6 +5,7 @@
 --   code 1 = won now, 2 = this user had already won (the same claim again: retries are
 --   idempotent), 0 = empty (no share left), -1 = unknown or expired packet.
 --   index = the share's position in claim order (1-based); remaining = shares left.
+-- (Runs after prelude.lua: int, s, idempotency.)
 local user = ARGV[1]
 if type(user) ~= 'string' or user == '' then
   return error({err = 'ERR redcount: user must not be empty'})

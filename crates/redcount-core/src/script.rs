@@ -43,7 +43,12 @@ impl Script {
 
 macro_rules! scripts {
     ($($(#[$doc:meta])* $id:ident = $file:literal;)*) => {
-        $( $(#[$doc])* pub static $id: Script = Script::new($file, include_str!(concat!("../../../lua/", $file, ".lua"))); )*
+        // Each script is sent as prelude.lua + its own file: self-contained for EVAL, one
+        // copy of the shared helpers in the repository.
+        $( $(#[$doc])* pub static $id: Script = Script::new(
+            $file,
+            concat!(include_str!("../../../lua/prelude.lua"), include_str!(concat!("../../../lua/", $file, ".lua"))),
+        ); )*
         /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
         pub static ALL: &[&Script] = &[$(&$id),*];
     };

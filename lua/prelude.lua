@@ -1,0 +1,47 @@
+-- redcount: helpers shared by every script. redcount-core prepends this file to each script
+-- (script.rs), so what Redis receives is self-contained and named by the SHA-1 of the whole.
+
+-- A canonical decimal integer within [lo, hi], or an error naming the argument. Lua's own
+-- tonumber accepts "nan", "inf", "0x10", " 5 " and "1e3"; nothing of that passes here.
+local function int(name, v, lo, hi)
+  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
+    return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
+  end
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < lo or n > hi then
+    return error({err = 'ERR redcount: ' .. name .. ' out of range'})
+  end
+  return n
+end
+
+-- A number as the exact decimal text Redis expects (tostring would print 1e+15).
+local function s(n) return string.format('%.0f', n) end
+
+-- Optional idempotency, for a script that needs `need` keys: when the caller passes one key
+-- more (in the same slot), plus a TTL in ms and a request fingerprint as the last two
+-- arguments, the script's reply is stored there with its write. Returns the stored reply of
+-- an earlier call (the caller returns it unchanged), and the function that stores this
+-- call's reply. The same key with another fingerprint is refused.
+local function idempotency(need)
+  local key = KEYS[need + 1]
+  if not key then return nil, function(reply) return reply end end
+  local ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
+  local fp = ARGV[#ARGV]
+  local prev = redis.call('GET', key)
+  if prev then
+    local was, body = string.match(prev, '^([^|]*)|(.*)$')
+    if was ~= fp then
+      return error({err = 'ERR redcount: idempotency key reused for a different request'})
+    end
+    local out = {}
+    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    return out, nil
+  end
+  return nil, function(reply)
+    local parts = {}
+    for i = 1, #reply do parts[i] = s(reply[i]) end
+    redis.call('SET', key, fp .. '|' .. table.concat(parts, ','), 'PX', s(ttl))
+    return reply
+  end
+end
+
