@@ -129,8 +129,15 @@ impl RedisServer {
     /// Calls of every command together (INFO commandstats), less the INFO calls themselves.
     pub fn total_calls(&self) -> u64 {
         let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
+        // INFO (ours), CLUSTER (a cluster client refreshing its slot map) and PING (health
+        // checks) are not traffic of the requests under test.
         info.lines()
-            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .filter(|l| {
+                l.starts_with("cmdstat_")
+                    && !l.starts_with("cmdstat_info:")
+                    && !l.starts_with("cmdstat_cluster")
+                    && !l.starts_with("cmdstat_ping:")
+            })
             .filter_map(|l| l.split("calls=").nth(1))
             .filter_map(|r| r.split(',').next())
             .map(|n| n.parse::<u64>().unwrap())
@@ -498,6 +505,77 @@ impl Drop for NativeServer {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+}
+
+/// The Redis behind a test: one server, or a cluster.
+#[derive(Debug)]
+pub enum Store {
+    /// A standalone redis-server.
+    One(RedisServer),
+    /// A local Redis Cluster.
+    Cluster(RedisCluster),
+}
+
+impl Store {
+    fn nodes(&self) -> Vec<&RedisServer> {
+        match self {
+            Store::One(r) => vec![r],
+            Store::Cluster(c) => c.nodes.iter().collect(),
+        }
+    }
+
+    /// The URL (comma-separated seeds for a cluster).
+    pub fn url(&self) -> String {
+        match self {
+            Store::One(r) => r.url(),
+            Store::Cluster(c) => c.urls(),
+        }
+    }
+
+    /// Calls of `command`, over every node.
+    pub fn calls(&self, command: &str) -> u64 {
+        self.nodes().iter().map(|n| n.calls(command)).sum()
+    }
+
+    /// Calls of every command (see [`RedisServer::total_calls`]), over every node.
+    pub fn total_calls(&self) -> u64 {
+        self.nodes().iter().map(|n| n.total_calls()).sum()
+    }
+
+    /// Runs `cmd` on the node that serves `key`.
+    pub fn on_key<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let mut last = None;
+        for n in self.nodes() {
+            match cmd.query::<T>(&mut n.conn()) {
+                Ok(v) => return v,
+                Err(e) => last = Some(e), // MOVED: another node serves the key
+            }
+        }
+        panic!("no node ran the command: {last:?}")
+    }
+
+    /// Runs `cmd` on every node (e.g. SCRIPT FLUSH).
+    pub fn everywhere(&self, cmd: &redis::Cmd) {
+        for n in self.nodes() {
+            cmd.query::<()>(&mut n.conn()).unwrap();
+        }
+    }
+
+    /// Kills the standalone server (a cluster test stops the front instead).
+    pub fn kill(&mut self) {
+        match self {
+            Store::One(r) => r.kill(),
+            Store::Cluster(_) => panic!("kill a cluster node by node"),
+        }
+    }
+
+    /// Restarts the standalone server.
+    pub fn restart(&mut self) {
+        match self {
+            Store::One(r) => r.restart(),
+            Store::Cluster(_) => panic!("restart a cluster node by node"),
         }
     }
 }

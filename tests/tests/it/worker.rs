@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use redcount_tests::{NativeServer, RedisServer, RestFront, TEST_POLICIES, Wrangler, secret};
+use redcount_tests::{NativeServer, RedisCluster, RedisServer, RestFront, Store, TEST_POLICIES, Wrangler, secret};
 use serde_json::{Value, json};
 
 struct Api {
@@ -56,6 +56,8 @@ enum Kind {
     Worker,
     NativeRest,
     NativeResp,
+    /// The native server, through the REST front, before a 3-master Redis Cluster.
+    NativeRestCluster,
 }
 
 enum Shell {
@@ -73,14 +75,17 @@ impl Shell {
 }
 
 struct Stack {
-    redis: RedisServer,
+    redis: Store,
     front: Option<RestFront>,
     shell: Shell,
     api: Api,
 }
 
 fn stack(kind: Kind) -> Stack {
-    let redis = RedisServer::start();
+    let redis = match kind {
+        Kind::NativeRestCluster => Store::Cluster(RedisCluster::start(3)),
+        _ => Store::One(RedisServer::start()),
+    };
     let admin = secret("admin");
     let (front, shell) = match kind {
         Kind::Worker => {
@@ -94,8 +99,8 @@ fn stack(kind: Kind) -> Stack {
             ]);
             (Some(front), Shell::Worker(w))
         }
-        Kind::NativeRest => {
-            let front = RestFront::start(&redis.url(), false);
+        Kind::NativeRest | Kind::NativeRestCluster => {
+            let front = RestFront::start(&redis.url(), matches!(kind, Kind::NativeRestCluster));
             let n = NativeServer::start(
                 &[("REDCOUNT_REST_URL", &front.url()), ("REDCOUNT_REST_TOKEN", &front.token)],
                 &admin,
@@ -128,6 +133,11 @@ async fn route_contract_through_the_native_server_over_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn route_contract_through_the_native_server_over_resp() {
     route_contract(Kind::NativeResp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn route_contract_through_the_front_on_a_redis_cluster() {
+    route_contract(Kind::NativeRestCluster).await;
 }
 
 async fn route_contract(kind: Kind) {
@@ -253,8 +263,8 @@ async fn route_contract(kind: Kind) {
     assert_eq!((redis.calls("evalsha") - sha0, redis.calls("eval") - eval0), (1, 0));
 
     // 502: a Redis error reply (the counter's hash holds another type).
-    redis::cmd("DEL").arg("rc:{c:running-jobs}").query::<()>(&mut redis.conn()).unwrap();
-    redis::cmd("SADD").arg("rc:{c:running-jobs}").arg("x").query::<()>(&mut redis.conn()).unwrap();
+    redis.on_key::<()>(redis::cmd("DEL").arg("rc:{c:running-jobs}"));
+    redis.on_key::<()>(redis::cmd("SADD").arg("rc:{c:running-jobs}").arg("x"));
     assert_error(&api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await, 502, None);
 
     // Hostile input: every one a 4xx naming the problem, none reaches Redis, nothing panics.
@@ -325,7 +335,7 @@ async fn route_contract(kind: Kind) {
 
 /// `n` concurrent grabs of a `shares`-share packet through the worker, with an optional
 /// SCRIPT FLUSH in the middle.
-async fn storm(api: &Api, redis: &RedisServer, n: usize, shares: i64, flush: bool) {
+async fn storm(api: &Api, redis: &Store, n: usize, shares: i64, flush: bool) {
     let total = 100_003;
     let made = api.post("/api/redpackets", &format!(r#"{{"total_cents":{total},"count":{shares}}}"#)).await;
     let id = made.json["id"].as_str().expect("packet id").to_string();
@@ -350,7 +360,7 @@ async fn storm(api: &Api, redis: &RedisServer, n: usize, shares: i64, flush: boo
     }
     barrier.wait().await;
     if flush {
-        redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut redis.conn()).unwrap();
+        redis.everywhere(redis::cmd("SCRIPT").arg("FLUSH"));
     }
     let (mut won, mut empty, mut sum, mut indexes) = (HashSet::new(), 0, 0, HashSet::new());
     for t in tasks {
