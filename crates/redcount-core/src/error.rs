@@ -149,9 +149,6 @@ impl fmt::Display for ShapeError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for InputError {}
-#[cfg(feature = "std")]
-impl std::error::Error for ErrorReply {}
-#[cfg(feature = "std")]
-impl std::error::Error for ShapeError {}
+impl core::error::Error for InputError {}
+impl core::error::Error for ErrorReply {}
+impl core::error::Error for ShapeError {}

@@ -14,9 +14,11 @@
 //!                                    └── on NOSCRIPT: Request::fallback() = EVAL, once
 //! ```
 //!
-//! `no_std` + `alloc`; the default `std` feature only adds `std::error::Error` impls.
+//! `no_std` + `alloc`; the error types implement `core::error::Error`, so the default `std`
+//! feature adds nothing today.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
+#![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
 
 extern crate alloc;
 

@@ -55,8 +55,7 @@ impl fmt::Display for RestError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for RestError {}
+impl core::error::Error for RestError {}
 
 /// Writes `["a","b",…]` with JSON string escaping.
 pub(crate) fn write_json_array(out: &mut String, items: &[String]) {

@@ -239,7 +239,7 @@ fn cmd(parts: &[&str]) -> Command {
     c
 }
 
-fn json_field<'a>(body: &'a [u8], key: &str) -> Option<serde_json::Value> {
+fn json_field(body: &[u8], key: &str) -> Option<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     v.get(key).cloned()
 }

@@ -29,8 +29,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for ConfigError {}
+impl core::error::Error for ConfigError {}
 
 fn err(variable: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError { variable: variable.into(), problem: problem.into() }
