@@ -380,28 +380,34 @@ async fn naive_take(d: &Direct, key: &str, kind: u8) -> Result<Sample, Error> {
             // Between the two, every reader saw a negative count.
             Ok(Sample { ok: false, round_trips: 2, anomalies: 1, ..Sample::default() })
         }
-        _ => {
-            let mut s = Sample::default();
-            loop {
-                d.send(&cmd(&["WATCH", key])).await?;
-                let left = int(&d.send(&cmd(&["GET", key])).await?);
-                s.round_trips += 2;
-                if left <= 0 {
-                    d.send(&cmd(&["UNWATCH"])).await?;
-                    s.round_trips += 1;
-                    return Ok(s);
-                }
-                d.send(&cmd(&["MULTI"])).await?;
-                d.send(&cmd(&["DECR", key])).await?;
-                let exec = d.send(&cmd(&["EXEC"])).await?;
-                s.round_trips += 3;
-                if exec != Value::Nil {
-                    s.ok = true;
-                    return Ok(s);
-                }
-                s.retries += 1;
-            }
+        _ => watched(d, key, |left| left > 0, &[cmd(&["DECR", key])]).await,
+    }
+}
+
+/// The optimistic way: WATCH the key, read it, and if `allowed(value)` queue `writes` in
+/// MULTI/EXEC; a nil EXEC means another client wrote first, so start again.
+async fn watched(d: &Direct, key: &str, allowed: impl Fn(i64) -> bool, writes: &[Command]) -> Result<Sample, Error> {
+    let mut s = Sample::default();
+    loop {
+        d.send(&cmd(&["WATCH", key])).await?;
+        let value = int(&d.send(&cmd(&["GET", key])).await?);
+        s.round_trips += 2;
+        if !allowed(value) {
+            d.send(&cmd(&["UNWATCH"])).await?;
+            s.round_trips += 1;
+            return Ok(s);
         }
+        d.send(&cmd(&["MULTI"])).await?;
+        for w in writes {
+            d.send(w).await?;
+        }
+        let exec = d.send(&cmd(&["EXEC"])).await?;
+        s.round_trips += 2 + writes.len() as u32;
+        if exec != Value::Nil {
+            s.ok = true;
+            return Ok(s);
+        }
+        s.retries += 1;
     }
 }
 
@@ -560,29 +566,7 @@ async fn naive_quota(d: &Direct, key: &str, limit: i64, kind: u8) -> Result<Samp
             d.send(&cmd(&["DECR", key])).await?;
             Ok(Sample { ok: false, round_trips: 2, ..Sample::default() })
         }
-        _ => {
-            let mut s = Sample::default();
-            loop {
-                d.send(&cmd(&["WATCH", key])).await?;
-                let used = int(&d.send(&cmd(&["GET", key])).await?);
-                s.round_trips += 2;
-                if used >= limit {
-                    d.send(&cmd(&["UNWATCH"])).await?;
-                    s.round_trips += 1;
-                    return Ok(s);
-                }
-                d.send(&cmd(&["MULTI"])).await?;
-                d.send(&cmd(&["INCR", key])).await?;
-                d.send(&cmd(&["EXPIRE", key, "3600"])).await?;
-                let exec = d.send(&cmd(&["EXEC"])).await?;
-                s.round_trips += 4;
-                if exec != Value::Nil {
-                    s.ok = true;
-                    return Ok(s);
-                }
-                s.retries += 1;
-            }
-        }
+        _ => watched(d, key, |used| used < limit, &[cmd(&["INCR", key]), cmd(&["EXPIRE", key, "3600"])]).await,
     }
 }
 
