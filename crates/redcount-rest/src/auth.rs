@@ -1,16 +1,6 @@
 //! Bearer token checks, in constant time.
-
-/// Compares two byte strings without an early exit on the first difference, so the time
-/// taken does not reveal how much of a guessed token was right.
-pub fn same(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u64;
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= (x ^ y) as u64;
-    }
-    std::hint::black_box(diff) == 0
-}
+/// Constant-time comparison: the core's, so the API and the front check tokens alike.
+use redcount_core::api::same_secret as same;
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -148,26 +148,8 @@ fn header_is(headers: &HeaderMap, name: &str, want: &str) -> bool {
 }
 
 fn percent_decode(seg: &str) -> Result<Vec<u8>, Failure> {
-    let b = seg.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            match hex {
-                Some(v) => out.push(v),
-                None => return Err(error(StatusCode::BAD_REQUEST, "ERR malformed percent-encoding in the path")),
-            }
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Ok(out)
+    redcount_core::api::percent_decode(seg)
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "ERR malformed percent-encoding in the path"))
 }
 
 fn command_from_json(v: &Json) -> Result<Cmd, Failure> {

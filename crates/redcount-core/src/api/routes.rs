@@ -210,23 +210,7 @@ fn segments(rest: &str) -> Result<Vec<String>, ApiResponse> {
         if raw.len() > 3 * MAX_SEGMENT {
             return Err(bad("a segment is too long"));
         }
-        let mut bytes = Vec::with_capacity(raw.len());
-        let b = raw.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'%' {
-                let v = b
-                    .get(i + 1..i + 3)
-                    .and_then(|h| core::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| bad("malformed percent-encoding"))?;
-                bytes.push(v);
-                i += 3;
-            } else {
-                bytes.push(b[i]);
-                i += 1;
-            }
-        }
+        let bytes = super::percent_decode(raw).ok_or_else(|| bad("malformed percent-encoding"))?;
         let s = String::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
         if s.len() > MAX_SEGMENT {
             return Err(bad("a segment is too long"));
