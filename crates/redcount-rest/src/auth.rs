@@ -1,5 +1,6 @@
 //! Bearer token checks, in constant time.
-/// Constant-time comparison: the core's, so the API and the front check tokens alike.
+
+// The core's constant-time comparison, so the API and the front check tokens alike.
 use redcount_core::api::same_secret as same;
 
 /// What a request may do.
