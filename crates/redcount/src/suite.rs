@@ -17,6 +17,7 @@ use redcount_core::{Command, Value};
 
 use crate::bench::{LeanHttp, LeanRest, ms};
 use crate::{Direct, Driver, Error};
+use redcount_core::Operation;
 
 /// Where each variant sends its load.
 #[derive(Debug, Clone)]
@@ -227,6 +228,55 @@ async fn https(url: &str, n: usize) -> Result<Vec<LeanHttp>, Error> {
     Ok(v)
 }
 
+/// Redis reached by redcount's Lua: over RESP, or through the REST front.
+enum Lua {
+    Resp(Vec<Direct>),
+    Rest(Vec<LeanRest>),
+}
+
+/// The Lua transports under test, each with its own `n` connections.
+async fn lua_transports(t: &Targets, n: usize) -> Result<Vec<(&'static str, Lua)>, Error> {
+    let mut v = vec![("Lua over RESP", Lua::Resp(directs(&t.redis, n).await?))];
+    if let Some((url, token)) = &t.rest {
+        v.push(("Lua via redcount-rest", Lua::Rest(rests(url, token, n).await?)));
+    }
+    Ok(v)
+}
+
+impl Lua {
+    /// Runs `ops` operations `make(i)`, one round trip each; `ok` says which succeeded.
+    async fn run<O, F>(self, label: &str, ops: usize, make: F, ok: fn(&O::Outcome) -> bool) -> Totals
+    where
+        O: Operation + Send + Sync + 'static,
+        O::Outcome: Send,
+        F: Fn(usize) -> Result<O, Error> + Send + Sync + 'static,
+    {
+        match self {
+            Lua::Resp(d) => lua_run(label, d, ops, make, ok).await,
+            Lua::Rest(d) => lua_run(label, d, ops, make, ok).await,
+        }
+    }
+}
+
+async fn lua_run<D, O, F>(label: &str, drivers: Vec<D>, ops: usize, make: F, ok: fn(&O::Outcome) -> bool) -> Totals
+where
+    D: Driver + Send + Sync + 'static,
+    O: Operation + Send + Sync + 'static,
+    O::Outcome: Send,
+    F: Fn(usize) -> Result<O, Error> + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    drive(label, drivers, ops, move |d, i| {
+        let make = make.clone();
+        async move {
+            let op = make(i)?;
+            let outcome = d.run(&op).await?;
+            Ok(Sample { ok: ok(&outcome), round_trips: 1, ..Sample::default() })
+        }
+    })
+    .await
+}
+
 fn int(v: &Value) -> i64 {
     v.to_int("bench").unwrap_or(0)
 }
@@ -269,38 +319,14 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
             if over + bad_sum > 0 { format!("{over} over-issued") } else { String::new() },
         )
     };
-    {
+    for (variant, lua) in lua_transports(t, s.concurrency).await? {
         let id = redpacket::new_id(&mut rng);
         check.run(&Create::new(&id, TOTAL, SHARES, 1, 3_600_000, &mut rng)?).await?;
-        let run = run_id();
-        let idc = id.clone();
-        let tt = drive("storm · Lua over RESP", directs(&t.redis, s.concurrency).await?, users, move |d, i| {
-            let (id, run) = (idc.clone(), run.clone());
-            async move {
-                let o = d.run(&Grab::new(&id, &format!("u{run}-{i}"))?).await?;
-                Ok(Sample { ok: matches!(o, GrabOutcome::Won { .. }), round_trips: 1, ..Sample::default() })
-            }
-        })
-        .await;
+        let (run, idc) = (run_id(), id.clone());
+        let make = move |i: usize| Ok(Grab::new(&idc, &format!("u{run}-{i}"))?);
+        let tt = lua.run(&format!("storm · {variant}"), users, make, |o| matches!(o, GrabOutcome::Won { .. })).await;
         let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
-        rows.push(row(SC, "Lua over RESP", users, &tt, v, note));
-    }
-    if let Some((url, token)) = &t.rest {
-        let id = redpacket::new_id(&mut rng);
-        check.run(&Create::new(&id, TOTAL, SHARES, 1, 3_600_000, &mut rng)?).await?;
-        let run = run_id();
-        let idc = id.clone();
-        let tt =
-            drive("storm · Lua via redcount-rest", rests(url, token, s.concurrency).await?, users, move |d, i| {
-                let (id, run) = (idc.clone(), run.clone());
-                async move {
-                    let o = d.run(&Grab::new(&id, &format!("u{run}-{i}"))?).await?;
-                    Ok(Sample { ok: matches!(o, GrabOutcome::Won { .. }), round_trips: 1, ..Sample::default() })
-                }
-            })
-            .await;
-        let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
-        rows.push(row(SC, "Lua via redcount-rest", users, &tt, v, note));
+        rows.push(row(SC, variant, users, &tt, v, note));
     }
     if let Some((url, admin)) = &t.worker {
         let http = LeanHttp::connect(url).await?;
@@ -429,32 +455,12 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         (over + under, note)
     };
     let check = Direct::connect(&t.redis).await?;
-    {
+    for (variant, lua) in lua_transports(t, s.concurrency).await? {
         let run = run_id();
-        let tt = drive("quota · Lua over RESP", directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
-            let run = run.clone();
-            async move {
-                let o = d.run(&Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?).await?;
-                Ok(Sample { ok: o.allowed, round_trips: 1, ..Sample::default() })
-            }
-        })
-        .await;
+        let make = move |i: usize| Ok(Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?);
+        let tt = lua.run(&format!("quota · {variant}"), s.ops, make, |o| o.allowed).await;
         let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, "Lua over RESP", s.ops, &tt, v, note));
-    }
-    if let Some((url, token)) = &t.rest {
-        let run = run_id();
-        let tt =
-            drive("quota · Lua via redcount-rest", rests(url, token, s.concurrency).await?, s.ops, move |d, i| {
-                let run = run.clone();
-                async move {
-                    let o = d.run(&Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?).await?;
-                    Ok(Sample { ok: o.allowed, round_trips: 1, ..Sample::default() })
-                }
-            })
-            .await;
-        let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, "Lua via redcount-rest", s.ops, &tt, v, note));
+        rows.push(row(SC, variant, s.ops, &tt, v, note));
     }
     let http_quota = |label: &'static str,
                       url: String,
@@ -579,46 +585,15 @@ async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error
     let check = Direct::connect(&t.redis).await?;
     let floor = Bounds::default();
     // Lua through RESP and REST: counters as their own keys.
-    let lua_rows: Vec<(&'static str, bool)> = std::iter::once(("Lua over RESP", false))
-        .chain(t.rest.as_ref().map(|_| ("Lua via redcount-rest", true)))
-        .collect();
-    for (variant, via_rest) in lua_rows {
+    for (variant, lua) in lua_transports(t, s.concurrency).await? {
         let run = run_id();
         for k in 0..SUBJECTS {
             check.run(&AddCounter::new("bench", &format!("c{run}-{k}"), Storage::Key, STOCK, floor)?).await?;
         }
-        let label = format!("counter · {variant}");
-        let op = move |i: usize, run: &str| {
-            AddCounter::new("bench", &format!("c{run}-{}", i % SUBJECTS), Storage::Key, -1, floor)
-        };
-        let tt = if via_rest {
-            let (url, token) = t.rest.as_ref().expect("rest target");
-            let r = run.clone();
-            drive(&label, rests(url, token, s.concurrency).await?, s.ops, move |d, i| {
-                let o = op(i, &r);
-                async move {
-                    Ok(Sample {
-                        ok: d.run(&o?).await?.status == CounterStatus::Applied,
-                        round_trips: 1,
-                        ..Sample::default()
-                    })
-                }
-            })
-            .await
-        } else {
-            let r = run.clone();
-            drive(&label, directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
-                let o = op(i, &r);
-                async move {
-                    Ok(Sample {
-                        ok: d.run(&o?).await?.status == CounterStatus::Applied,
-                        round_trips: 1,
-                        ..Sample::default()
-                    })
-                }
-            })
-            .await
-        };
+        let r = run.clone();
+        let make =
+            move |i: usize| Ok(AddCounter::new("bench", &format!("c{r}-{}", i % SUBJECTS), Storage::Key, -1, floor)?);
+        let tt = lua.run(&format!("counter · {variant}"), s.ops, make, |o| o.status == CounterStatus::Applied).await;
         let mut below = 0u64;
         for k in 0..SUBJECTS {
             let v = check.run(&GetCounter::new("bench", &format!("c{run}-{k}"), Storage::Key)?).await?;
