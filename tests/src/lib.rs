@@ -103,10 +103,7 @@ impl RedisServer {
 
     /// Kills the server with SIGKILL (no shutdown save).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill(&mut self.child);
     }
 
     /// Starts it again on the same port, data dir and arguments.
@@ -149,6 +146,14 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// SIGKILLs a child we started, if it still runs, and reaps it.
+fn kill(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 
@@ -261,10 +266,7 @@ impl RestFront {
 
     /// Kills it (SIGKILL).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill(&mut self.child);
     }
 
     /// Starts it again on the same port with the same tokens.
@@ -502,10 +504,7 @@ impl NativeServer {
 
 impl Drop for NativeServer {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill(&mut self.child);
     }
 }
 
