@@ -14,7 +14,13 @@ pub enum Access {
 
 /// Checks the `Authorization` header against the tokens.
 pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>) -> Option<Access> {
-    let given = header?.strip_prefix("Bearer ")?.trim();
+    // RFC 7235: the scheme is case-insensitive.
+    let header = header?.trim_start();
+    let (scheme, given) = header.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let given = given.trim();
     // Compare against both so the time does not tell which token was close.
     let full = same(given.as_bytes(), token.as_bytes());
     let ro = readonly.is_some_and(|r| same(given.as_bytes(), r.as_bytes()));
@@ -41,6 +47,9 @@ mod tests {
         assert_eq!(check(Some("Bearer r1"), "t1", Some("r1")), Some(Access::ReadOnly));
         assert_eq!(check(Some("Bearer x"), "t1", Some("r1")), None);
         assert_eq!(check(Some("t1"), "t1", None), None);
+        assert_eq!(check(Some("bearer t1"), "t1", None), Some(Access::Full));
+        assert_eq!(check(Some("BEARER r1"), "t1", Some("r1")), Some(Access::ReadOnly));
+        assert_eq!(check(Some("Basic t1"), "t1", None), None);
         assert_eq!(check(None, "t1", None), None);
     }
 }

@@ -7,9 +7,18 @@ use redis::Value;
 
 use crate::backend::Backend;
 
-/// Command name (lower case, `container|sub` for subcommands) → read-only?
+/// What the front needs to know of one command, from its COMMAND flags.
+#[derive(Clone, Copy, Default)]
+struct Flags {
+    /// `readonly` and not `write`.
+    readonly: bool,
+    /// `admin`: changes the server rather than the data (CONFIG SET, SHUTDOWN, DEBUG...).
+    admin: bool,
+}
+
+/// Command name (lower case, `container|sub` for subcommands) → its flags.
 pub struct Table {
-    readonly: HashMap<String, bool>,
+    flags: HashMap<String, Flags>,
     containers: HashMap<String, ()>,
 }
 
@@ -31,11 +40,11 @@ fn items(v: &Value) -> &[Value] {
 impl Table {
     pub async fn load(backend: &Backend) -> redis::RedisResult<Self> {
         let reply = backend.query(&redis::cmd("COMMAND")).await?;
-        let mut t = Table { readonly: HashMap::new(), containers: HashMap::new() };
+        let mut t = Table { flags: HashMap::new(), containers: HashMap::new() };
         for entry in items(&reply) {
             t.add(entry);
         }
-        if t.readonly.is_empty() {
+        if t.flags.is_empty() {
             return Err(redis::RedisError::from((redis::ErrorKind::Parse, "empty COMMAND reply")));
         }
         Ok(t)
@@ -45,7 +54,8 @@ impl Table {
         let e = items(entry);
         let Some(name) = e.first().and_then(text) else { return };
         let flags: Vec<String> = e.get(2).map(items).unwrap_or(&[]).iter().filter_map(text).collect();
-        let ro = flags.iter().any(|f| f == "readonly") && !flags.iter().any(|f| f == "write");
+        let has = |name: &str| flags.iter().any(|f| f == name);
+        let entry_flags = Flags { readonly: has("readonly") && !has("write"), admin: has("admin") };
         // Redis 7: element 9 lists subcommands, each a full entry named `container|sub`.
         let subs = e.get(9).map(items).unwrap_or(&[]);
         if !subs.is_empty() {
@@ -54,20 +64,40 @@ impl Table {
                 self.add(s);
             }
         }
-        self.readonly.insert(name, ro);
+        self.flags.insert(name, entry_flags);
     }
 
-    /// True when `args` is a read-only command.
-    pub fn is_readonly(&self, name: &str, args: &[Vec<u8>]) -> bool {
+    /// The flags of a command (its subcommand's for a container); unknown commands have
+    /// none, so they are never read-only.
+    fn lookup(&self, name: &str, args: &[Vec<u8>]) -> Flags {
         let name = name.to_lowercase();
         if self.containers.contains_key(&name)
             && let Some(sub) = args.first()
         {
             let key = format!("{name}|{}", String::from_utf8_lossy(sub).to_lowercase());
-            return self.readonly.get(&key).copied().unwrap_or(false);
+            return self.flags.get(&key).copied().unwrap_or_default();
         }
-        self.readonly.get(&name).copied().unwrap_or(false)
+        self.flags.get(&name).copied().unwrap_or_default()
     }
+
+    /// True when `args` is a read-only command.
+    pub fn is_readonly(&self, name: &str, args: &[Vec<u8>]) -> bool {
+        self.lookup(name, args).readonly
+    }
+
+    /// True when `args` is an administrative command (or a container with an administrative
+    /// subcommand and no subcommand given).
+    pub fn is_admin(&self, name: &str, args: &[Vec<u8>]) -> bool {
+        self.lookup(name, args).admin
+    }
+}
+
+/// Commands a read-only token may not run although Redis flags them read-only: they walk
+/// the whole keyspace (Upstash refuses them to read-only tokens too).
+pub fn readonly_refusal(name: &str) -> Option<String> {
+    let upper = name.to_ascii_uppercase();
+    matches!(upper.as_str(), "KEYS" | "SCAN")
+        .then(|| format!("NOPERM this token is read-only and may not run {upper}: it walks the whole keyspace"))
 }
 
 /// Why a command cannot run over REST, if it cannot.

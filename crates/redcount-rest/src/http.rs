@@ -13,9 +13,11 @@ use serde_json::{Value as Json, json};
 
 use crate::State;
 use crate::auth::{self, Access};
+use crate::backend::Backend;
 use crate::commands;
 use crate::log;
 use crate::reply;
+use crate::scripts::Rewritten;
 
 /// The front's HTTP routes.
 pub(crate) fn router(state: Arc<State>) -> Router {
@@ -108,14 +110,14 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             for c in &cmds {
                 check(st, c, access).map_err(|f| (f, what.clone()))?;
             }
-            let r = run_many(st, cmds, path == "/multi-exec", base64, resp2).await;
+            let r = run_many(st, access, cmds, path == "/multi-exec", base64, resp2).await;
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
         }
         "/" if *method == Method::POST || *method == Method::PUT => {
             let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
-            let r = run_one(st, cmd, base64, resp2).await;
+            let r = run_one(st, access, cmd, base64, resp2).await;
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
         }
         _ => {
@@ -137,7 +139,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let cmd = Cmd { name, args: parts };
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
-            let r = run_one(st, cmd, base64, resp2).await;
+            let r = run_one(st, access, cmd, base64, resp2).await;
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
         }
     }
@@ -205,55 +207,111 @@ fn parse_many(bytes: &Bytes) -> Result<Vec<Cmd>, Failure> {
     items.iter().map(command_from_json).collect()
 }
 
-/// Refuses what cannot run over REST, and writes under the read-only token.
+/// Refuses what cannot run over REST, administration unless allowed, and anything but
+/// reads under the read-only token.
 fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
     if let Some(why) = commands::refusal(&cmd.name, &cmd.args) {
         return Err(error(StatusCode::BAD_REQUEST, why));
     }
-    if access == Access::ReadOnly && !st.commands.is_readonly(&cmd.name, &cmd.args) {
-        let mut upper = cmd.name.to_ascii_uppercase();
+    if !st.allow_admin && st.commands.is_admin(&cmd.name, &cmd.args) {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "NOPERM {} is an administrative command; redcount-rest refuses those unless started with --allow-admin-commands",
+                display_name(cmd)
+            ),
+        ));
+    }
+    if access != Access::ReadOnly {
+        return Ok(());
+    }
+    if let Some(why) = commands::readonly_refusal(&cmd.name) {
+        return Err(error(StatusCode::FORBIDDEN, why));
+    }
+    let upper = cmd.name.to_ascii_uppercase();
+    if st.readonly_backend.is_none() && matches!(upper.as_str(), "EVAL_RO" | "EVALSHA_RO" | "FCALL_RO") {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "NOPERM this token is read-only and may not run {upper}: the front could not set up the Redis ACL user that makes scripts read-only (see its log)"
+            ),
+        ));
+    }
+    if !st.commands.is_readonly(&cmd.name, &cmd.args) {
         let hint = match upper.as_str() {
             "EVAL" => " (use EVAL_RO)",
             "EVALSHA" => " (use EVALSHA_RO)",
             _ => "",
         };
-        if let ("SCRIPT" | "CONFIG" | "CLIENT" | "OBJECT" | "MEMORY" | "XINFO" | "FUNCTION", Some(sub)) =
-            (upper.as_str(), cmd.args.first())
-        {
-            upper = format!("{upper} {}", String::from_utf8_lossy(sub).to_ascii_uppercase());
-        }
         return Err(error(
             StatusCode::FORBIDDEN,
-            format!("NOPERM this token is read-only and {upper} is not a read-only command{hint}"),
+            format!("NOPERM this token is read-only and {} is not a read-only command{hint}", display_name(cmd)),
         ));
     }
     Ok(())
 }
 
+/// `CONFIG SET` rather than `CONFIG`, for messages.
+fn display_name(cmd: &Cmd) -> String {
+    let upper = cmd.name.to_ascii_uppercase();
+    match (upper.as_str(), cmd.args.first()) {
+        (
+            "SCRIPT" | "CONFIG" | "CLIENT" | "OBJECT" | "MEMORY" | "XINFO" | "FUNCTION" | "ACL" | "CLUSTER" | "SLOWLOG"
+            | "LATENCY" | "MODULE" | "COMMAND" | "PUBSUB" | "XGROUP",
+            Some(sub),
+        ) => format!("{upper} {}", String::from_utf8_lossy(sub).to_ascii_uppercase()),
+        _ => upper,
+    }
+}
+
 /// After-effects of script handling on one command.
 enum Fixup {
     None,
-    /// Reply with this SHA (the client's) instead of Redis's.
-    ReplySha(String),
-    /// On NOSCRIPT, run this source with EVAL (Redis lost a rewritten script).
-    Reload(crate::scripts::Rewritten),
+    /// A rewritten script: remember it once Redis accepted it; after SCRIPT LOAD, reply with
+    /// the client's SHA instead of Redis's.
+    Learn {
+        client_sha: String,
+        rw: Rewritten,
+        reply_sha: bool,
+    },
+    /// On NOSCRIPT, send this source again (Redis lost a rewritten script), with EVAL_RO when
+    /// the client sent EVALSHA_RO: a fallback never widens what the client asked for.
+    Reload {
+        rw: Rewritten,
+        readonly: bool,
+    },
     /// SCRIPT FLUSH succeeded: forget the rewrites.
     Flushed,
+}
+
+impl Fixup {
+    /// Applies the after-effects to Redis's reply for the command.
+    fn apply(self, st: &State, value: &mut Value) {
+        let accepted = !matches!(value, Value::ServerError(_));
+        match self {
+            Fixup::Learn { client_sha, rw, reply_sha } if accepted => {
+                if reply_sha {
+                    *value = Value::BulkString(client_sha.clone().into_bytes());
+                }
+                st.scripts.learn(client_sha, rw);
+            }
+            Fixup::Flushed if accepted => st.scripts.clear(),
+            _ => {}
+        }
+    }
 }
 
 fn prepare(st: &State, cmd: &mut Cmd) -> Fixup {
     let upper = cmd.name.to_ascii_uppercase();
     match upper.as_str() {
-        "EVAL" | "EVAL_RO" => {
-            if let Some(src) = cmd.args.get_mut(0) {
-                st.scripts.prepare_source(src);
-            }
-            Fixup::None
-        }
+        "EVAL" | "EVAL_RO" => match cmd.args.get_mut(0).and_then(|src| st.scripts.prepare_source(src)) {
+            Some((client_sha, rw)) => Fixup::Learn { client_sha, rw, reply_sha: false },
+            None => Fixup::None,
+        },
         "EVALSHA" | "EVALSHA_RO" => match cmd.args.first().and_then(|sha| st.scripts.lookup(sha)) {
             Some(rw) => {
                 cmd.args[0] = rw.sha.clone().into_bytes();
-                Fixup::Reload(rw)
+                Fixup::Reload { rw, readonly: upper == "EVALSHA_RO" }
             }
             None => Fixup::None,
         },
@@ -261,7 +319,7 @@ fn prepare(st: &State, cmd: &mut Cmd) -> Fixup {
             let sub = cmd.args.first().map(|s| s.to_ascii_uppercase());
             match sub.as_deref() {
                 Some(b"LOAD") => match cmd.args.get_mut(1).and_then(|src| st.scripts.prepare_source(src)) {
-                    Some(client_sha) => Fixup::ReplySha(client_sha),
+                    Some((client_sha, rw)) => Fixup::Learn { client_sha, rw, reply_sha: true },
                     None => Fixup::None,
                 },
                 Some(b"EXISTS") => {
@@ -329,10 +387,81 @@ async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisR
     }
 }
 
-async fn run_one(st: &State, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
+/// The connections a request runs on.
+fn backend(st: &State, access: Access) -> &Backend {
+    match (access, &st.readonly_backend) {
+        (Access::ReadOnly, Some(ro)) => ro,
+        _ => &st.backend,
+    }
+}
+
+/// What kind of script a command runs, for the kill after `--script-timeout-ms`.
+fn script_kind(name: &str) -> Option<&'static str> {
+    let upper = name.to_ascii_uppercase();
+    match upper.as_str() {
+        "EVAL" | "EVAL_RO" | "EVALSHA" | "EVALSHA_RO" => Some("SCRIPT"),
+        "FCALL" | "FCALL_RO" => Some("FUNCTION"),
+        _ => None,
+    }
+}
+
+/// Runs `call`; when it runs scripts and is still running after the script bound, kills
+/// the running script from the front's own connection until the call ends.
+async fn watched<T>(st: &State, kinds: &[&'static str], call: impl std::future::Future<Output = T>) -> T {
+    if kinds.is_empty() {
+        return call.await;
+    }
+    tokio::pin!(call);
+    tokio::select! {
+        r = &mut call => return r,
+        _ = tokio::time::sleep(st.script_timeout) => {}
+    }
+    let mut kinds = kinds.to_vec();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let killing = async {
+        loop {
+            for kind in &kinds {
+                let mut kill = redis::cmd(kind);
+                kill.arg("KILL");
+                match st.killer.query(&kill).await {
+                    Ok(_) => log::info(
+                        st.log,
+                        &format!(
+                            "killed a script that ran past --script-timeout-ms ({} ms)",
+                            st.script_timeout.as_millis()
+                        ),
+                    ),
+                    Err(e) if e.code() == Some("UNKILLABLE") => {
+                        log::error(&format!(
+                            "a script has run past --script-timeout-ms but has written, so Redis cannot kill it: {e}"
+                        ));
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        r = &mut call => r,
+        _ = killing => call.await,
+    }
+}
+
+async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
     let fixup = prepare(st, &mut cmd);
     let redis_cmd = to_redis(&cmd);
-    let mut first = timed(st, st.backend.query(&redis_cmd)).await;
+    let upper = cmd.name.to_ascii_uppercase();
+    let args0 = cmd.args.first().map(|a| a.to_ascii_uppercase());
+    // The client's own SCRIPT KILL / FUNCTION KILL must not queue behind the script.
+    let be = match (upper.as_str(), args0.as_deref()) {
+        ("SCRIPT" | "FUNCTION", Some(b"KILL")) => &st.killer,
+        _ => backend(st, access),
+    };
+    let kinds: Vec<&'static str> = script_kind(&cmd.name).into_iter().collect();
+    let mut first = watched(st, &kinds, timed(st, be.query(&redis_cmd))).await;
     // A cluster slot in migration answers TRYAGAIN while a multi-key call's keys are split
     // between two nodes, and ASK/MOVED once the client's own redirect budget is spent; the
     // migration of one slot takes milliseconds, so wait a little (at most ~0.5 s in all).
@@ -340,28 +469,23 @@ async fn run_one(st: &State, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<
         match &first {
             Err(Failure(_, msg)) if ["TRYAGAIN", "ASK ", "MOVED "].iter().any(|p| msg.starts_with(p)) => {
                 tokio::time::sleep(std::time::Duration::from_millis(15 * attempt)).await;
-                first = timed(st, st.backend.query(&redis_cmd)).await;
+                first = watched(st, &kinds, timed(st, be.query(&redis_cmd))).await;
             }
             _ => break,
         }
     }
-    let value = match (first, &fixup) {
-        (Err(Failure(_, msg)), Fixup::Reload(rw)) if msg.starts_with("NOSCRIPT") => {
+    let mut value = match (first, &fixup) {
+        (Err(Failure(_, msg)), Fixup::Reload { rw, readonly }) if msg.starts_with("NOSCRIPT") => {
             // Redis lost a script it knew under the rewritten SHA: send the source again.
-            let mut eval = Cmd { name: "EVAL".into(), args: cmd.args.clone() };
+            let name = if *readonly { "EVAL_RO" } else { "EVAL" };
+            let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
             eval.args[0] = rw.source.clone();
-            timed(st, st.backend.query(&to_redis(&eval))).await?
+            check(st, &eval, access)?;
+            watched(st, &kinds, timed(st, be.query(&to_redis(&eval)))).await?
         }
         (r, _) => r?,
     };
-    let value = match fixup {
-        Fixup::ReplySha(sha) => Value::BulkString(sha.into_bytes()),
-        Fixup::Flushed => {
-            st.scripts.clear();
-            value
-        }
-        _ => value,
-    };
+    fixup.apply(st, &mut value);
     if let Value::ServerError(e) = &value {
         return Err(error(StatusCode::BAD_REQUEST, reply::server_error_text(e)));
     }
@@ -383,6 +507,7 @@ fn resp2_response(body: Vec<u8>) -> Response {
 
 async fn run_many(
     st: &State,
+    access: Access,
     mut cmds: Vec<Cmd>,
     atomic: bool,
     base64: bool,
@@ -394,22 +519,20 @@ async fn run_many(
         pipe.atomic();
     }
     let mut fixups = Vec::with_capacity(cmds.len());
+    let mut kinds = Vec::new();
     for c in &mut cmds {
         fixups.push(prepare(st, c));
+        kinds.extend(script_kind(&c.name));
         pipe.add_command(to_redis(c));
     }
-    let value = timed(st, st.backend.pipeline(&pipe)).await?;
+    let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe))).await?;
     let Value::Array(mut items) = value else {
         return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis"));
     };
+    // A pipeline does not reload a lost script (its NOSCRIPT reaches the client, whose
+    // own fallback sends the source).
     for (item, fix) in items.iter_mut().zip(fixups) {
-        match fix {
-            Fixup::ReplySha(sha) if !matches!(item, Value::ServerError(_)) => {
-                *item = Value::BulkString(sha.into_bytes())
-            }
-            Fixup::Flushed => st.scripts.clear(),
-            _ => {}
-        }
+        fix.apply(st, item);
     }
     if resp2 && !atomic {
         let mut out = Vec::new();

@@ -66,6 +66,22 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_THREADS", default_value_t = 0)]
     pub threads: usize,
 
+    /// Let the full token run administrative commands (COMMAND flag `admin`: CONFIG SET,
+    /// SHUTDOWN, REPLICAOF, ACL SETUSER, DEBUG...). Off: they are refused with 403.
+    #[arg(long, env = "REDCOUNT_REST_ALLOW_ADMIN_COMMANDS")]
+    pub allow_admin_commands: bool,
+
+    /// Longest a script (EVAL*, EVALSHA*, FCALL*) may run, in ms; past it the front kills it
+    /// with SCRIPT KILL / FUNCTION KILL from a connection of its own. Redis cannot kill a
+    /// script that has already written (UNKILLABLE): such a script still runs to its end.
+    #[arg(long, env = "REDCOUNT_REST_SCRIPT_TIMEOUT_MS", default_value_t = 1_000)]
+    pub script_timeout_ms: u64,
+
+    /// Connections to Redis (per token kind); requests are spread over them, so one slow
+    /// command does not hold up the others.
+    #[arg(long, env = "REDCOUNT_REST_REDIS_CONNECTIONS", default_value_t = 4)]
+    pub redis_connections: usize,
+
     /// Log level: error, info or debug (debug logs one line per request; never a token).
     #[arg(long, env = "REDCOUNT_REST_LOG", default_value = "info")]
     pub log: log::Level,
@@ -84,7 +100,16 @@ impl std::fmt::Debug for Config {
 
 /// Shared state of the server.
 pub(crate) struct State {
+    /// The connections the full token's requests use.
     pub backend: backend::Backend,
+    /// The read-only token's connections, logged in as a Redis ACL user that may not write
+    /// (so Redis itself refuses writes, even inside scripts); `None` when that user could not
+    /// be set up, and then the read-only token may not run scripts at all.
+    pub readonly_backend: Option<backend::Backend>,
+    /// A connection kept free for SCRIPT KILL / FUNCTION KILL.
+    pub killer: backend::Backend,
+    pub allow_admin: bool,
+    pub script_timeout: Duration,
     pub token: String,
     pub readonly_token: Option<String>,
     pub max_body: usize,
@@ -103,12 +128,34 @@ pub async fn run(config: Config) -> Result<(), String> {
         return Err("--readonly-token must differ from --token".into());
     }
     let timeout = Duration::from_millis(config.timeout_ms.max(1));
-    let backend = backend::Backend::connect(&config.redis, config.cluster, timeout)
-        .await
-        .map_err(|e| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis)))?;
+    let script_timeout = Duration::from_millis(config.script_timeout_ms.max(1));
+    let unreachable = |e: redis::RedisError| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
+    let connect = |login: Option<backend::Login>, n: usize| {
+        let url = config.redis.clone();
+        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n).await }
+    };
+    let backend = connect(None, config.redis_connections).await.map_err(unreachable)?;
+    let killer = connect(None, 1).await.map_err(unreachable)?;
     let commands = commands::Table::load(&backend).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
+    allow_script_kill(&backend, script_timeout, config.log).await;
+    let readonly_backend = match &config.readonly_token {
+        None => None,
+        Some(ro) => match readonly_login(&backend, ro).await {
+            Ok(login) => Some(connect(Some(login), config.redis_connections).await.map_err(unreachable)?),
+            Err(e) => {
+                log::error(&format!(
+                    "the read-only token may not run scripts: cannot set up the restricted Redis user ({e})"
+                ));
+                None
+            }
+        },
+    };
     let state = Arc::new(State {
         backend,
+        readonly_backend,
+        killer,
+        allow_admin: config.allow_admin_commands,
+        script_timeout,
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
         max_body: config.max_body_bytes,
@@ -135,6 +182,40 @@ pub async fn run(config: Config) -> Result<(), String> {
         let _ = tcp.set_nodelay(true);
     });
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown()).await.map_err(|e| e.to_string())
+}
+
+/// Redis only answers other clients (and so SCRIPT KILL) while a script runs once
+/// `busy-reply-threshold` has passed: bring it down to the front's script bound.
+async fn allow_script_kill(backend: &backend::Backend, bound: Duration, level: log::Level) {
+    let ms = bound.as_millis().to_string();
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET").arg("busy-reply-threshold").arg(&ms);
+    if let Err(e) = backend.query(&set).await {
+        let mut old = redis::cmd("CONFIG");
+        old.arg("SET").arg("lua-time-limit").arg(&ms);
+        if backend.query(&old).await.is_err() {
+            log::error(&format!(
+                "cannot set busy-reply-threshold ({e}): a runaway script is killed only after Redis's own threshold"
+            ));
+            return;
+        }
+    }
+    log::info(level, &format!("scripts are killed after {ms} ms"));
+}
+
+/// Sets up the Redis ACL user the read-only token's connections log in as: every command
+/// but writes, administration, pub/sub, blocking and keyspace walks. Named and keyed after
+/// the token, so fronts sharing a token share the user and restarts add nothing.
+async fn readonly_login(backend: &backend::Backend, readonly_token: &str) -> Result<backend::Login, String> {
+    let user = format!("redcount-rest-ro-{}", &scripts::sha_hex(readonly_token.as_bytes())[..12]);
+    let password = scripts::sha_hex(format!("redcount-rest readonly user\0{readonly_token}").as_bytes());
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg(&user).arg("reset").arg("on").arg(format!(">{password}")).arg("~*").arg("&*");
+    for rule in ["+@all", "-@write", "-@admin", "-@dangerous", "-@pubsub", "-@blocking", "-keys", "-scan"] {
+        setuser.arg(rule);
+    }
+    backend.query(&setuser).await.map_err(|e| e.to_string())?;
+    Ok(backend::Login { user, password })
 }
 
 async fn shutdown() {

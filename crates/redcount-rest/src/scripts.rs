@@ -11,8 +11,10 @@ use std::sync::Mutex;
 use redcount_core::sha1;
 
 const FLAG: &str = "allow-key-locking";
-/// Most remembered rewrites; past it the map starts again (clients then EVAL once more).
+/// Most remembered rewrites, and most bytes of their sources; past either the map starts
+/// again (clients then EVAL once more). Bytes, not only entries: one source may be 1 MiB.
 const MAX_ENTRIES: usize = 10_000;
+const MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// What Redis knows for a script the client knows by another SHA.
 #[derive(Clone)]
@@ -23,7 +25,13 @@ pub struct Rewritten {
 
 #[derive(Default)]
 pub struct Scripts {
-    by_client_sha: Mutex<HashMap<String, Rewritten>>,
+    by_client_sha: Mutex<Map>,
+}
+
+#[derive(Default)]
+struct Map {
+    entries: HashMap<String, Rewritten>,
+    bytes: usize,
 }
 
 pub fn sha_hex(data: &[u8]) -> String {
@@ -62,35 +70,75 @@ pub fn rewrite(source: &[u8]) -> Option<Vec<u8>> {
 
 impl Scripts {
     /// Rewrites a script about to be sent with EVAL or SCRIPT LOAD; returns the client's SHA
-    /// when it was rewritten.
-    pub fn prepare_source(&self, source: &mut Vec<u8>) -> Option<String> {
+    /// and what Redis will know when it was rewritten. Nothing is remembered yet: call
+    /// [`Scripts::learn`] once Redis accepted the script, so a refused script can never be
+    /// looked up later.
+    pub fn prepare_source(&self, source: &mut Vec<u8>) -> Option<(String, Rewritten)> {
         let new = rewrite(source)?;
         let client_sha = sha_hex(source);
         let entry = Rewritten { sha: sha_hex(&new), source: new.clone() };
-        let mut map = self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_ENTRIES {
-            map.clear();
-        }
-        map.insert(client_sha.clone(), entry);
         *source = new;
-        Some(client_sha)
+        Some((client_sha, entry))
+    }
+
+    /// Remembers a rewrite Redis accepted.
+    pub fn learn(&self, client_sha: String, rw: Rewritten) {
+        let mut map = self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner());
+        if map.entries.contains_key(&client_sha) {
+            return;
+        }
+        let size = client_sha.len() + rw.sha.len() + rw.source.len();
+        if size > MAX_BYTES {
+            return;
+        }
+        if map.entries.len() >= MAX_ENTRIES || map.bytes + size > MAX_BYTES {
+            map.entries.clear();
+            map.bytes = 0;
+        }
+        map.bytes += size;
+        map.entries.insert(client_sha, rw);
     }
 
     /// The Redis-side script for a SHA the client sent, if it is a rewritten one.
     pub fn lookup(&self, client_sha: &[u8]) -> Option<Rewritten> {
         let key = String::from_utf8_lossy(client_sha).to_ascii_lowercase();
-        self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+        self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner()).entries.get(&key).cloned()
+    }
+
+    /// Bytes held by the remembered rewrites.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner()).bytes
     }
 
     /// SCRIPT FLUSH: forget everything, as Redis does.
     pub fn clear(&self) {
-        self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut map = self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner());
+        map.entries.clear();
+        map.bytes = 0;
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::rewrite;
+    use super::{MAX_BYTES, Scripts, rewrite};
+
+    #[test]
+    fn learns_only_when_told_and_stays_within_its_byte_bound() {
+        let scripts = Scripts::default();
+        let mut src = b"#!lua flags=allow-key-locking\nreturn 1".to_vec();
+        let (client, rw) = scripts.prepare_source(&mut src).unwrap();
+        assert!(scripts.lookup(client.as_bytes()).is_none(), "nothing is remembered before Redis accepts");
+        scripts.learn(client.clone(), rw);
+        assert!(scripts.lookup(client.as_bytes()).is_some());
+        for i in 0..40 {
+            let mut big = format!("#!lua flags=allow-key-locking\n-- {i}\n").into_bytes();
+            big.resize(512 * 1024, b' ');
+            let (c, rw) = scripts.prepare_source(&mut big).unwrap();
+            scripts.learn(c, rw);
+            assert!(scripts.bytes() <= MAX_BYTES, "{} bytes after {i}", scripts.bytes());
+        }
+    }
 
     #[test]
     fn removes_only_the_upstash_flag() {

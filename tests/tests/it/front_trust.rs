@@ -1,0 +1,381 @@
+//! redcount-rest's trust boundary, with cases generated from Redis's own `COMMAND` table:
+//! the read-only token changes nothing by any way in, and the full token cannot administer
+//! Redis unless the front was started with `--allow-admin-commands`.
+
+use redcount_tests::{RedisServer, RestFront};
+use redis::Value as R;
+use serde_json::{Value, json};
+
+/// One command of the table: its name (and subcommand), arity and legacy key positions.
+struct Entry {
+    words: Vec<String>,
+    arity: i64,
+    first: i64,
+    last: i64,
+    step: i64,
+    flags: Vec<String>,
+}
+
+fn text(v: &R) -> String {
+    match v {
+        R::BulkString(b) => String::from_utf8_lossy(b).to_lowercase(),
+        R::SimpleString(s) => s.to_lowercase(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn items(v: &R) -> &[R] {
+    match v {
+        R::Array(a) | R::Set(a) => a,
+        _ => &[],
+    }
+}
+
+fn int(v: &R) -> i64 {
+    match v {
+        R::Int(i) => *i,
+        _ => 0,
+    }
+}
+
+fn entries(redis: &RedisServer) -> Vec<Entry> {
+    let reply: R = redis::cmd("COMMAND").query(&mut redis.conn()).unwrap();
+    let mut out = Vec::new();
+    fn add(e: &R, out: &mut Vec<Entry>) {
+        let e = items(e);
+        let name = text(&e[0]);
+        let subs = e.get(9).map(items).unwrap_or(&[]);
+        if !subs.is_empty() {
+            for s in subs {
+                add(s, out);
+            }
+            return;
+        }
+        out.push(Entry {
+            words: name.split('|').map(str::to_string).collect(),
+            arity: int(&e[1]),
+            first: int(&e[3]),
+            last: int(&e[4]),
+            step: int(&e[5]),
+            flags: items(&e[2]).iter().map(text).collect(),
+        });
+    }
+    for e in items(&reply) {
+        add(e, &mut out);
+    }
+    assert!(out.len() > 200, "COMMAND listed {} commands", out.len());
+    out
+}
+
+/// Plausible argument lists for one command: its arity's worth (and two more for variadic
+/// ones), every key position naming the key `key`, every other argument `arg`.
+fn argument_lists(e: &Entry, key: &str, arg: &str) -> Vec<Vec<String>> {
+    let least = if e.arity < 0 { -e.arity - 1 } else { e.arity - 1 } as usize;
+    let mut lens = vec![least];
+    if e.arity < 0 {
+        lens.push(least + 2);
+    }
+    lens.into_iter()
+        .map(|n| {
+            let mut v: Vec<String> = e.words.clone();
+            for i in v.len()..=n {
+                // Position i counts from the command name at 0.
+                let i = i as i64;
+                let last = if e.last < 0 { n as i64 + 1 + e.last } else { e.last };
+                let is_key = e.first > 0 && i >= e.first && i <= last && (i - e.first) % e.step.max(1) == 0;
+                v.push(if is_key { key.to_string() } else { arg.to_string() });
+            }
+            v
+        })
+        .collect()
+}
+
+/// What the read-only token must never change, and what an administrator could.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    digest: String,
+    /// Key → its value's digest, to name what changed.
+    values: Vec<(String, String)>,
+    dbsize: i64,
+    config: Vec<String>,
+    acl: Vec<String>,
+    functions: Vec<u8>,
+    slowlog_len: i64,
+}
+
+fn snapshot(redis: &RedisServer) -> Snapshot {
+    let mut c = redis.conn();
+    let mut config: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("*").query(&mut c).unwrap();
+    config.sort();
+    let mut acl: Vec<String> = redis::cmd("ACL").arg("LIST").query(&mut c).unwrap();
+    acl.sort();
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    keys.sort();
+    let values = keys
+        .into_iter()
+        .map(|k| {
+            let d: Vec<String> = redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(&k).query(&mut c).unwrap();
+            (k, d.concat())
+        })
+        .collect();
+    Snapshot {
+        values,
+        digest: redis::cmd("DEBUG").arg("DIGEST").query(&mut c).unwrap(),
+        dbsize: redis::cmd("DBSIZE").query(&mut c).unwrap(),
+        config,
+        acl,
+        functions: redis::cmd("FUNCTION").arg("DUMP").query(&mut c).unwrap(),
+        slowlog_len: redis::cmd("SLOWLOG").arg("LEN").query(&mut c).unwrap(),
+    }
+}
+
+fn seed(redis: &RedisServer) {
+    let mut c = redis.conn();
+    let cmds: &[&[&str]] = &[
+        &["SET", "s", "10"],
+        &["HSET", "h", "f", "1", "g", "2"],
+        &["RPUSH", "l", "a", "b", "c"],
+        &["SADD", "st", "a", "b"],
+        &["ZADD", "z", "1", "a", "2", "b"],
+        &["XADD", "x", "1-1", "f", "v"],
+        &["XGROUP", "CREATE", "x", "g", "0"],
+        &["PFADD", "hll", "a", "b"],
+        // PFCOUNT, a read, stores the cardinality it computed in the value's header: compute
+        // it once here, so the reads below leave the bytes as they were.
+        &["PFCOUNT", "hll"],
+        &["GEOADD", "geo", "13.36", "38.11", "p"],
+        // Every command is logged, so a SLOWLOG RESET would show.
+        &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
+        &["CONFIG", "SET", "slowlog-max-len", "1000000"],
+    ];
+    for a in cmds {
+        let mut cmd = redis::cmd(a[0]);
+        for x in &a[1..] {
+            cmd.arg(*x);
+        }
+        let _: R = cmd.query(&mut c).unwrap();
+    }
+    let lib = "#!lua name=rclib\n\
+        redis.register_function('rc_w', function(keys, args) return redis.call(unpack(args)) end)\n\
+        redis.register_function{function_name='rc_r', callback=function(keys, args) return redis.call(unpack(args)) end, flags={'no-writes'}}";
+    let _: R = redis::cmd("FUNCTION").arg("LOAD").arg(lib).query(&mut c).unwrap();
+}
+
+/// A server whose DEBUG works from loopback: DEBUG DIGEST for the tests, and a real target
+/// should the boundary fail.
+fn debuggable() -> RedisServer {
+    RedisServer::start_with(&["--enable-debug-command", "local"])
+}
+
+struct Client {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Client {
+    async fn send(&self, token: &str, path: &str, body: Option<Value>, base64: bool) -> (u16, Value) {
+        let mut r = if let Some(b) = body {
+            self.http.post(format!("{}{path}", self.url)).body(b.to_string())
+        } else {
+            self.http.get(format!("{}{path}", self.url))
+        };
+        r = r.bearer_auth(token);
+        if base64 {
+            r = r.header("Upstash-Encoding", "base64");
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+}
+
+fn path_of(words: &[String]) -> String {
+    words.iter().map(|w| format!("/{w}")).collect()
+}
+
+const KEYS: [&str; 10] = ["s", "h", "l", "st", "z", "x", "hll", "geo", "missing", "{s}2"];
+
+#[tokio::test]
+async fn the_readonly_token_changes_nothing_by_any_way_in() {
+    let redis = debuggable();
+    seed(&redis);
+    let front = RestFront::start(&redis.url(), false);
+    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let table = entries(&redis);
+    let ro = &front.readonly_token;
+
+    // A full-token client runs flagged scripts first: the front learns their rewrites.
+    let generic = "return redis.call(unpack(ARGV))";
+    let flagged = format!("#!lua flags=allow-key-locking\n{generic}");
+    let mut shas = Vec::new();
+    for src in [generic.to_string(), flagged.clone()] {
+        let (s, v) = c.send(&front.token, "/", Some(json!(["SCRIPT", "LOAD", src])), false).await;
+        assert_eq!(s, 200, "{v}");
+        shas.push(v["result"].as_str().unwrap().to_string());
+    }
+    let (s, v) = c.send(&front.token, "/", Some(json!(["EVALSHA", shas[1], "1", "s", "GET", "s"])), false).await;
+    assert_eq!((s, v["result"].as_str()), (200, Some("10")), "{v}");
+
+    let before = snapshot(&redis);
+    let mut sent = 0usize;
+    let mut refused = 0usize;
+    let mut tally = |status: u16| {
+        sent += 1;
+        if status == 403 {
+            refused += 1;
+        }
+    };
+
+    // Every command and subcommand, with each key type, by every way in and both encodings.
+    let mut all: Vec<Vec<String>> = Vec::new();
+    for e in &table {
+        for key in KEYS {
+            all.extend(argument_lists(e, key, "1"));
+        }
+        all.extend(argument_lists(e, "s", "s"));
+    }
+    for (i, words) in all.iter().enumerate() {
+        let b64 = i % 2 == 0;
+        let (s, _) = c.send(ro, "/", Some(json!(words)), b64).await;
+        tally(s);
+        let (s, _) = c.send(ro, &path_of(words), None, !b64).await;
+        tally(s);
+    }
+    for chunk in all.chunks(40) {
+        let (s, _) = c.send(ro, "/pipeline", Some(json!(chunk)), false).await;
+        tally(s);
+        let (s, _) = c.send(ro, "/multi-exec", Some(json!(chunk)), true).await;
+        tally(s);
+    }
+
+    // Scripts that write or administer, by every scripting way in a read-only token has.
+    let mut scripted: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for e in table.iter().filter(|e| !e.flags.iter().any(|f| f == "readonly") || e.flags.iter().any(|f| f == "write")) {
+        for words in argument_lists(e, "s", "1") {
+            let keys = if e.first > 0 { vec!["s".to_string()] } else { vec![] };
+            scripted.push((keys, words));
+        }
+    }
+    // The attack first seen: Redis refuses the script (bad numkeys), then EVALSHA_RO.
+    let flushall = "#!lua flags=allow-key-locking\nreturn redis.call('flushall')";
+    let (s, _) = c.send(ro, "/", Some(json!(["EVAL_RO", flushall, "5", "k"])), false).await;
+    tally(s);
+    let flushall_sha = redcount_core::sha1::hex(redcount_core::sha1::digest(flushall.as_bytes()));
+    let flushall_sha = String::from_utf8(flushall_sha.to_vec()).unwrap();
+    for round in 0..2 {
+        if round == 1 {
+            // Redis loses its scripts; the front still knows the rewrites.
+            let _: R = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
+        }
+        let (s, _) = c.send(ro, "/", Some(json!(["EVALSHA_RO", flushall_sha, "1", "k"])), false).await;
+        tally(s);
+        for (keys, words) in &scripted {
+            let mut tail: Vec<String> = vec![keys.len().to_string()];
+            tail.extend(keys.iter().cloned());
+            tail.extend(words.iter().cloned());
+            let ways: Vec<Vec<String>> = vec![
+                [vec!["EVAL_RO".to_string(), generic.to_string()], tail.clone()].concat(),
+                [vec!["EVAL_RO".to_string(), flagged.clone()], tail.clone()].concat(),
+                [vec!["EVAL_RO".to_string(), format!("#!lua flags=no-writes\n{generic}")], tail.clone()].concat(),
+                [vec!["EVALSHA_RO".to_string(), shas[0].clone()], tail.clone()].concat(),
+                [vec!["EVALSHA_RO".to_string(), shas[1].clone()], tail.clone()].concat(),
+                [vec!["FCALL_RO".to_string(), "rc_w".to_string()], tail.clone()].concat(),
+                [vec!["FCALL_RO".to_string(), "rc_r".to_string()], tail.clone()].concat(),
+            ];
+            for (i, way) in ways.iter().enumerate() {
+                let (s, _) = c.send(ro, "/", Some(json!(way)), i % 2 == 0).await;
+                tally(s);
+            }
+            let (s, _) = c.send(ro, "/pipeline", Some(json!(ways)), true).await;
+            tally(s);
+        }
+    }
+
+    let after = snapshot(&redis);
+    println!("{sent} requests, {refused} refused by the front with 403");
+    assert_eq!(before.values, after.values, "the data changed");
+    assert_eq!(before.digest, after.digest, "the data changed");
+    assert_eq!(before.dbsize, after.dbsize);
+    assert_eq!(before.config, after.config, "the configuration changed");
+    assert_eq!(before.acl, after.acl, "the ACL users changed");
+    assert_eq!(before.functions, after.functions, "the function libraries changed");
+    assert!(after.slowlog_len >= before.slowlog_len, "the slow log was reset");
+    assert!(refused > 1000, "the front refused {refused}: the cases reached it");
+    // The rewrite of a script Redis refused was never learned.
+    let (s, v) = c.send(&front.token, "/", Some(json!(["SCRIPT", "EXISTS", flushall_sha])), false).await;
+    assert_eq!((s, v["result"].clone()), (200, json!([0])), "{v}");
+}
+
+#[tokio::test]
+async fn the_readonly_token_may_not_walk_the_keyspace() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    for cmd in [json!(["KEYS", "*"]), json!(["SCAN", "0"]), json!(["scan", "0", "MATCH", "*"])] {
+        let (s, v) = c.send(&front.readonly_token, "/", Some(cmd.clone()), false).await;
+        assert_eq!(s, 403, "{cmd}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("read-only"), "{v}");
+        let (s, _) = c.send(&front.token, "/", Some(cmd), false).await;
+        assert_eq!(s, 200);
+    }
+    // Inside a script too: the read-only connections log in as a user without them.
+    let (s, v) = c
+        .send(&front.readonly_token, "/", Some(json!(["EVAL_RO", "return redis.call('keys', '*')", "0"])), false)
+        .await;
+    assert_eq!(s, 400, "{v}");
+    // A lower-case scheme is still a bearer token (RFC 7235).
+    let r = reqwest::Client::new()
+        .post(front.url())
+        .header("Authorization", format!("bearer {}", front.token))
+        .body(r#"["PING"]"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn administrative_commands_need_a_flag() {
+    let redis = debuggable();
+    seed(&redis);
+    let front = RestFront::start(&redis.url(), false);
+    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let table = entries(&redis);
+    let before = snapshot(&redis);
+    let mut n = 0;
+    for e in table.iter().filter(|e| e.flags.iter().any(|f| f == "admin")) {
+        for words in argument_lists(e, "s", "1") {
+            for path in ["/", "/pipeline", "/multi-exec"] {
+                let body = if path == "/" { json!(words) } else { json!([words]) };
+                let (s, v) = c.send(&front.token, path, Some(body), false).await;
+                let why = v["error"].as_str().unwrap_or_default();
+                // Refused as administration, or earlier as unable to run over REST at all.
+                assert!(
+                    (s == 403 && why.contains("--allow-admin-commands"))
+                        || (s == 400 && why.contains("not available over REST")),
+                    "{words:?} via {path}: {s} {v}"
+                );
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 100, "{n} admin cases");
+    for words in
+        [json!(["SHUTDOWN", "NOSAVE"]), json!(["DEBUG", "SLEEP", "0"]), json!(["CONFIG", "SET", "maxmemory", "1"])]
+    {
+        let (s, v) = c.send(&front.token, "/", Some(words), false).await;
+        assert_eq!(s, 403, "{v}");
+    }
+    let after = snapshot(&redis);
+    assert!(after.slowlog_len >= before.slowlog_len, "the slow log was reset");
+    assert_eq!(before, Snapshot { slowlog_len: before.slowlog_len, ..after });
+    drop(front);
+
+    let front = RestFront::start_with(&redis.url(), false, &["--allow-admin-commands"]);
+    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let (s, v) = c.send(&front.token, "/", Some(json!(["CONFIG", "SET", "maxmemory-samples", "7"])), false).await;
+    assert_eq!(s, 200, "{v}");
+    let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory-samples").query(&mut redis.conn()).unwrap();
+    assert_eq!(got[1], "7");
+}
