@@ -269,6 +269,11 @@ impl RestFront {
         kill(&mut self.child);
     }
 
+    /// Its peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        peak_rss_kib(self.child.as_ref().expect("running").id())
+    }
+
     /// Starts it again on the same port with the same tokens.
     pub fn restart(&mut self) {
         self.kill();
@@ -468,6 +473,11 @@ pub struct NativeServer {
 impl NativeServer {
     /// Starts it with a backend: `--rest-url` (token in the environment) or `--redis`.
     pub fn start(backend: &[(&str, &str)], admin_token: &str, policies: &str) -> Self {
+        Self::start_with(backend, admin_token, policies, &[])
+    }
+
+    /// Starts it with extra `redcount serve` flags.
+    pub fn start_with(backend: &[(&str, &str)], admin_token: &str, policies: &str, extra: &[&str]) -> Self {
         let port = free_port();
         let log = scratch_dir("serve").join("serve.log");
         let out = std::fs::File::create(&log).unwrap();
@@ -480,6 +490,7 @@ impl NativeServer {
             .env("REDCOUNT_POLICIES", policies)
             .env("REDCOUNT_ADMIN_TOKEN", admin_token)
             .env("REDCOUNT_CORS_ORIGINS", "http://allowed.example")
+            .args(extra)
             .stdout(out.try_clone().unwrap())
             .stderr(out);
         for (k, v) in backend {
@@ -500,6 +511,26 @@ impl NativeServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        peak_rss_kib(self.child.as_ref().expect("running").id())
+    }
+}
+
+/// A process's peak resident memory (VmHWM from /proc), in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
 }
 
 impl Drop for NativeServer {

@@ -93,9 +93,24 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             none(),
         ));
     };
-    let bytes = axum::body::to_bytes(body, st.max_body).await.map_err(|_| {
-        (error(StatusCode::PAYLOAD_TOO_LARGE, format!("ERR request body larger than {} bytes", st.max_body)), none())
-    })?;
+    // The body is read under the request timeout: a trickled body cannot hold a connection.
+    let bytes = match tokio::time::timeout(st.timeout, axum::body::to_bytes(body, st.max_body)).await {
+        Err(_) => {
+            return Err((
+                error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("ERR the request body did not arrive within {} ms", st.timeout.as_millis()),
+                ),
+                none(),
+            ));
+        }
+        Ok(read) => read.map_err(|_| {
+            (
+                error(StatusCode::PAYLOAD_TOO_LARGE, format!("ERR request body larger than {} bytes", st.max_body)),
+                none(),
+            )
+        })?,
+    };
     let base64 = header_is(headers, "upstash-encoding", "base64");
     let resp2 = header_is(headers, "upstash-response-format", "resp2");
     let path = uri.path();
@@ -465,14 +480,24 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
     // A cluster slot in migration answers TRYAGAIN while a multi-key call's keys are split
     // between two nodes, and ASK/MOVED once the client's own redirect budget is spent; the
     // migration of one slot takes milliseconds, so wait a little (at most ~0.5 s in all).
-    for attempt in 1..=8u64 {
+    // A script past its bound makes Redis answer BUSY (running nothing) until the front has
+    // killed it: wait for that rather than fail, within the request timeout.
+    let started = Instant::now();
+    let mut attempt = 0u64;
+    loop {
         match &first {
-            Err(Failure(_, msg)) if ["TRYAGAIN", "ASK ", "MOVED "].iter().any(|p| msg.starts_with(p)) => {
+            Err(Failure(_, msg))
+                if ["TRYAGAIN", "ASK ", "MOVED "].iter().any(|p| msg.starts_with(p)) && attempt < 8 =>
+            {
+                attempt += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(15 * attempt)).await;
-                first = watched(st, &kinds, timed(st, be.query(&redis_cmd))).await;
+            }
+            Err(Failure(_, msg)) if msg.starts_with("BUSY") && started.elapsed() < st.timeout => {
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
             _ => break,
         }
+        first = watched(st, &kinds, timed(st, be.query(&redis_cmd))).await;
     }
     let mut value = match (first, &fixup) {
         (Err(Failure(_, msg)), Fixup::Reload { rw, readonly }) if msg.starts_with("NOSCRIPT") => {
@@ -525,9 +550,24 @@ async fn run_many(
         kinds.extend(script_kind(&c.name));
         pipe.add_command(to_redis(c));
     }
-    let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe))).await?;
-    let Value::Array(mut items) = value else {
-        return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis"));
+    let started = Instant::now();
+    let mut items = loop {
+        let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe))).await;
+        // Every entry refused BUSY (a script past its bound, about to be killed): none ran,
+        // so the whole pipeline may run again.
+        let all_busy = match &value {
+            Err(Failure(_, msg)) => msg.starts_with("BUSY"),
+            Ok(Value::Array(items)) => items.iter().all(|v| matches!(v, Value::ServerError(e) if e.code() == "BUSY")),
+            _ => false,
+        };
+        if all_busy && started.elapsed() < st.timeout {
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            continue;
+        }
+        match value? {
+            Value::Array(items) => break items,
+            _ => return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis")),
+        }
     };
     // A pipeline does not reload a lost script (its NOSCRIPT reaches the client, whose
     // own fallback sends the source).

@@ -82,6 +82,16 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_REDIS_CONNECTIONS", default_value_t = 4)]
     pub redis_connections: usize,
 
+    /// Client connections served at once; past it new ones get 503 and are closed (lowered
+    /// to fit the open-file limit, which is raised to its hard limit at start).
+    #[arg(long, env = "REDCOUNT_REST_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Longest a client connection may take to send a complete request head, from its start
+    /// or its previous response (so also the idle keep-alive time), in ms.
+    #[arg(long, env = "REDCOUNT_REST_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+
     /// Log level: error, info or debug (debug logs one line per request; never a token).
     #[arg(long, env = "REDCOUNT_REST_LOG", default_value = "info")]
     pub log: log::Level,
@@ -176,12 +186,12 @@ pub async fn run(config: Config) -> Result<(), String> {
             if config.cluster { " (cluster)" } else { "" }
         ),
     );
-    use axum::serve::ListenerExt;
-    // Small request/response exchanges: never let Nagle hold a reply back.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown()).await.map_err(|e| e.to_string())
+    let limits = redcount_http::Limits {
+        max_connections: config.max_connections,
+        header_timeout: Duration::from_millis(config.header_timeout_ms.max(1)),
+        stall_timeout: timeout.max(Duration::from_secs(1)),
+    };
+    redcount_http::serve(listener, router(state), limits, shutdown()).await.map_err(|e| e.to_string())
 }
 
 /// Redis only answers other clients (and so SCRIPT KILL) while a script runs once

@@ -75,9 +75,16 @@ struct ServeArgs {
     /// Directory of the demo page.
     #[arg(long, env = "REDCOUNT_WWW", default_value = "www")]
     www: std::path::PathBuf,
-    /// Longest wait for one Redis or REST call, in ms.
+    /// Longest wait for one Redis or REST call (and for a request body), in ms.
     #[arg(long, env = "REDCOUNT_TIMEOUT_MS", default_value_t = 5_000)]
     timeout_ms: u64,
+    /// Client connections served at once; past it new ones get 503 and are closed.
+    #[arg(long, env = "REDCOUNT_MAX_CONNECTIONS", default_value_t = 10_000)]
+    max_connections: usize,
+    /// Longest a client connection may take to send a complete request head, from its start
+    /// or its previous response (so also the idle keep-alive time), in ms.
+    #[arg(long, env = "REDCOUNT_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    header_timeout_ms: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -337,7 +344,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         };
         tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term => {} }
     };
-    redcount::serve::serve(listener, config, backend, args.www, shutdown).await.map_err(|e| e.to_string())
+    let limits = redcount_http::Limits {
+        max_connections: args.max_connections,
+        header_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
+        stall_timeout: timeout.max(std::time::Duration::from_secs(1)),
+    };
+    redcount::serve::serve(listener, config, backend, args.www, limits, timeout, shutdown)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn bench_rest(

@@ -28,27 +28,38 @@ struct Server {
     config: Config,
     backend: Backend,
     www: PathBuf,
+    /// Longest a request body may take to arrive.
+    body_timeout: std::time::Duration,
 }
 
-/// Serves until the future `shutdown` completes.
+/// Serves until the future `shutdown` completes, holding clients within `limits` (connection
+/// cap, header/idle and stall timeouts); a request body must arrive within `body_timeout`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: Config,
     backend: Backend,
     www: PathBuf,
+    limits: redcount_http::Limits,
+    body_timeout: std::time::Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = Arc::new(Server { config, backend, www });
+    let state = Arc::new(Server { config, backend, www, body_timeout });
     let app = axum::Router::new().fallback(handle).with_state(state);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    redcount_http::serve(listener, app, limits, shutdown).await
 }
 
 async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     if !uri.path().starts_with("/api/") {
         return static_file(&s.www, &method, uri.path()).await;
     }
-    let Ok(bytes) = axum::body::to_bytes(body, api::MAX_BODY).await else {
-        return to_response(api::too_large());
+    let bytes = match tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, api::MAX_BODY)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return to_response(api::too_large()),
+        Err(_) => {
+            let msg =
+                format!("{{\"error\":\"the request body did not arrive within {} ms\"}}", s.body_timeout.as_millis());
+            return (StatusCode::REQUEST_TIMEOUT, [(header::CONTENT_TYPE, "application/json")], msg).into_response();
+        }
     };
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let request = ApiRequest {

@@ -4,6 +4,7 @@ mod bad_input;
 mod concurrency;
 mod drain;
 mod faults;
+mod front_bounds;
 mod front_trust;
 mod primitives;
 mod rest;

@@ -1,0 +1,219 @@
+//! Bounded HTTP/1 serving for redcount's servers (`redcount-rest`, `redcount serve`).
+//!
+//! `axum::serve` holds a connection for as long as the client likes: a client sending one
+//! byte a second, or thousands of idle ones, could use up the open-file limit and lock
+//! everyone out. [`serve`] bounds every connection instead:
+//!
+//! - at most [`Limits::max_connections`] at once; past it a connection gets `503` with a JSON
+//!   error and is closed, so clients see why;
+//! - [`Limits::header_timeout`]: a connection must deliver a complete request head within
+//!   this time of opening or of its previous response, so slow-header and idle keep-alive
+//!   connections are closed alike;
+//! - [`Limits::stall_timeout`]: a client that stops reading its response for this long is
+//!   disconnected;
+//! - the open-file limit is raised to the hard limit at start ([`raise_open_file_limit`]).
+//!
+//! Whole-request time (a body trickled byte by byte) is the handler's to bound: both
+//! servers read bodies under their request timeout.
+//!
+//! ```no_run
+//! # async fn run() -> std::io::Result<()> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let app = axum::Router::new().fallback(|| async { "hello" });
+//! redcount_http::serve(listener, app, redcount_http::Limits::default(), std::future::pending()).await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Sleep;
+
+/// How much one server lets its clients hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served at once; more are refused with 503.
+    pub max_connections: usize,
+    /// Longest wait for a complete request head, from the connection's start or its
+    /// previous response (so also the idle keep-alive time).
+    pub header_timeout: Duration,
+    /// Longest a write to the client may make no progress.
+    pub stall_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Raises the soft open-file limit to the hard one where the system allows; returns the
+/// soft limit in force afterwards.
+pub fn raise_open_file_limit() -> u64 {
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+    rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft).unwrap_or(1024)
+}
+
+/// The connection cap actually used: the asked one, lowered so that the open files left
+/// for Redis connections, logs and refusals never run out.
+pub fn effective_max_connections(asked: usize) -> usize {
+    let files = raise_open_file_limit();
+    let room = files.saturating_sub(256).max(16);
+    asked.min(usize::try_from(room).unwrap_or(usize::MAX)).max(1)
+}
+
+/// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
+/// accepting and gives open connections up to 5 s to finish.
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let cap = effective_max_connections(limits.max_connections);
+    let slots = Arc::new(Semaphore::new(cap));
+    // Refusals write a few hundred bytes; bound how many may be in flight too.
+    let refusing = Arc::new(AtomicUsize::new(0));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(_) => {
+                    // Out of file descriptors or similar: let connections close, then retry.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Small request/response exchanges: never let Nagle hold a reply back.
+        let _ = tcp.set_nodelay(true);
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            if refusing.fetch_add(1, Ordering::Relaxed) < 256 {
+                let refusing = refusing.clone();
+                tokio::spawn(async move {
+                    refuse(tcp, cap).await;
+                    refusing.fetch_sub(1, Ordering::Relaxed);
+                });
+            } else {
+                refusing.fetch_sub(1, Ordering::Relaxed);
+            }
+            continue;
+        };
+        let io = TokioIo::new(Stalling::new(tcp, limits.stall_timeout));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(64 * 1024)
+            .serve_connection(io, TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+    Ok(())
+}
+
+async fn refuse(mut tcp: TcpStream, cap: usize) {
+    let body =
+        format!("{{\"error\":\"ERR too many connections: this server holds at most {cap} at once; retry shortly\"}}");
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = tcp.write_all(reply.as_bytes()).await;
+        let _ = tcp.shutdown().await;
+    })
+    .await;
+}
+
+/// A TCP stream whose writes fail once they have waited `limit` without progress (a client
+/// that stopped reading). Reads are bounded elsewhere: heads by hyper's header timeout,
+/// bodies by the handlers' request timeout.
+struct Stalling {
+    tcp: TcpStream,
+    limit: Duration,
+    write_stall: Option<Pin<Box<Sleep>>>,
+}
+
+impl Stalling {
+    fn new(tcp: TcpStream, limit: Duration) -> Self {
+        Stalling { tcp, limit, write_stall: None }
+    }
+}
+
+impl AsyncRead for Stalling {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Stalling {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.tcp).poll_write(cx, data) {
+            Poll::Ready(r) => {
+                this.write_stall = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let limit = this.limit;
+                let stall = this.write_stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                ready!(stall.as_mut().poll(cx));
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading its response")))
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs) {
+            Poll::Ready(r) => {
+                this.write_stall = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let limit = this.limit;
+                let stall = this.write_stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                ready!(stall.as_mut().poll(cx));
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading its response")))
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+}

@@ -1,0 +1,177 @@
+//! One client must not stop or exhaust a server: connection floods and slow clients against
+//! redcount-rest and `redcount serve`, a runaway script, and memory under large requests.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use redcount_tests::{NativeServer, RedisServer, RestFront, TEST_POLICIES};
+
+/// One HTTP/1.1 request on a fresh connection; the status and body.
+fn request(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Opens `n` connections that send nothing, and `slow` that send a request head one byte at
+/// a time; returns them (the caller holds them open).
+fn hold(port: u16, n: usize) -> Vec<TcpStream> {
+    (0..n).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect()
+}
+
+/// True once the server has closed the connection (EOF or reset on read).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut b = [0u8; 512];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Holds 1,100 idle and 50 slow-header connections against `port` while `ok` requests
+/// must succeed, then checks the server dropped the idle and slow ones by itself.
+fn flood_then_check(port: u16, header_timeout: Duration, ok: impl Fn() -> u16) {
+    let mut idle = hold(port, 1_100);
+    let mut slow = hold(port, 50);
+    let start = Instant::now();
+    let head = b"POST / HTTP/1.1\r\nhost: x\r\n";
+    let mut i = 0;
+    // While they are held (and the slow ones keep trickling), normal requests are served.
+    while start.elapsed() < header_timeout / 2 {
+        for s in &mut slow {
+            let _ = s.write_all(&head[i % head.len()..i % head.len() + 1]);
+        }
+        i += 1;
+        assert_eq!(ok(), 200, "a normal request while 1,150 connections are held");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(header_timeout + Duration::from_millis(700));
+    let idle_closed = idle.iter_mut().map(closed_by_server).filter(|c| *c).count();
+    let slow_closed = slow.iter_mut().map(closed_by_server).filter(|c| *c).count();
+    assert_eq!(idle_closed, idle.len(), "idle connections are closed after the header timeout");
+    assert_eq!(slow_closed, slow.len(), "slow-header connections are closed after the header timeout");
+    assert_eq!(ok(), 200);
+}
+
+#[test]
+fn the_front_holds_against_idle_slow_and_too_many_connections() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--header-timeout-ms", "1500"]);
+    let ping = || request(front.port(), "POST", "/", &front.token, r#"["PING"]"#).0;
+    flood_then_check(front.port(), Duration::from_millis(1500), ping);
+
+    // Past the cap, a connection is told why and closed; the held ones keep working.
+    let capped = RestFront::start_with(&redis.url(), false, &["--max-connections", "20"]);
+    let held = hold(capped.port(), 20);
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, body) = request(capped.port(), "POST", "/", &capped.token, r#"["PING"]"#);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("too many connections"), "{body}");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(request(capped.port(), "POST", "/", &capped.token, r#"["PING"]"#).0, 200);
+}
+
+#[test]
+fn redcount_serve_holds_against_idle_slow_and_too_many_connections() {
+    let redis = RedisServer::start();
+    let policies = TEST_POLICIES;
+    let server = NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        "admin-token-0123456789",
+        policies,
+        &["--header-timeout-ms", "1500"],
+    );
+    let get = || request(server.port(), "GET", "/", "", "").0;
+    flood_then_check(server.port(), Duration::from_millis(1500), get);
+
+    // A body trickled after its head is cut off at the request timeout (408), not held.
+    let trickle = NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        "admin-token-0123456789",
+        policies,
+        &["--timeout-ms", "800"],
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", trickle.port())).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "POST /api/counters/c/x HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{{").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+
+    let capped = NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        "admin-token-0123456789",
+        policies,
+        &["--max-connections", "20"],
+    );
+    let held = hold(capped.port(), 20);
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, body) = request(capped.port(), "GET", "/", "", "");
+    assert_eq!(status, 503, "{body}");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(request(capped.port(), "GET", "/", "", "").0, 200);
+}
+
+#[test]
+fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--script-timeout-ms", "500"]);
+    let port = front.port();
+    for token in [front.readonly_token.clone(), front.token.clone()] {
+        let name = if token == front.token { "EVAL" } else { "EVAL_RO" };
+        let runaway = std::thread::spawn(move || {
+            request(port, "POST", "/", &token, &format!(r#"["{name}", "while true do end", "0"]"#))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // Other requests are answered once the script is killed, with no operator.
+        for _ in 0..10 {
+            let (status, body) = request(port, "POST", "/", &front.token, r#"["SET", "k", "v"]"#);
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, body) = runaway.join().unwrap();
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("killed"), "the runaway's caller is told: {body}");
+    }
+    assert!(front.log().contains("killed a script that ran past --script-timeout-ms"));
+    // Redis itself answers again.
+    let pong: String = redis::cmd("PING").query(&mut redis.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn remembered_script_rewrites_stay_within_their_byte_bound() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let before = front.peak_rss_kib();
+    for i in 0..120 {
+        // A distinct ~1 MiB script Redis accepts, carrying the flag the front rewrites.
+        let pad = "-".repeat(1_000_000);
+        let src = format!("#!lua flags=no-writes,allow-key-locking\n-- {i} {pad}\nreturn 1");
+        let body = serde_json::json!(["EVAL_RO", src, "0"]).to_string();
+        let (status, text) = request(front.port(), "POST", "/", &front.readonly_token, &body);
+        assert_eq!(status, 200, "{text}");
+    }
+    let grown = front.peak_rss_kib().saturating_sub(before);
+    println!("peak RSS grew by {grown} KiB over 120 MiB of scripts");
+    assert!(grown < 64 * 1024, "the front kept the scripts: +{grown} KiB");
+}
