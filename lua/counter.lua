@@ -5,7 +5,9 @@
 -- ARGV[3]  min: integer
 -- ARGV[4]  max: integer >= min, or "" for no maximum
 -- ARGV[5]  mode: "clamp" (apply the part of delta that stays in bounds) or "reject" (all or nothing)
--- ARGV[6]  ttl in ms, set only when this call creates the key; 0 for none
+-- ARGV[6]  ttl in ms, renewed by every write, so a counter lives this long after its own last
+--          write; 0 for none. Hash storage: the hash lives this long after the last write
+--          to any of its counters, and each field too where Redis has per-field expiry (7.4+)
 -- Reply: {value, applied, flag}; flag 0 = applied as asked, 1 = clamped, 2 = rejected.
 -- Every check runs before the single write: Redis has no rollback.
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
@@ -18,7 +20,8 @@ if replay then return replay end
 local key, field = KEYS[1], ARGV[1]
 local delta = int('delta', ARGV[2], -LIM, LIM)
 local min = int('min', ARGV[3], -LIM, LIM)
-local max = nil
+-- No maximum is the documented 10^15: every stored value stays within +-10^15.
+local max = LIM
 if ARGV[4] ~= '' then max = int('max', ARGV[4], min, LIM) end
 local mode = ARGV[5]
 if mode ~= 'clamp' and mode ~= 'reject' then
@@ -46,7 +49,7 @@ local new, flag = want, 0
 if delta < 0 and want < min then
   new = math.max(want, math.min(cur, min))
   flag = 1
-elseif delta > 0 and max ~= nil and want > max then
+elseif delta > 0 and want > max then
   new = math.min(want, math.max(cur, max))
   flag = 1
 end
@@ -54,12 +57,17 @@ if flag == 1 and mode == 'reject' then new, flag = cur, 2 end
 
 local applied = new - cur
 if applied ~= 0 then
-  local existed = redis.call('EXISTS', key)
   if field == '' then
     redis.call('INCRBY', key, s(applied))
+    if ttl > 0 then redis.call('PEXPIRE', key, s(ttl)) end
   else
     redis.call('HINCRBY', key, field, s(applied))
+    if ttl > 0 then
+      -- The hash never ends before this field's TTL; where the field can expire on its
+      -- own (HPEXPIRE, Redis 7.4+), it does.
+      if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, s(ttl)) end
+      pcall(redis.call, 'HPEXPIRE', key, s(ttl), 'FIELDS', 1, field)
+    end
   end
-  if existed == 0 and ttl > 0 then redis.call('PEXPIRE', key, s(ttl)) end
 end
 return finish({new, applied, flag})

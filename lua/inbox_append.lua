@@ -1,9 +1,12 @@
 -- redcount: append a message to a per-user inbox (a week-long message cache).
--- KEYS[1]  sorted set: score = message id, member = 4-byte little-endian Unix time (s) .. body
+-- KEYS[1]  sorted set: score = message id, member = 4-byte little-endian Unix time (s)
+--          .. 8-byte little-endian id .. body (the id makes equal bodies distinct members)
 -- ARGV[1]  message id (0 .. 2^53-1, decimal)
 -- ARGV[2]  body (any bytes)
--- ARGV[3]  ttl in ms, set when this message creates the inbox (1 .. 10^11)
--- ARGV[4]  max length kept: older messages beyond it are dropped now (1 .. 10^6)
+-- ARGV[3]  ttl in ms (1 .. 10^11): the inbox lives at least this long after every append,
+--          so the expiry follows the newest message
+-- ARGV[4]  max length kept: older messages beyond it are dropped, at most 1,000 per call
+--          (1 .. 10^6), so lowering it costs bounded Redis time per call
 -- Reply: {stored, length}; stored 0 = a message with this id exists already (a retried
 -- append is not stored twice).
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
@@ -21,15 +24,22 @@ local max_len = int('max_len', ARGV[4], 1, 1000000)
 if #redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1], 'LIMIT', 0, 1) > 0 then
   return finish({0, redis.call('ZCARD', key)})
 end
+local function le(n, bytes) -- n as `bytes` little-endian bytes (exact below 2^53)
+  local out = {}
+  for i = 1, bytes do
+    out[i] = string.char(n % 256)
+    n = math.floor(n / 256)
+  end
+  return table.concat(out)
+end
 local now = tonumber(redis.call('TIME')[1])
-local stamp = string.char(now % 256, math.floor(now / 256) % 256,
-  math.floor(now / 65536) % 256, math.floor(now / 16777216) % 256)
-local existed = redis.call('EXISTS', key)
-redis.call('ZADD', key, ARGV[1], stamp .. body)
-if existed == 0 then redis.call('PEXPIRE', key, s(ttl)) end
+redis.call('ZADD', key, ARGV[1], le(now, 4) .. le(id, 8) .. body)
+local left = redis.call('PTTL', key)
+if left < ttl then redis.call('PEXPIRE', key, s(ttl)) end
 local len = redis.call('ZCARD', key)
 if len > max_len then
-  redis.call('ZREMRANGEBYRANK', key, 0, len - max_len - 1)
-  len = max_len
+  local drop = math.min(len - max_len, 1000)
+  redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
+  len = len - drop
 end
 return finish({1, len})

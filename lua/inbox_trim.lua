@@ -6,7 +6,8 @@
 -- Reply: {deleted, newest_time}; newest_time = stamp of the newest remaining message, 0 when
 -- the inbox is now empty (and deleted).
 -- Expired messages are dropped from the oldest and the scan stops at the first live one,
--- then the length is capped, then an empty inbox is deleted.
+-- then the length is capped (at most 1,000 more per call: bounded Redis time), then an
+-- empty inbox is deleted.
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
@@ -40,9 +41,10 @@ if n > 0 then
 end
 local len = redis.call('ZCARD', key)
 if len > max_len then
-  redis.call('ZREMRANGEBYRANK', key, 0, len - max_len - 1)
-  deleted = deleted + len - max_len
-  len = max_len
+  local drop = math.min(len - max_len, 1000)
+  redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
+  deleted = deleted + drop
+  len = len - drop
 end
 if len == 0 then
   redis.call('DEL', key)

@@ -83,6 +83,8 @@ pub enum ErrorKind {
     Unavailable,
     /// `READONLY` / `NOPERM` / `NOAUTH`: not allowed.
     Denied,
+    /// `OOM`: Redis is at `maxmemory` and refused the write as a whole (nothing written).
+    OutOfMemory,
     /// Anything else.
     Other,
 }
@@ -108,6 +110,7 @@ impl ErrorReply {
             "MOVED" | "ASK" => ErrorKind::Redirect,
             "BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" => ErrorKind::Unavailable,
             "READONLY" | "NOPERM" | "NOAUTH" => ErrorKind::Denied,
+            "OOM" => ErrorKind::OutOfMemory,
             _ if message.starts_with("ERR redcount:") => ErrorKind::Rejected,
             _ if message.contains("NOSCRIPT") => ErrorKind::NoScript,
             _ => ErrorKind::Other,

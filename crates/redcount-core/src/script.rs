@@ -42,12 +42,14 @@ impl Script {
 }
 
 macro_rules! scripts {
-    ($($(#[$doc:meta])* $id:ident = $file:literal;)*) => {
-        // Each script is sent as prelude.lua + its own file: self-contained for EVAL, one
-        // copy of the shared helpers in the repository.
+    ($($(#[$doc:meta])* $id:ident = $file:literal $shebang:literal;)*) => {
+        // Each script is sent as shebang + prelude.lua + its own file: self-contained for
+        // EVAL, one copy of the shared helpers in the repository. The shebang makes Redis
+        // refuse a writing script as a whole at maxmemory (OOM, nothing written) instead of
+        // letting it write once its first write passed; reading scripts say `no-writes`.
         $( $(#[$doc])* pub static $id: Script = Script::new(
             $file,
-            concat!(include_str!("../../../lua/prelude.lua"), include_str!(concat!("../../../lua/", $file, ".lua"))),
+            concat!($shebang, "\n", include_str!("../../../lua/prelude.lua"), include_str!(concat!("../../../lua/", $file, ".lua"))),
         ); )*
         /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
         pub static ALL: &[&Script] = &[$(&$id),*];
@@ -56,29 +58,29 @@ macro_rules! scripts {
 
 scripts! {
     /// Bounded counter: clamp or reject at min/max.
-    COUNTER = "counter";
+    COUNTER = "counter" "#!lua";
     /// Once-per-window claim.
-    CLAIM = "claim";
+    CLAIM = "claim" "#!lua";
     /// Quota, fixed window.
-    QUOTA_FIXED = "quota_fixed";
+    QUOTA_FIXED = "quota_fixed" "#!lua";
     /// Quota, sliding window log.
-    QUOTA_SLIDING = "quota_sliding";
+    QUOTA_SLIDING = "quota_sliding" "#!lua";
     /// Quota, token bucket.
-    QUOTA_BUCKET = "quota_bucket";
+    QUOTA_BUCKET = "quota_bucket" "#!lua";
     /// Quota: forget a subject's usage.
-    QUOTA_RESET = "quota_reset";
+    QUOTA_RESET = "quota_reset" "#!lua";
     /// Semaphore with leases.
-    SEMAPHORE = "semaphore";
+    SEMAPHORE = "semaphore" "#!lua";
     /// Inbox: append a message.
-    INBOX_APPEND = "inbox_append";
+    INBOX_APPEND = "inbox_append" "#!lua";
     /// Inbox: trim by age and length.
-    INBOX_TRIM = "inbox_trim";
+    INBOX_TRIM = "inbox_trim" "#!lua";
     /// Red packet: create.
-    REDPACKET_CREATE = "redpacket_create";
+    REDPACKET_CREATE = "redpacket_create" "#!lua";
     /// Red packet: grab one share.
-    REDPACKET_GRAB = "redpacket_grab";
+    REDPACKET_GRAB = "redpacket_grab" "#!lua";
     /// Red packet: status.
-    REDPACKET_STATUS = "redpacket_status";
+    REDPACKET_STATUS = "redpacket_status" "#!lua flags=no-writes";
 }
 
 /// A call of one script with its keys and arguments.

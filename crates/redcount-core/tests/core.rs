@@ -133,8 +133,9 @@ fn wrong_shapes_are_errors_not_panics() {
     );
     assert!(Status::new("p").unwrap().parse(Value::Array(vec![])).is_err());
     assert!(Read::new("u", None, 5).unwrap().parse(Value::Array(vec![Value::Bytes(vec![1])])).is_err());
-    assert_eq!(decode_member(&[1, 0, 0, 0, b'h']), Some((1, &b"h"[..])));
-    assert_eq!(decode_member(&[1, 0]), None);
+    assert_eq!(decode_member(&[1, 0, 0, 0, b'h'], 9), Some((1, &b"h"[..])));
+    assert_eq!(decode_member(&[1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, b'h'], 9), Some((1, &b"h"[..])));
+    assert_eq!(decode_member(&[1, 0], 9), None);
 }
 
 proptest! {

@@ -85,7 +85,7 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                     Backend::Direct(d) => match d.send(exchange.command()).await {
                         Ok(v) => exchange.receive_value(Ok(v)),
                         Err(Error::Redis(e)) => exchange.receive_value(Err(e)),
-                        Err(e) => Step::Respond(exchange.fail(&e.to_string())),
+                        Err(e) => Step::Respond(exchange.fail_at("Redis", &e.to_string())),
                     },
                 };
             }

@@ -11,3 +11,4 @@ mod rest;
 mod scenario;
 mod scripts;
 mod worker;
+mod writes_kept;

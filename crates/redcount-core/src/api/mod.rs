@@ -204,6 +204,12 @@ impl Exchange {
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {
                 ApiResponse::error(503, format!("Redis is unavailable for now: {e}"), None)
             }
+            // The scripts' shebang makes Redis refuse them whole at maxmemory: fail closed.
+            Err(RestError::Reply(e)) if e.kind == ErrorKind::OutOfMemory => ApiResponse::error(
+                507,
+                "Redis is out of memory (maxmemory reached): nothing was written; retry later",
+                None,
+            ),
             Err(RestError::Reply(e)) => ApiResponse::error(502, format!("Redis error: {e}"), None),
             Err(RestError::Unauthorized(_)) => {
                 ApiResponse::error(502, "the REST front refused REDCOUNT_REST_TOKEN (server misconfigured)", None)
@@ -218,7 +224,12 @@ impl Exchange {
 
     /// The response when the REST front could not be reached at all.
     pub fn fail(self, why: &str) -> ApiResponse {
-        let r = ApiResponse::error(503, format!("the REST front is unreachable: {why}"), None);
+        self.fail_at("the REST front", why)
+    }
+
+    /// The response when `component` (the REST front, Redis) could not be reached at all.
+    pub fn fail_at(self, component: &str, why: &str) -> ApiResponse {
+        let r = ApiResponse::error(503, format!("{component} is unreachable: {why}"), None);
         self.finish(r)
     }
 

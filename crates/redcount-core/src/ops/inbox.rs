@@ -108,9 +108,24 @@ pub struct Message {
     pub body: Vec<u8>,
 }
 
-/// Decodes a member `le32 time ++ body`; `None` when it is shorter than the stamp.
-pub fn decode_member(member: &[u8]) -> Option<(u32, &[u8])> {
-    let (stamp, body) = member.split_first_chunk::<4>()?;
+/// Decodes a member `le32 time ++ le64 id ++ body` of the message `id` (the id keeps equal
+/// bodies distinct), or the first layout `le32 time ++ body`; `None` when it is shorter than
+/// the stamp.
+///
+/// ```
+/// use redcount_core::ops::inbox::decode_member;
+/// let mut m = 7u32.to_le_bytes().to_vec();
+/// m.extend_from_slice(&42u64.to_le_bytes());
+/// m.extend_from_slice(b"hi");
+/// assert_eq!(decode_member(&m, 42), Some((7, &b"hi"[..])));
+/// assert_eq!(decode_member(&[7, 0, 0, 0, b'h', b'i'], 42), Some((7, &b"hi"[..])));
+/// ```
+pub fn decode_member(member: &[u8], id: i64) -> Option<(u32, &[u8])> {
+    let (stamp, rest) = member.split_first_chunk::<4>()?;
+    let body = match rest.split_first_chunk::<8>() {
+        Some((tag, body)) if u64::try_from(id).is_ok_and(|id| *tag == id.to_le_bytes()) => body,
+        _ => rest,
+    };
     Some((u32::from_le_bytes(*stamp), body))
 }
 
@@ -166,7 +181,7 @@ impl Operation for Read {
                 return Err(ShapeError::new(Self::NAME, "member is not a string"));
             };
             // A member without a stamp was not written by redcount: time 0, all bytes body.
-            let (time, body) = decode_member(member).unwrap_or((0, member));
+            let (time, body) = decode_member(member, id).unwrap_or((0, member));
             out.push(Message { id, time, body: body.to_vec() });
         }
         Ok(out)

@@ -1,0 +1,143 @@
+//! No acknowledged write lost: inbox ids never collide, expiries follow the last write,
+//! counters stay within +-10^15, and at maxmemory every write route fails closed.
+
+use std::time::Duration;
+
+use redcount::Error;
+use redcount_core::ErrorKind;
+use redcount_core::keys;
+use redcount_core::ops::claim::Claim;
+use redcount_core::ops::counter::{AddCounter, Bounds, GetCounter, Mode, Storage};
+use redcount_core::ops::inbox::{Append, Read, Trim};
+use redcount_core::ops::quota::{Algorithm, Quota, ResetQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab};
+use redcount_core::ops::semaphore::{Action, Semaphore};
+use redcount_tests::{RedisServer, uid};
+
+#[tokio::test]
+async fn equal_bodies_in_one_second_are_two_messages() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let user = uid("u");
+    let week = 7 * 86_400_000;
+    for id in [1, 2, 3] {
+        let r = d.run(&Append::new(&user, id, "same body", week, 100).unwrap()).await.unwrap();
+        assert!(r.stored, "id {id} stored");
+    }
+    // A retry of an id is idempotent and loses nothing.
+    let again = d.run(&Append::new(&user, 1, "same body", week, 100).unwrap()).await.unwrap();
+    assert!(!again.stored);
+    let all = d.run(&Read::new(&user, None, 100).unwrap()).await.unwrap();
+    assert_eq!(all.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 2, 3], "every acknowledged id is kept");
+    assert!(all.iter().all(|m| m.body == b"same body"));
+}
+
+#[tokio::test]
+async fn expiries_follow_the_last_write() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let pttl = |c: &mut redis::Connection, k: &str| -> i64 { redis::cmd("PTTL").arg(k).query(c).unwrap() };
+
+    // Inbox: a message appended shortly before the inbox would expire keeps it alive.
+    let user = uid("u");
+    d.run(&Append::new(&user, 1, "a", 1_500, 100).unwrap()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    d.run(&Append::new(&user, 2, "b", 1_500, 100).unwrap()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let left = d.run(&Read::new(&user, None, 10).unwrap()).await.unwrap();
+    assert_eq!(left.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 2], "the newest message keeps the inbox");
+    assert!(pttl(&mut c, &keys::inbox(&user)) > 0);
+
+    // Counters, as keys and as hash fields: each lives its TTL after its own last write.
+    for storage in [Storage::Key, Storage::HashField] {
+        let (a, b) = (uid("a"), uid("b"));
+        let bounds = Bounds { min: 0, max: None, mode: Mode::Clamp, ttl_ms: 1_500 };
+        d.run(&AddCounter::new("c", &a, storage, 1, bounds).unwrap()).await.unwrap();
+        d.run(&AddCounter::new("c", &b, storage, 1, bounds).unwrap()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        d.run(&AddCounter::new("c", &b, storage, 1, bounds).unwrap()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let got = d.run(&GetCounter::new("c", &b, storage).unwrap()).await.unwrap();
+        assert_eq!(got, 2, "{storage:?}: written 0.8 s ago with a 1.5 s TTL, still there");
+        if storage == Storage::Key {
+            assert_eq!(d.run(&GetCounter::new("c", &a, storage).unwrap()).await.unwrap(), 0, "a's own TTL ended");
+        }
+    }
+}
+
+#[tokio::test]
+async fn counters_stay_within_ten_to_the_fifteenth_both_ways() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let lim = 1_000_000_000_000_000i64;
+    for storage in [Storage::Key, Storage::HashField] {
+        let s = uid("s");
+        let open = Bounds { min: -lim, max: None, mode: Mode::Clamp, ttl_ms: 0 };
+        for _ in 0..3 {
+            d.run(&AddCounter::new("c", &s, storage, lim, open).unwrap()).await.unwrap();
+        }
+        assert_eq!(d.run(&GetCounter::new("c", &s, storage).unwrap()).await.unwrap(), lim, "clamped at 10^15");
+        // Still writable both ways.
+        d.run(&AddCounter::new("c", &s, storage, -5, open).unwrap()).await.unwrap();
+        assert_eq!(d.run(&GetCounter::new("c", &s, storage).unwrap()).await.unwrap(), lim - 5);
+        let reject = Bounds { mode: Mode::Reject, ..open };
+        let r = d.run(&AddCounter::new("c", &s, storage, 10, reject).unwrap()).await.unwrap();
+        assert_eq!(r.value, lim - 5, "past 10^15 is rejected, not stored");
+        for _ in 0..5 {
+            d.run(&AddCounter::new("c", &s, storage, -lim, open).unwrap()).await.unwrap();
+        }
+        assert_eq!(d.run(&GetCounter::new("c", &s, storage).unwrap()).await.unwrap(), -lim, "and at -10^15");
+    }
+}
+
+#[tokio::test]
+async fn every_write_route_fails_closed_at_maxmemory() {
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "noeviction", "--enable-debug-command", "local"]);
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    // Existing state the writes below would touch.
+    let packet = redpacket::new_id(&mut rand::rng());
+    let mut rng = rand::rng();
+    d.run(&Create::new(&packet, 10_000, 10, 1, 60_000, &mut rng).unwrap()).await.unwrap();
+    let sliding = Algorithm::SlidingWindow { limit: 100, window_ms: 60_000 };
+    d.run(&Quota::take("q", "s", sliding, 1).unwrap()).await.unwrap();
+    // Redis well past its maxmemory (set below what it uses, so freed buffers cannot make room).
+    let blob = vec![b'x'; 64 * 1024];
+    for i in 0..16 {
+        let _: () = redis::cmd("SET").arg(format!("fill{i}")).arg(&blob).query(&mut c).unwrap();
+    }
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
+    let used: u64 = info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2).query(&mut c).unwrap();
+    let digest = |c: &mut redis::Connection| -> String { redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap() };
+    let before = digest(&mut c);
+    let bounds = Bounds { min: 0, max: None, mode: Mode::Clamp, ttl_ms: 60_000 };
+    let oom = |r: Result<(), Error>, what: &str| match r {
+        Err(Error::Redis(e)) if e.kind == ErrorKind::OutOfMemory => {}
+        other => panic!("{what}: expected a refusal at maxmemory, got {other:?}"),
+    };
+    let u = uid("u");
+    oom(d.run(&AddCounter::new("c", &u, Storage::Key, 1, bounds).unwrap()).await.map(drop), "counter");
+    oom(d.run(&AddCounter::new("c", &u, Storage::HashField, 1, bounds).unwrap()).await.map(drop), "hash counter");
+    oom(d.run(&Claim::new("bonus", &u, 60_000).unwrap()).await.map(drop), "claim");
+    for algo in [
+        Algorithm::FixedWindow { limit: 10, window_ms: 60_000 },
+        sliding,
+        Algorithm::TokenBucket { capacity: 10, refill: 1, interval_ms: 1_000 },
+    ] {
+        oom(d.run(&Quota::take("q", "s", algo, 1).unwrap()).await.map(drop), "quota take");
+        oom(d.run(&ResetQuota::new("q", "s", algo).unwrap()).await.map(drop), "quota reset");
+    }
+    for action in [Action::Acquire, Action::Renew, Action::Release] {
+        oom(d.run(&Semaphore::new("sem", "n", action, &u, 3, 10_000).unwrap()).await.map(drop), "semaphore");
+    }
+    oom(d.run(&Append::new(&u, 1, "m", 60_000, 10).unwrap()).await.map(drop), "inbox append");
+    oom(d.run(&Trim::new(&u, 60, 10, 10).unwrap()).await.map(drop), "inbox trim");
+    let fresh = redpacket::new_id(&mut rng);
+    oom(d.run(&Create::new(&fresh, 10_000, 10, 1, 60_000, &mut rng).unwrap()).await.map(drop), "red packet create");
+    oom(d.run(&Grab::new(&packet, &u).unwrap()).await.map(drop), "red packet grab");
+    assert_eq!(before, digest(&mut c), "nothing was written at maxmemory");
+    // Reads still work.
+    assert!(d.run(&redpacket::Status::new(&packet).unwrap()).await.unwrap().is_some());
+}
