@@ -11,11 +11,12 @@
 --   lease_ms: until this holder's lease ends (0 when it holds none)
 -- Expired leases are reclaimed on every call, so a crashed holder frees its slot when its
 -- own lease ends, and one slow holder can never reset the others.
--- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
+-- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua). A replayed acquire or
+-- renew tells the current truth: the lease left now, or 4 (not a holder) once it has ended;
+-- a replay never grants a slot that is not held.
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local replay, finish = idempotency(1)
-if replay then return replay end
 
 local key, op, holder = KEYS[1], ARGV[1], ARGV[2]
 if op ~= 'acquire' and op ~= 'renew' and op ~= 'release' then
@@ -31,6 +32,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now))
 local held = redis.call('ZSCORE', key, holder)
+
+local function earliest_end()
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2]) - now
+end
+
+if replay then
+  if replay[1] ~= 1 and replay[1] ~= 2 then return replay end
+  local in_use = redis.call('ZCARD', key)
+  if held then return {replay[1], in_use, limit, earliest_end(), tonumber(held) - now} end
+  return {4, in_use, limit, earliest_end(), 0}
+end
 local code
 if op == 'release' then
   if held then redis.call('ZREM', key, holder); code = 3 else code = 4 end
@@ -47,10 +61,8 @@ else
 end
 
 local in_use = redis.call('ZCARD', key)
-local earliest, lease_left = -1, 0
+local earliest, lease_left = earliest_end(), 0
 if in_use > 0 then
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  earliest = tonumber(first[2]) - now
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   -- The set lives exactly as long as its longest lease, so idle semaphores vanish.
   redis.call('PEXPIREAT', key, s(tonumber(last[2])))

@@ -332,6 +332,7 @@ pub const TEST_POLICIES: &str = r#"{
   "daily-prize":  { "kind": "quota", "algorithm": "fixed", "limit": 2, "window_ms": 86400000 },
   "burst":        { "kind": "quota", "algorithm": "sliding", "limit": 5, "window_ms": 10000 },
   "device-slots": { "kind": "semaphore", "limit": 2, "lease_ms": 300000 },
+  "short-slots":  { "kind": "semaphore", "limit": 1, "lease_ms": 1000 },
   "running-jobs": { "kind": "counter", "min": 0, "storage": "hash" },
   "signup-bonus": { "kind": "claim", "window_ms": 86400000 },
   "demo-packets": { "kind": "redpackets", "max_shares": 500, "max_total_cents": 1000000, "ttl_ms": 3600000 },

@@ -111,3 +111,34 @@ mod tests {
         assert_eq!(h(&million), "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
     }
 }
+
+/// HMAC-SHA-1 (RFC 2104) of `message` under `key`.
+pub fn hmac(key: &[u8], message: &[u8]) -> [u8; 20] {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..20].copy_from_slice(&digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = alloc::vec::Vec::with_capacity(64 + message.len());
+    inner.extend(block.iter().map(|b| b ^ 0x36));
+    inner.extend_from_slice(message);
+    let mut outer = alloc::vec::Vec::with_capacity(84);
+    outer.extend(block.iter().map(|b| b ^ 0x5c));
+    outer.extend_from_slice(&digest(&inner));
+    digest(&outer)
+}
+
+#[cfg(test)]
+mod hmac_tests {
+    #[test]
+    fn rfc_2202_vectors() {
+        let h = |k: &[u8], m: &[u8]| alloc::string::String::from_utf8(super::hex(super::hmac(k, m)).to_vec()).unwrap();
+        assert_eq!(h(&[0x0b; 20], b"Hi There"), "b617318655057264e28bc0b6fb378c8ef146be00");
+        assert_eq!(h(b"Jefe", b"what do ya want for nothing?"), "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
+        assert_eq!(
+            h(&[0xaa; 80], b"Test Using Larger Than Block-Size Key - Hash Key First"),
+            "aa4ae5e15272d00e95705637ce8a3b55ed402112"
+        );
+    }
+}

@@ -62,13 +62,15 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
         }
     };
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let idem_key = headers.get("idempotency-key").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let request = ApiRequest {
         method: method.as_str(),
         path: uri.path(),
         query: uri.query().unwrap_or(""),
         authorization: header(header::AUTHORIZATION),
         origin: header(header::ORIGIN),
-        idempotency_key: headers.get("idempotency-key").and_then(|v| v.to_str().ok()),
+        // Lossy, not dropped: a key with a non-ASCII byte must be refused (400), not ignored.
+        idempotency_key: idem_key.as_deref(),
         body: &bytes,
     };
     let mut rng = rand::rngs::StdRng::from_os_rng();

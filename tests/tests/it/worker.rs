@@ -519,8 +519,16 @@ async fn idempotency(kind: Kind) {
         let key = format!("k-{run}-{}", path.len() + body.len());
         let first = api.keyed(method, path, body, &key, *admin).await;
         assert!(first.0 < 300, "{kind:?} {method} {path}: {first:?}");
-        let replay = api.keyed(method, path, body, &key, *admin).await;
-        assert_eq!(replay, first, "{kind:?} {method} {path}: a replay answers exactly the same");
+        let mut replay = api.keyed(method, path, body, &key, *admin).await;
+        if path.contains("/semaphores/") {
+            // A replayed grant tells the lease left now, not the one first granted.
+            for f in ["lease_ms", "earliest_end_ms"] {
+                let (was, now) = (first.1[f].as_i64().unwrap(), replay.1[f].as_i64().unwrap());
+                assert!(now <= was && now > was - 5_000, "{f}: {was} then {now}");
+                replay.1[f] = first.1[f].clone();
+            }
+        }
+        assert_eq!(replay, first, "{kind:?} {method} {path}: a replay answers the same");
         let clash = api.keyed(method, path, other, &key, *admin).await;
         assert_eq!(clash.0, 422, "{kind:?} {method} {path}: same key, another request: {:?}", clash.1);
         assert_eq!(clash.1["field"], json!("Idempotency-Key"));
@@ -549,4 +557,32 @@ async fn idempotency(kind: Kind) {
     let st = api.get(&format!("/api/redpackets/{id}")).await;
     assert_eq!((st.json["count"].as_i64(), st.json["remaining"].as_i64()), (Some(5), Some(5)));
     assert_eq!(api.keyed("POST", "/api/redpackets", create, &format!("drop-p-{run}"), false).await, made);
+
+    // The fingerprint is of the parsed request: spacing does not make it another request.
+    let spaced = format!("/api/counters/running-jobs/f{run}");
+    let a = api.keyed("POST", &spaced, r#"{"delta":1}"#, &format!("fp-{run}"), false).await;
+    let b = api.keyed("POST", &spaced, r#"{ "delta" : 1 }"#, &format!("fp-{run}"), false).await;
+    assert_eq!((a.0, &a), (200, &b), "{kind:?}: the same request, differently spaced, is a replay");
+    // Repeated fields are refused, whichever would win.
+    let dup = api.keyed("POST", &spaced, r#"{"delta":1,"delta":5}"#, &format!("dup-{run}"), false).await;
+    assert_eq!(dup.0, 400, "{kind:?}: {dup:?}");
+    assert!(dup.1["error"].as_str().unwrap().contains("more than once"), "{dup:?}");
+    // A key that is not ASCII is refused, not ignored (each retry would apply again).
+    let bad = reqwest::header::HeaderValue::from_bytes(&[b'k', 0xe9, b'y']).unwrap();
+    let r = api.http.post(format!("{}{spaced}", api.base)).header("Idempotency-Key", bad).body(r#"{"delta":1}"#);
+    let r = r.send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400, "{kind:?}: {}", r.text().await.unwrap());
+    assert_eq!(api.get(&spaced).await.json["value"], 1);
+
+    // A replayed acquire after its lease ended tells the truth, never grants a slot.
+    let slot = format!("/api/semaphores/short-slots/s{run}/acquire");
+    let key = format!("sem-{run}");
+    let got = api.keyed("POST", &slot, r#"{"holder":"h1"}"#, &key, false).await;
+    assert_eq!(got.1["result"], json!("acquired"), "{got:?}");
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let other = api.post(&slot, r#"{"holder":"h2"}"#).await;
+    assert_eq!(other.json["result"], json!("acquired"), "the lease ended: the slot is free");
+    let replay = api.keyed("POST", &slot, r#"{"holder":"h1"}"#, &key, false).await;
+    assert_ne!(replay.1["result"], json!("acquired"), "{kind:?}: a 1-slot semaphore granted twice: {replay:?}");
+    assert_ne!(replay.1["result"], json!("renewed"), "{replay:?}");
 }

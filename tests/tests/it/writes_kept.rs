@@ -141,3 +141,27 @@ async fn every_write_route_fails_closed_at_maxmemory() {
     // Reads still work.
     assert!(d.run(&redpacket::Status::new(&packet).unwrap()).await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn packet_ids_from_idempotency_keys_depend_on_the_server_secret() {
+    let redis = RedisServer::start();
+    let create = |url: String| async move {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/api/redpackets"))
+            .header("Idempotency-Key", "the-same-key")
+            .body(r#"{"total_cents":500,"count":5}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        let v: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    let backend = [("REDIS_URL", redis.url())];
+    let backend: Vec<(&str, &str)> = backend.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let one = redcount_tests::NativeServer::start(&backend, "admin-secret-one-0123", redcount_tests::TEST_POLICIES);
+    let two = redcount_tests::NativeServer::start(&backend, "admin-secret-two-0123", redcount_tests::TEST_POLICIES);
+    let (a, a_again, b) = (create(one.url()).await, create(one.url()).await, create(two.url()).await);
+    assert_eq!(a, a_again, "a replay finds the same packet");
+    assert_ne!(a, b, "another deployment's secret derives another id: ids are not predictable from keys");
+}

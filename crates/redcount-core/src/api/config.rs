@@ -167,6 +167,16 @@ impl fmt::Debug for Config {
 pub const MIN_SECRET_LEN: usize = 16;
 
 impl Config {
+    /// The key red-packet ids are derived with (from an `Idempotency-Key`): the deployment's
+    /// secrets, so ids cannot be predicted from a key. Rotating a secret changes the id a
+    /// replay derives, so rotate when no replay is pending (replies are kept 24 h).
+    pub fn id_secret(&self) -> Vec<u8> {
+        let mut k = Vec::from(self.rest_token.as_bytes());
+        k.push(0);
+        k.extend_from_slice(self.admin_token.as_deref().unwrap_or("").as_bytes());
+        k
+    }
+
     /// Reads the configuration through `var` (an environment lookup).
     ///
     /// `REDCOUNT_REST_URL`, `REDCOUNT_REST_TOKEN` and `REDCOUNT_POLICIES` are required;

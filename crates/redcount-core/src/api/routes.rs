@@ -34,7 +34,13 @@ fn idempotency(req: &ApiRequest<'_>) -> Result<Option<ops::Idempotency>, ApiResp
             Some("Idempotency-Key"),
         ));
     }
-    Ok(Some(ops::Idempotency::new(k, req.method, req.path, req.body)))
+    // The fingerprint is of the parsed request, so `{"delta": 1}` and `{"delta":1}` are one
+    // request (objects are re-serialised with sorted keys).
+    let canonical = match serde_json::from_slice::<Json>(req.body) {
+        Ok(json) => json.to_string().into_bytes(),
+        Err(_) => req.body.to_vec(),
+    };
+    Ok(Some(ops::Idempotency::new(k, req.method, req.path, &canonical)))
 }
 
 /// Applies the idempotency key, if the request has one, to a write operation.
@@ -274,6 +280,36 @@ fn find<'c>(config: &'c Config, name: &str, kind: &str) -> Result<&'c Policy, Ap
 /// A JSON object body with known fields only.
 struct Body(Map<String, Json>);
 
+/// The first key repeated in the top-level JSON object `bytes`, if any.
+fn repeated_key(bytes: &[u8]) -> Option<String> {
+    struct Keys(Option<String>);
+    impl<'de> serde::Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Keys;
+                fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Keys, A::Error> {
+                    let mut seen: Vec<String> = Vec::new();
+                    let mut repeated = None;
+                    while let Some(k) = m.next_key::<String>()? {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                        if repeated.is_none() && seen.contains(&k) {
+                            repeated = Some(k.clone());
+                        }
+                        seen.push(k);
+                    }
+                    Ok(Keys(repeated))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    serde_json::from_slice::<Keys>(bytes).ok().and_then(|k| k.0)
+}
+
 fn body(req: &ApiRequest<'_>, fields: &[&'static str]) -> Result<Body, ApiResponse> {
     if req.body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Body(Map::new()));
@@ -283,6 +319,10 @@ fn body(req: &ApiRequest<'_>, fields: &[&'static str]) -> Result<Body, ApiRespon
     let Json::Object(map) = json else {
         return Err(ApiResponse::error(400, "body must be a JSON object", Some("body")));
     };
+    // A map keeps the last of repeated keys: `{"delta":1,"delta":5}` must not pass as either.
+    if let Some(k) = repeated_key(req.body) {
+        return Err(ApiResponse::error(400, format!("field `{k}` appears more than once"), Some("body")));
+    }
     if let Some(k) = map.keys().find(|k| !fields.contains(&k.as_str())) {
         let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
         return Err(ApiResponse::error(400, format!("unknown field `{k}` (known: {known})"), Some(k)));
@@ -499,7 +539,7 @@ fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, cal
     // With an Idempotency-Key the id comes from the key, so a replay finds the same packet.
     let idem = idempotency(req)?;
     let id = match &idem {
-        Some(i) => redpacket::id_for(i),
+        Some(i) => redpacket::id_for(i, &config.id_secret()),
         None => redpacket::new_id(rng),
     };
     let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;

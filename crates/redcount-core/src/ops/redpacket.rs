@@ -19,11 +19,11 @@ pub const MAX_TTL_MS: i64 = 30 * 86_400_000;
 pub const MAX_PAGE: i64 = 1_000;
 
 /// The packet id for a create carrying an idempotency key: derived from it, so that a replay
-/// addresses the same packet (and the same cluster slot) as the first call.
-pub fn id_for(idem: &super::Idempotency) -> String {
-    String::from_utf8(crate::sha1::hex(crate::sha1::digest(idem.suffix.as_bytes())).to_vec())
-        .map(|h| String::from(&h[..32]))
-        .unwrap_or_default()
+/// addresses the same packet (and the same cluster slot) as the first call, keyed with the
+/// server's `secret` (HMAC-SHA-1), so nobody can predict the id of another client's key.
+pub fn id_for(idem: &super::Idempotency, secret: &[u8]) -> String {
+    let mac = crate::sha1::hmac(secret, idem.suffix.as_bytes());
+    String::from_utf8(crate::sha1::hex(mac).to_vec()).map(|h| String::from(&h[..32])).unwrap_or_default()
 }
 
 /// A fresh random packet id: 32 hex digits (128 bits, so ids never collide).
