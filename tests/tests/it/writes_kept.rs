@@ -165,3 +165,24 @@ async fn packet_ids_from_idempotency_keys_depend_on_the_server_secret() {
     assert_eq!(a, a_again, "a replay finds the same packet");
     assert_ne!(a, b, "another deployment's secret derives another id: ids are not predictable from keys");
 }
+
+#[tokio::test]
+async fn redcount_serve_names_redis_when_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let server = redcount_tests::NativeServer::start(
+        &[("REDIS_URL", &redis.url())],
+        "admin-secret-0123456",
+        redcount_tests::TEST_POLICIES,
+    );
+    redis.kill();
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/counters/running-jobs/x", server.url()))
+        .body(r#"{"delta":1}"#)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("Redis") && !text.contains("REST front"), "the message names Redis: {text}");
+}
