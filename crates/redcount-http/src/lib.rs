@@ -168,21 +168,25 @@ impl AsyncRead for Stalling {
     }
 }
 
+impl Stalling {
+    /// A write's result, or the stall error once `limit` passed with the write pending.
+    fn guard<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            self.write_stall = None;
+            return polled;
+        }
+        let limit = self.limit;
+        let stall = self.write_stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(stall.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading its response")))
+    }
+}
+
 impl AsyncWrite for Stalling {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.tcp).poll_write(cx, data) {
-            Poll::Ready(r) => {
-                this.write_stall = None;
-                Poll::Ready(r)
-            }
-            Poll::Pending => {
-                let limit = this.limit;
-                let stall = this.write_stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-                ready!(stall.as_mut().poll(cx));
-                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading its response")))
-            }
-        }
+        let polled = Pin::new(&mut this.tcp).poll_write(cx, data);
+        this.guard(cx, polled)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -199,18 +203,8 @@ impl AsyncWrite for Stalling {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs) {
-            Poll::Ready(r) => {
-                this.write_stall = None;
-                Poll::Ready(r)
-            }
-            Poll::Pending => {
-                let limit = this.limit;
-                let stall = this.write_stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-                ready!(stall.as_mut().poll(cx));
-                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading its response")))
-            }
-        }
+        let polled = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        this.guard(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
