@@ -143,6 +143,16 @@ async fn refuse(mut tcp: TcpStream, cap: usize) {
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = tcp.write_all(reply.as_bytes()).await;
         let _ = tcp.shutdown().await;
+        // Read what the client sent (up to 64 KiB) before closing: closing with unread bytes
+        // would reset the connection and the client might never see the reply.
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            match tokio::io::AsyncReadExt::read(&mut tcp, &mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
     })
     .await;
 }

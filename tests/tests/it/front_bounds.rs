@@ -80,8 +80,10 @@ fn the_front_holds_against_idle_slow_and_too_many_connections() {
 
     // Past the cap, a connection is told why and closed; the held ones keep working.
     let capped = RestFront::start_with(&redis.url(), false, &["--max-connections", "20"]);
+    // The start-up probe's connection must be gone before the cap is filled.
+    std::thread::sleep(Duration::from_millis(500));
     let held = hold(capped.port(), 20);
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(300));
     let (status, body) = request(capped.port(), "POST", "/", &capped.token, r#"["PING"]"#);
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("too many connections"), "{body}");
@@ -123,8 +125,10 @@ fn redcount_serve_holds_against_idle_slow_and_too_many_connections() {
         policies,
         &["--max-connections", "20"],
     );
+    // The start-up probe's connection must be gone before the cap is filled.
+    std::thread::sleep(Duration::from_millis(500));
     let held = hold(capped.port(), 20);
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(300));
     let (status, body) = request(capped.port(), "GET", "/", "", "");
     assert_eq!(status, 503, "{body}");
     drop(held);
