@@ -2,7 +2,7 @@
 
 use alloc::borrow::ToOwned;
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use rand_core::RngCore;
 use serde_json::{Map, Value as Json, json};
