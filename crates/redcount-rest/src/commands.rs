@@ -10,9 +10,12 @@ use crate::backend::Backend;
 /// What the front needs to know of one command, from its COMMAND flags.
 #[derive(Clone, Copy, Default)]
 struct Flags {
-    /// `readonly` and not `write`.
+    /// `readonly`, and neither `write` nor `may_replicate` (PFCOUNT rewrites the cached
+    /// cardinality in its value: Redis propagates it as a write).
     readonly: bool,
-    /// `admin`: changes the server rather than the data (CONFIG SET, SHUTDOWN, DEBUG...).
+    /// Flag `admin` or ACL category `@admin`: changes or inspects the server rather than the
+    /// data (CONFIG SET, SHUTDOWN, DEBUG, ROLE, LASTSAVE...); or moves data off this server
+    /// (MIGRATE).
     admin: bool,
 }
 
@@ -54,8 +57,12 @@ impl Table {
         let e = items(entry);
         let Some(name) = e.first().and_then(text) else { return };
         let flags: Vec<String> = e.get(2).map(items).unwrap_or(&[]).iter().filter_map(text).collect();
+        let categories: Vec<String> = e.get(6).map(items).unwrap_or(&[]).iter().filter_map(text).collect();
         let has = |name: &str| flags.iter().any(|f| f == name);
-        let entry_flags = Flags { readonly: has("readonly") && !has("write"), admin: has("admin") };
+        let entry_flags = Flags {
+            readonly: has("readonly") && !has("write") && !has("may_replicate"),
+            admin: has("admin") || categories.iter().any(|c| c == "@admin") || name == "migrate",
+        };
         // Redis 7: element 9 lists subcommands, each a full entry named `container|sub`.
         let subs = e.get(9).map(items).unwrap_or(&[]);
         if !subs.is_empty() {
@@ -92,12 +99,22 @@ impl Table {
     }
 }
 
-/// Commands a read-only token may not run although Redis flags them read-only: they walk
-/// the whole keyspace (Upstash refuses them to read-only tokens too).
+/// Commands a read-only token may not run although Redis flags them read-only: keyspace
+/// walks (Upstash refuses them to read-only tokens too) and PFCOUNT.
 pub fn readonly_refusal(name: &str) -> Option<String> {
     let upper = name.to_ascii_uppercase();
-    matches!(upper.as_str(), "KEYS" | "SCAN")
-        .then(|| format!("NOPERM this token is read-only and may not run {upper}: it walks the whole keyspace"))
+    match upper.as_str() {
+        "KEYS" | "SCAN" => {
+            Some(format!("NOPERM this token is read-only and may not run {upper}: it walks the whole keyspace"))
+        }
+        // Flagged read-only, yet it stores the cardinality it computed in the value (and
+        // Redis replicates that as a write).
+        "PFCOUNT" => Some(
+            "NOPERM this token is read-only and may not run PFCOUNT: it writes the cached cardinality into the value"
+                .into(),
+        ),
+        _ => None,
+    }
 }
 
 /// Why a command cannot run over REST, if it cannot.
@@ -115,6 +132,10 @@ pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
         "SELECT" | "AUTH" | "HELLO" | "QUIT" | "RESET" | "SWAPDB" => {
             Some(format!("ERR {upper} would change the shared connection and is not available over REST"))
         }
+        "SCRIPT" if arg(0).as_deref() == Some("DEBUG") => Some(
+            "ERR SCRIPT DEBUG is not available over REST: the debugger holds the connection (and in SYNC mode all of Redis)"
+                .into(),
+        ),
         "CLIENT"
             if matches!(
                 arg(0).as_deref(),

@@ -17,7 +17,7 @@ use crate::backend::Backend;
 use crate::commands;
 use crate::log;
 use crate::reply;
-use crate::scripts::Rewritten;
+use crate::scripts::{self, Rewritten};
 
 /// The front's HTTP routes.
 pub(crate) fn router(state: Arc<State>) -> Router {
@@ -297,6 +297,10 @@ enum Fixup {
     },
     /// SCRIPT FLUSH succeeded: forget the rewrites.
     Flushed,
+    /// A read-only token's EVAL_RO, sent as EVALSHA_RO of this SHA: it may run only a script
+    /// a full-token client has loaded, so it can neither fill Redis's script cache nor run
+    /// Lua no one vetted (a pattern match or `string.rep` inside one C call cannot be killed).
+    Vetted(String),
 }
 
 impl Fixup {
@@ -316,9 +320,16 @@ impl Fixup {
     }
 }
 
-fn prepare(st: &State, cmd: &mut Cmd) -> Fixup {
+fn prepare(st: &State, access: Access, cmd: &mut Cmd) -> Fixup {
     let upper = cmd.name.to_ascii_uppercase();
     match upper.as_str() {
+        "EVAL_RO" if access == Access::ReadOnly && !cmd.args.is_empty() => {
+            let _ = st.scripts.prepare_source(&mut cmd.args[0]);
+            let sha = scripts::sha_hex(&cmd.args[0]);
+            cmd.name = "EVALSHA_RO".into();
+            cmd.args[0] = sha.clone().into_bytes();
+            Fixup::Vetted(sha)
+        }
         "EVAL" | "EVAL_RO" => match cmd.args.get_mut(0).and_then(|src| st.scripts.prepare_source(src)) {
             Some((client_sha, rw)) => Fixup::Learn { client_sha, rw, reply_sha: false },
             None => Fixup::None,
@@ -326,7 +337,12 @@ fn prepare(st: &State, cmd: &mut Cmd) -> Fixup {
         "EVALSHA" | "EVALSHA_RO" => match cmd.args.first().and_then(|sha| st.scripts.lookup(sha)) {
             Some(rw) => {
                 cmd.args[0] = rw.sha.clone().into_bytes();
-                Fixup::Reload { rw, readonly: upper == "EVALSHA_RO" }
+                // The read-only token never makes Redis load a script, not even one it lost.
+                if access == Access::ReadOnly {
+                    Fixup::None
+                } else {
+                    Fixup::Reload { rw, readonly: upper == "EVALSHA_RO" }
+                }
             }
             None => Fixup::None,
         },
@@ -350,6 +366,35 @@ fn prepare(st: &State, cmd: &mut Cmd) -> Fixup {
             }
         }
         _ => Fixup::None,
+    }
+}
+
+/// Refuses a read-only token's EVAL_RO of a script Redis does not have (so no full-token
+/// client loaded it), before anything of the request runs.
+async fn vetted(st: &State, fixups: &[Fixup]) -> Result<(), Failure> {
+    let shas: Vec<&String> =
+        fixups.iter().filter_map(|f| if let Fixup::Vetted(s) = f { Some(s) } else { None }).collect();
+    if shas.is_empty() {
+        return Ok(());
+    }
+    let mut exists = redis::cmd("SCRIPT");
+    exists.arg("EXISTS");
+    for sha in &shas {
+        exists.arg(sha.as_str());
+    }
+    let found: Vec<bool> = match timed(st, backend(st, Access::ReadOnly).query(&exists)).await? {
+        Value::Array(items) => items.iter().map(|v| matches!(v, Value::Int(1))).collect(),
+        Value::Int(n) => vec![n == 1],
+        _ => vec![false],
+    };
+    match shas.iter().zip(found.iter().chain(std::iter::repeat(&false))).find(|(_, ok)| !**ok) {
+        None => Ok(()),
+        Some((sha, _)) => Err(error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "NOPERM this token is read-only and may run only scripts a full-token client has loaded: load script {sha} with SCRIPT LOAD (or run it once) with the full token"
+            ),
+        )),
     }
 }
 
@@ -466,7 +511,8 @@ async fn watched<T>(st: &State, kinds: &[&'static str], call: impl std::future::
 }
 
 async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
-    let fixup = prepare(st, &mut cmd);
+    let fixup = prepare(st, access, &mut cmd);
+    vetted(st, std::slice::from_ref(&fixup)).await?;
     let redis_cmd = to_redis(&cmd);
     let upper = cmd.name.to_ascii_uppercase();
     let args0 = cmd.args.first().map(|a| a.to_ascii_uppercase());
@@ -546,10 +592,11 @@ async fn run_many(
     let mut fixups = Vec::with_capacity(cmds.len());
     let mut kinds = Vec::new();
     for c in &mut cmds {
-        fixups.push(prepare(st, c));
+        fixups.push(prepare(st, access, c));
         kinds.extend(script_kind(&c.name));
         pipe.add_command(to_redis(c));
     }
+    vetted(st, &fixups).await?;
     let started = Instant::now();
     let mut items = loop {
         let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe))).await;

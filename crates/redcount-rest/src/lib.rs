@@ -144,13 +144,27 @@ pub async fn run(config: Config) -> Result<(), String> {
         let url = config.redis.clone();
         async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n).await }
     };
-    let backend = connect(None, config.redis_connections).await.map_err(unreachable)?;
+    // The URL's own user: the front's set-up and its SCRIPT KILLs, never a client's request.
     let killer = connect(None, 1).await.map_err(unreachable)?;
-    let commands = commands::Table::load(&backend).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
-    allow_script_kill(&backend, script_timeout, config.log).await;
+    let commands = commands::Table::load(&killer).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
+    allow_script_kill(&killer, script_timeout, config.log).await;
+    let full_login = if config.allow_admin_commands {
+        None
+    } else {
+        match restricted_login(&killer, &config.token, Restriction::Full).await {
+            Ok(login) => Some(login),
+            Err(e) => {
+                log::error(&format!(
+                    "cannot set up the restricted Redis user for the full token ({e}): scripts it runs may call administrative commands as far as the Redis URL's user may"
+                ));
+                None
+            }
+        }
+    };
+    let backend = connect(full_login, config.redis_connections).await.map_err(unreachable)?;
     let readonly_backend = match &config.readonly_token {
         None => None,
-        Some(ro) => match readonly_login(&backend, ro).await {
+        Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
             Ok(login) => Some(connect(Some(login), config.redis_connections).await.map_err(unreachable)?),
             Err(e) => {
                 log::error(&format!(
@@ -213,18 +227,50 @@ async fn allow_script_kill(backend: &backend::Backend, bound: Duration, level: l
     log::info(level, &format!("scripts are killed after {ms} ms"));
 }
 
-/// Sets up the Redis ACL user the read-only token's connections log in as: every command
-/// but writes, administration, pub/sub, blocking and keyspace walks. Named and keyed after
-/// the token, so fronts sharing a token share the user and restarts add nothing.
-async fn readonly_login(backend: &backend::Backend, readonly_token: &str) -> Result<backend::Login, String> {
-    let user = format!("redcount-rest-ro-{}", &scripts::sha_hex(readonly_token.as_bytes())[..12]);
-    let password = scripts::sha_hex(format!("redcount-rest readonly user\0{readonly_token}").as_bytes());
+/// What a front-made Redis user may not do.
+#[derive(Clone, Copy)]
+enum Restriction {
+    /// The full token: no administration (flag `admin` / category `@admin`), no MIGRATE, no
+    /// script debugger, so scripts cannot reach them either.
+    Full,
+    /// The read-only token: also no writes, pub/sub, blocking, keyspace walks, nor PFCOUNT
+    /// (it rewrites its value's cached cardinality).
+    ReadOnly,
+}
+
+/// Sets up the Redis ACL user a token's connections log in as, so Redis itself refuses what
+/// the token may not run, even inside a script. Named and keyed after the token, so fronts
+/// sharing a token share the user and restarts add nothing.
+async fn restricted_login(setup: &backend::Backend, token: &str, kind: Restriction) -> Result<backend::Login, String> {
+    let (tag, rules): (&str, &[&str]) = match kind {
+        Restriction::Full => ("full", &["+@all", "-@admin", "-migrate", "-script|debug"]),
+        Restriction::ReadOnly => (
+            "ro",
+            &[
+                "+@all",
+                "-@write",
+                "-@admin",
+                "-@dangerous",
+                "-@pubsub",
+                "-@blocking",
+                "-keys",
+                "-scan",
+                "-pfcount",
+                "-memory|purge",
+                "-script|debug",
+            ],
+        ),
+    };
+    let user = format!("redcount-rest-{tag}-{}", &scripts::sha_hex(token.as_bytes())[..12]);
+    // The read-only user's password has been derived this way since it was introduced.
+    let label = if tag == "ro" { "readonly" } else { tag };
+    let password = scripts::sha_hex(format!("redcount-rest {label} user\0{token}").as_bytes());
     let mut setuser = redis::cmd("ACL");
     setuser.arg("SETUSER").arg(&user).arg("reset").arg("on").arg(format!(">{password}")).arg("~*").arg("&*");
-    for rule in ["+@all", "-@write", "-@admin", "-@dangerous", "-@pubsub", "-@blocking", "-keys", "-scan"] {
-        setuser.arg(rule);
+    for rule in rules {
+        setuser.arg(*rule);
     }
-    backend.query(&setuser).await.map_err(|e| e.to_string())?;
+    setup.query(&setuser).await.map_err(|e| e.to_string())?;
     Ok(backend::Login { user, password })
 }
 

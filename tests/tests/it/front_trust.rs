@@ -14,6 +14,16 @@ struct Entry {
     last: i64,
     step: i64,
     flags: Vec<String>,
+    categories: Vec<String>,
+}
+
+impl Entry {
+    /// What the front treats as administration: flag `admin`, ACL category `@admin`, MIGRATE.
+    fn is_admin(&self) -> bool {
+        self.flags.iter().any(|f| f == "admin")
+            || self.categories.iter().any(|c| c == "@admin")
+            || self.words == ["migrate"]
+    }
 }
 
 fn text(v: &R) -> String {
@@ -58,6 +68,7 @@ fn entries(redis: &RedisServer) -> Vec<Entry> {
             last: int(&e[4]),
             step: int(&e[5]),
             flags: items(&e[2]).iter().map(text).collect(),
+            categories: e.get(6).map(items).unwrap_or(&[]).iter().map(text).collect(),
         });
     }
     for e in items(&reply) {
@@ -139,10 +150,9 @@ fn seed(redis: &RedisServer) {
         &["ZADD", "z", "1", "a", "2", "b"],
         &["XADD", "x", "1-1", "f", "v"],
         &["XGROUP", "CREATE", "x", "g", "0"],
+        // Not counted yet: PFCOUNT would store the cardinality in the value's header (a write
+        // Redis replicates), so the read-only token may not run it.
         &["PFADD", "hll", "a", "b"],
-        // PFCOUNT, a read, stores the cardinality it computed in the value's header: compute
-        // it once here, so the reads below leave the bytes as they were.
-        &["PFCOUNT", "hll"],
         &["GEOADD", "geo", "13.36", "38.11", "p"],
         // Every command is logged, so a SLOWLOG RESET would show.
         &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
@@ -205,14 +215,23 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
     let table = entries(&redis);
     let ro = &front.readonly_token;
 
-    // A full-token client runs flagged scripts first: the front learns their rewrites.
+    // A full-token client loads scripts first (the read-only token may run only those), the
+    // flagged one by the front's rewrite.
     let generic = "return redis.call(unpack(ARGV))";
     let flagged = format!("#!lua flags=allow-key-locking\n{generic}");
+    let no_writes = format!("#!lua flags=no-writes\n{generic}");
     let mut shas = Vec::new();
-    for src in [generic.to_string(), flagged.clone()] {
-        let (s, v) = c.send(&front.token, "/", Some(json!(["SCRIPT", "LOAD", src])), false).await;
-        assert_eq!(s, 200, "{v}");
-        shas.push(v["result"].as_str().unwrap().to_string());
+    let load = |src: String| {
+        let c = &c;
+        let token = &front.token;
+        async move {
+            let (s, v) = c.send(token, "/", Some(json!(["SCRIPT", "LOAD", src])), false).await;
+            assert_eq!(s, 200, "{v}");
+            v["result"].as_str().unwrap().to_string()
+        }
+    };
+    for src in [generic.to_string(), flagged.clone(), no_writes.clone()] {
+        shas.push(load(src).await);
     }
     let (s, v) = c.send(&front.token, "/", Some(json!(["EVALSHA", shas[1], "1", "s", "GET", "s"])), false).await;
     assert_eq!((s, v["result"].as_str()), (200, Some("10")), "{v}");
@@ -263,10 +282,16 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
     tally(s);
     let flushall_sha = redcount_core::sha1::hex(redcount_core::sha1::digest(flushall.as_bytes()));
     let flushall_sha = String::from_utf8(flushall_sha.to_vec()).unwrap();
-    for round in 0..2 {
+    for round in 0..3 {
         if round == 1 {
             // Redis loses its scripts; the front still knows the rewrites.
             let _: R = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
+        }
+        if round == 2 {
+            // Loaded again by the full token, through the front (which learns again).
+            for src in [generic.to_string(), flagged.clone(), no_writes.clone()] {
+                load(src).await;
+            }
         }
         let (s, _) = c.send(ro, "/", Some(json!(["EVALSHA_RO", flushall_sha, "1", "k"])), false).await;
         tally(s);
@@ -277,7 +302,7 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
             let ways: Vec<Vec<String>> = vec![
                 [vec!["EVAL_RO".to_string(), generic.to_string()], tail.clone()].concat(),
                 [vec!["EVAL_RO".to_string(), flagged.clone()], tail.clone()].concat(),
-                [vec!["EVAL_RO".to_string(), format!("#!lua flags=no-writes\n{generic}")], tail.clone()].concat(),
+                [vec!["EVAL_RO".to_string(), no_writes.clone()], tail.clone()].concat(),
                 [vec!["EVALSHA_RO".to_string(), shas[0].clone()], tail.clone()].concat(),
                 [vec!["EVALSHA_RO".to_string(), shas[1].clone()], tail.clone()].concat(),
                 [vec!["FCALL_RO".to_string(), "rc_w".to_string()], tail.clone()].concat(),
@@ -307,6 +332,64 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
     assert_eq!((s, v["result"].clone()), (200, json!([0])), "{v}");
 }
 
+/// A read-only token runs only scripts a full-token client loaded: Lua no one vetted could
+/// hold Redis inside one C call (a pattern match, `string.rep`) where SCRIPT KILL cannot
+/// reach, grow Lua's memory without bound, or fill the script cache.
+#[tokio::test]
+async fn the_readonly_token_runs_only_scripts_the_full_token_loaded() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let ro = &front.readonly_token;
+    let cached = |sha: &str| -> i64 {
+        let v: Vec<i64> = redis::cmd("SCRIPT").arg("EXISTS").arg(sha).query(&mut redis.conn()).unwrap();
+        v[0]
+    };
+    let sha = |src: &str| {
+        String::from_utf8(redcount_core::sha1::hex(redcount_core::sha1::digest(src.as_bytes())).to_vec()).unwrap()
+    };
+    // The shape of the attack, kept small: a backtracking match in one C call.
+    let bomb = "local s = string.rep('a', 24) return string.find(s, '.-.-.-b') or 0";
+    let echo = "return ARGV[1]";
+    let flagged = "#!lua flags=allow-key-locking,no-writes\nreturn ARGV[1] .. '!'";
+    for src in [bomb, echo, flagged] {
+        for base64 in [false, true] {
+            let (s, v) = c.send(ro, "/", Some(json!(["EVAL_RO", src, "0", "x"])), base64).await;
+            assert_eq!(s, 403, "{src}: {v}");
+            assert!(v["error"].as_str().unwrap().contains("SCRIPT LOAD"), "{v}");
+        }
+        let (s, v) = c.send(ro, "/pipeline", Some(json!([["GET", "k"], ["EVAL_RO", src, "0", "x"]])), false).await;
+        assert_eq!(s, 403, "{src} in a pipeline: {v}");
+    }
+    assert_eq!((cached(&sha(bomb)), cached(&sha(echo))), (0, 0), "Redis's script cache was filled");
+    // Once the full token has loaded them, the read-only token runs them by source or SHA.
+    for src in [echo, flagged] {
+        let (s, v) = c.send(&front.token, "/", Some(json!(["SCRIPT", "LOAD", src])), false).await;
+        assert_eq!((s, v["result"].as_str()), (200, Some(sha(src).as_str())), "{v}");
+    }
+    let (s, v) = c.send(ro, "/", Some(json!(["EVAL_RO", echo, "0", "x"])), false).await;
+    assert_eq!((s, v["result"].as_str()), (200, Some("x")), "{v}");
+    let (s, v) = c.send(ro, "/", Some(json!(["EVAL_RO", flagged, "0", "x"])), false).await;
+    assert_eq!((s, v["result"].as_str()), (200, Some("x!")), "{v}");
+    let (s, v) = c.send(ro, "/", Some(json!(["EVALSHA_RO", sha(flagged), "0", "y"])), false).await;
+    assert_eq!((s, v["result"].as_str()), (200, Some("y!")), "{v}");
+    let (s, v) = c
+        .send(ro, "/pipeline", Some(json!([["EVAL_RO", echo, "0", "a"], ["EVALSHA_RO", sha(echo), "0", "b"]])), false)
+        .await;
+    assert_eq!((s, v[0]["result"].as_str(), v[1]["result"].as_str()), (200, Some("a"), Some("b")), "{v}");
+    // After Redis lost them the read-only token does not bring them back.
+    let _: R = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
+    let (s, v) = c.send(ro, "/", Some(json!(["EVALSHA_RO", sha(flagged), "0", "y"])), false).await;
+    assert!(s == 400 && v["error"].as_str().unwrap().starts_with("NOSCRIPT"), "{s} {v}");
+    let (s, v) = c.send(ro, "/", Some(json!(["EVAL_RO", echo, "0", "x"])), false).await;
+    assert_eq!(s, 403, "{v}");
+    assert_eq!(cached(&sha(echo)), 0);
+    // PFCOUNT writes the cardinality it computed into the value: not for this token.
+    let _: R = redis::cmd("PFADD").arg("hll").arg("a").query(&mut redis.conn()).unwrap();
+    let (s, v) = c.send(ro, "/", Some(json!(["PFCOUNT", "hll"])), false).await;
+    assert_eq!(s, 403, "{v}");
+}
+
 #[tokio::test]
 async fn the_readonly_token_may_not_walk_the_keyspace() {
     let redis = RedisServer::start();
@@ -319,7 +402,11 @@ async fn the_readonly_token_may_not_walk_the_keyspace() {
         let (s, _) = c.send(&front.token, "/", Some(cmd), false).await;
         assert_eq!(s, 200);
     }
-    // Inside a script too: the read-only connections log in as a user without them.
+    // Inside a script too (one the full token loaded): the read-only connections log in as
+    // a user without them.
+    let (s, _) =
+        c.send(&front.token, "/", Some(json!(["SCRIPT", "LOAD", "return redis.call('keys', '*')"])), false).await;
+    assert_eq!(s, 200);
     let (s, v) = c
         .send(&front.readonly_token, "/", Some(json!(["EVAL_RO", "return redis.call('keys', '*')", "0"])), false)
         .await;
@@ -344,8 +431,20 @@ async fn administrative_commands_need_a_flag() {
     let table = entries(&redis);
     let before = snapshot(&redis);
     let mut n = 0;
-    for e in table.iter().filter(|e| e.flags.iter().any(|f| f == "admin")) {
+    let mut scripted = 0;
+    for e in table.iter().filter(|e| e.is_admin()) {
         for words in argument_lists(e, "s", "1") {
+            // Inside a script, by EVAL and FCALL: the front's own Redis user may not.
+            let keys: Vec<&str> = if e.first > 0 { vec!["1", "s"] } else { vec!["0"] };
+            let tail: Vec<&str> = keys.iter().copied().chain(words.iter().map(String::as_str)).collect();
+            for way in [
+                [vec!["EVAL", "return redis.call(unpack(ARGV))"], tail.clone()].concat(),
+                [vec!["FCALL", "rc_w"], tail.clone()].concat(),
+            ] {
+                let (s, v) = c.send(&front.token, "/", Some(json!(way)), false).await;
+                assert_ne!(s, 200, "{way:?} ran inside a script: {v}");
+                scripted += 1;
+            }
             for path in ["/", "/pipeline", "/multi-exec"] {
                 let body = if path == "/" { json!(words) } else { json!([words]) };
                 let (s, v) = c.send(&front.token, path, Some(body), false).await;
@@ -360,13 +459,30 @@ async fn administrative_commands_need_a_flag() {
             }
         }
     }
-    assert!(n > 100, "{n} admin cases");
-    for words in
-        [json!(["SHUTDOWN", "NOSAVE"]), json!(["DEBUG", "SLEEP", "0"]), json!(["CONFIG", "SET", "maxmemory", "1"])]
-    {
-        let (s, v) = c.send(&front.token, "/", Some(words), false).await;
-        assert_eq!(s, 403, "{v}");
+    assert!(n > 100 && scripted > 100, "{n} admin cases, {scripted} inside scripts");
+    for words in [
+        json!(["SHUTDOWN", "NOSAVE"]),
+        json!(["DEBUG", "SLEEP", "0"]),
+        json!(["CONFIG", "SET", "maxmemory", "1"]),
+        json!(["MIGRATE", "127.0.0.1", "1", "s", "0", "100"]),
+        json!(["ROLE"]),
+        json!(["LASTSAVE"]),
+    ] {
+        let (s, v) = c.send(&front.token, "/", Some(words.clone()), false).await;
+        assert_eq!(s, 403, "{words}: {v}");
     }
+    // The script debugger holds the connection (SYNC: all of Redis), by any way in.
+    for mode in ["YES", "SYNC", "sync"] {
+        for way in [
+            json!(["SCRIPT", "DEBUG", mode]),
+            json!(["EVAL", "return redis.call('script','debug',ARGV[1])", "0", mode]),
+        ] {
+            let (s, v) = c.send(&front.token, "/", Some(way.clone()), false).await;
+            assert_eq!(s, 400, "{way}: {v}");
+        }
+    }
+    let (s, v) = c.send(&front.token, "/", Some(json!(["PING"])), false).await;
+    assert_eq!((s, v["result"].as_str()), (200, Some("PONG")), "{v}");
     let after = snapshot(&redis);
     assert!(after.slowlog_len >= before.slowlog_len, "the slow log was reset");
     assert_eq!(before, Snapshot { slowlog_len: before.slowlog_len, ..after });
