@@ -4,8 +4,11 @@
 //! byte a second, or thousands of idle ones, could use up the open-file limit and lock
 //! everyone out. [`serve`] bounds every connection instead:
 //!
-//! - at most [`Limits::max_connections`] at once; past it a connection gets `503` with a JSON
-//!   error and is closed, so clients see why;
+//! - at most [`Limits::max_connections`] at once, and [`Limits::max_per_ip`] from one client
+//!   address; past either a connection gets `503` with a JSON error and is closed, so
+//!   clients see why;
+//! - a `401` response closes its connection: a client without a valid token cannot keep one
+//!   open by sending requests;
 //! - [`Limits::header_timeout`]: a connection must deliver a complete request head within
 //!   this time of opening or of its previous response, so slow-header and idle keep-alive
 //!   connections are closed alike;
@@ -24,11 +27,13 @@
 //! # }
 //! ```
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -44,6 +49,9 @@ use tokio::time::Sleep;
 pub struct Limits {
     /// Connections served at once; more are refused with 503.
     pub max_connections: usize,
+    /// Connections served at once from one IP address (0: no such bound); more are refused
+    /// with 503, so one client cannot take every slot.
+    pub max_per_ip: usize,
     /// Longest wait for a complete request head, from the connection's start or its
     /// previous response (so also the idle keep-alive time).
     pub header_timeout: Duration,
@@ -55,6 +63,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 10_000,
+            max_per_ip: 1_000,
             header_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(10),
         }
@@ -86,12 +95,14 @@ pub async fn serve(
 ) -> io::Result<()> {
     let cap = effective_max_connections(limits.max_connections);
     let slots = Arc::new(Semaphore::new(cap));
+    let per_ip = Arc::new(PerIp { limit: limits.max_per_ip, held: Mutex::new(HashMap::new()) });
+    let app = app.layer(axum::middleware::map_response(close_after_unauthorized));
     // Refusals write a few hundred bytes; bound how many may be in flight too.
     let refusing = Arc::new(AtomicUsize::new(0));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(_) => {
@@ -104,11 +115,17 @@ pub async fn serve(
         };
         // Small request/response exchanges: never let Nagle hold a reply back.
         let _ = tcp.set_nodelay(true);
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        let held = (per_ip.clone().enter(peer.ip()), slots.clone().try_acquire_owned());
+        let (Some(ip_slot), Ok(permit)) = held else {
+            let why = if held.0.is_none() {
+                format!("this server holds at most {} connections from one address at once", per_ip.limit)
+            } else {
+                format!("this server holds at most {cap} at once")
+            };
             if refusing.fetch_add(1, Ordering::Relaxed) < 256 {
                 let refusing = refusing.clone();
                 tokio::spawn(async move {
-                    refuse(tcp, cap).await;
+                    refuse(tcp, &why).await;
                     refusing.fetch_sub(1, Ordering::Relaxed);
                 });
             } else {
@@ -126,6 +143,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let _ = conn.await;
             drop(permit);
+            drop(ip_slot);
         });
     }
     drop(listener);
@@ -133,9 +151,61 @@ pub async fn serve(
     Ok(())
 }
 
-async fn refuse(mut tcp: TcpStream, cap: usize) {
-    let body =
-        format!("{{\"error\":\"ERR too many connections: this server holds at most {cap} at once; retry shortly\"}}");
+/// Connections held per client address.
+struct PerIp {
+    limit: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`PerIp`], given back when dropped.
+struct IpSlot {
+    of: Arc<PerIp>,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    /// A place for one more connection from `ip`, or `None` when it holds its limit.
+    fn enter(self: Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
+        if self.limit == 0 {
+            return Some(IpSlot { of: self, ip });
+        }
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let n = held.entry(ip).or_insert(0);
+            if *n >= self.limit {
+                return None;
+            }
+            *n += 1;
+        }
+        Some(IpSlot { of: self, ip })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        if self.of.limit == 0 {
+            return;
+        }
+        let mut held = self.of.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A client that is refused its token does not keep the connection.
+async fn close_after_unauthorized(mut response: axum::response::Response) -> axum::response::Response {
+    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
+    response
+}
+
+async fn refuse(mut tcp: TcpStream, why: &str) {
+    let body = format!("{{\"error\":\"ERR too many connections: {why}; retry shortly\"}}");
     let reply = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
         body.len()

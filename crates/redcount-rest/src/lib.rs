@@ -87,6 +87,12 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
+    /// Client connections served at once from one IP address (0: unbounded); past it new
+    /// ones from that address get 503 and are closed. Behind a proxy every client shares the
+    /// proxy's address: raise it there.
+    #[arg(long, env = "REDCOUNT_REST_MAX_CONNECTIONS_PER_IP", default_value_t = 1_000)]
+    pub max_connections_per_ip: usize,
+
     /// Longest a client connection may take to send a complete request head, from its start
     /// or its previous response (so also the idle keep-alive time), in ms.
     #[arg(long, env = "REDCOUNT_REST_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
@@ -202,6 +208,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     );
     let limits = redcount_http::Limits {
         max_connections: config.max_connections,
+        max_per_ip: config.max_connections_per_ip,
         header_timeout: Duration::from_millis(config.header_timeout_ms.max(1)),
         stall_timeout: timeout.max(Duration::from_secs(1)),
     };

@@ -81,6 +81,10 @@ struct ServeArgs {
     /// Client connections served at once; past it new ones get 503 and are closed.
     #[arg(long, env = "REDCOUNT_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
+    /// Client connections served at once from one IP address (0: unbounded); past it new
+    /// ones from that address get 503 and are closed.
+    #[arg(long, env = "REDCOUNT_MAX_CONNECTIONS_PER_IP", default_value_t = 1_000)]
+    max_connections_per_ip: usize,
     /// Longest a client connection may take to send a complete request head, from its start
     /// or its previous response (so also the idle keep-alive time), in ms.
     #[arg(long, env = "REDCOUNT_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
@@ -346,6 +350,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let limits = redcount_http::Limits {
         max_connections: args.max_connections,
+        max_per_ip: args.max_connections_per_ip,
         header_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
         stall_timeout: timeout.max(std::time::Duration::from_secs(1)),
     };

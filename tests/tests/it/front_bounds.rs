@@ -24,10 +24,23 @@ fn request(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16
     (status, body)
 }
 
-/// Opens `n` connections that send nothing, and `slow` that send a request head one byte at
-/// a time; returns them (the caller holds them open).
+/// Opens `n` connections from 127.0.0.1 that send nothing; the caller holds them open.
 fn hold(port: u16, n: usize) -> Vec<TcpStream> {
-    (0..n).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect()
+    hold_from([127, 0, 0, 1], port, n)
+}
+
+/// Opens `n` connections from the loopback address `from` (any 127.x.y.z is this machine),
+/// so a test can play several clients.
+fn hold_from(from: [u8; 4], port: u16, n: usize) -> Vec<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    (0..n)
+        .map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.bind(&std::net::SocketAddr::from((from, 0)).into()).unwrap();
+            s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+            s.into()
+        })
+        .collect()
 }
 
 /// True once the server has closed the connection (EOF or reset on read).
@@ -46,11 +59,13 @@ fn closed_by_server(s: &mut TcpStream) -> bool {
     }
 }
 
-/// Holds 1,100 idle and 50 slow-header connections against `port` while `ok` requests
-/// must succeed, then checks the server dropped the idle and slow ones by itself.
+/// Holds 1,100 idle and 50 slow-header connections against `port` (from three addresses,
+/// each within the per-address bound) while `ok` requests must succeed, then checks the
+/// server dropped the idle and slow ones by itself.
 fn flood_then_check(port: u16, header_timeout: Duration, ok: impl Fn() -> u16) {
-    let mut idle = hold(port, 1_100);
-    let mut slow = hold(port, 50);
+    let mut idle = hold_from([127, 0, 0, 2], port, 550);
+    idle.extend(hold_from([127, 0, 0, 3], port, 550));
+    let mut slow = hold_from([127, 0, 0, 4], port, 50);
     let start = Instant::now();
     let head = b"POST / HTTP/1.1\r\nhost: x\r\n";
     let mut i = 0;
@@ -136,11 +151,53 @@ fn redcount_serve_holds_against_idle_slow_and_too_many_connections() {
     assert_eq!(request(capped.port(), "GET", "/", "", "").0, 200);
 }
 
+/// One address cannot take every slot, and a client without a valid token cannot keep a
+/// connection by sending requests: both servers.
+#[test]
+fn one_address_or_a_tokenless_client_cannot_hold_the_server() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-connections-per-ip", "10"]);
+    let server = NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        "admin-token-0123456789",
+        TEST_POLICIES,
+        &["--max-connections-per-ip", "10"],
+    );
+    for (port, path) in [(front.port(), "/"), (server.port(), "/api/counters/c/x")] {
+        std::thread::sleep(Duration::from_millis(500));
+        let held = hold_from([127, 0, 0, 2], port, 10);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut more = hold_from([127, 0, 0, 2], port, 1);
+        let mut out = String::new();
+        more[0].set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = more[0].read_to_string(&mut out);
+        assert!(out.starts_with("HTTP/1.1 503") && out.contains("from one address"), "{out}");
+        // Another client is served meanwhile.
+        let (status, _) = request(port, "GET", "/", "", "");
+        assert!(status == 200 || status == 401, "{status}");
+        drop(held);
+
+        // A wrong token: 401, and the server closes the connection although the client
+        // asked to keep it.
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer wrong\r\ncontent-length: 2\r\n\r\n{{}}")
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+        assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
+    }
+}
+
 #[test]
 fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
     let redis = RedisServer::start();
     let front = RestFront::start_with(&redis.url(), false, &["--script-timeout-ms", "500"]);
     let port = front.port();
+    // The read-only token runs only scripts the full token loaded.
+    let (status, body) = request(port, "POST", "/", &front.token, r#"["SCRIPT", "LOAD", "while true do end"]"#);
+    assert_eq!(status, 200, "{body}");
     for token in [front.readonly_token.clone(), front.token.clone()] {
         let name = if token == front.token { "EVAL" } else { "EVAL_RO" };
         let runaway = std::thread::spawn(move || {
@@ -172,7 +229,7 @@ fn remembered_script_rewrites_stay_within_their_byte_bound() {
         let pad = "-".repeat(1_000_000);
         let src = format!("#!lua flags=no-writes,allow-key-locking\n-- {i} {pad}\nreturn 1");
         let body = serde_json::json!(["EVAL_RO", src, "0"]).to_string();
-        let (status, text) = request(front.port(), "POST", "/", &front.readonly_token, &body);
+        let (status, text) = request(front.port(), "POST", "/", &front.token, &body);
         assert_eq!(status, 200, "{text}");
     }
     let grown = front.peak_rss_kib().saturating_sub(before);
