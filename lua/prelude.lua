@@ -20,8 +20,8 @@ local function s(n) return string.format('%.0f', n) end
 -- Optional idempotency, for a script that needs `need` keys: when the caller passes one key
 -- more (in the same slot), plus a TTL in ms and a request fingerprint as the last two
 -- arguments, the script's reply is stored there with its write. Returns the stored reply of
--- an earlier call (the caller returns it unchanged), and the function that stores this
--- call's reply. The same key with another fingerprint is refused.
+-- an earlier call (the caller returns it unchanged), ending in the string 'replayed', and the
+-- function that stores this call's reply. The same key with another fingerprint is refused.
 local function idempotency(need)
   local key = KEYS[need + 1]
   if not key then return nil, function(reply) return reply end end
@@ -35,6 +35,8 @@ local function idempotency(need)
     end
     local out = {}
     for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    -- Marks the reply as a replay; the driver strips it (Value::take_replay_mark).
+    out[#out + 1] = 'replayed'
     return out, nil
   end
   return nil, function(reply)

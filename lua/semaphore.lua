@@ -42,8 +42,8 @@ end
 if replay then
   if replay[1] ~= 1 and replay[1] ~= 2 then return replay end
   local in_use = redis.call('ZCARD', key)
-  if held then return {replay[1], in_use, limit, earliest_end(), tonumber(held) - now} end
-  return {4, in_use, limit, earliest_end(), 0}
+  if held then return {replay[1], in_use, limit, earliest_end(), tonumber(held) - now, 'replayed'} end
+  return {4, in_use, limit, earliest_end(), 0, 'replayed'}
 end
 local code
 if op == 'release' then

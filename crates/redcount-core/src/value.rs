@@ -31,6 +31,26 @@ impl Value {
         }
     }
 
+    /// Removes the mark a script puts at the end of a reply it replayed for an idempotency
+    /// key (the bulk string `replayed`); true when it was there.
+    ///
+    /// ```
+    /// use redcount_core::Value;
+    /// let mut reply = Value::Array(vec![Value::Int(1), Value::Bytes(b"replayed".to_vec())]);
+    /// assert!(reply.take_replay_mark());
+    /// assert_eq!(reply, Value::Array(vec![Value::Int(1)]));
+    /// assert!(!reply.take_replay_mark());
+    /// ```
+    pub fn take_replay_mark(&mut self) -> bool {
+        match self {
+            Value::Array(items) if matches!(items.last(), Some(Value::Bytes(b)) if b == b"replayed") => {
+                items.pop();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The array's elements.
     pub fn into_array(self, op: &'static str) -> Result<Vec<Value>, ShapeError> {
         match self {

@@ -167,11 +167,23 @@ pub async fn run(config: Config) -> Result<(), String> {
             }
         }
     };
-    let backend = connect(full_login, config.redis_connections).await.map_err(unreachable)?;
+    // Connections logged in as a front-made user make it again whenever Redis forgot it (a
+    // restart without a saved ACL).
+    let backend = match full_login {
+        None => connect(None, config.redis_connections).await.map_err(unreachable)?,
+        Some((login, setuser)) => {
+            connect(Some(login), config.redis_connections).await.map_err(unreachable)?.restore_with(setuser, &killer)
+        }
+    };
     let readonly_backend = match &config.readonly_token {
         None => None,
         Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
-            Ok(login) => Some(connect(Some(login), config.redis_connections).await.map_err(unreachable)?),
+            Ok((login, setuser)) => Some(
+                connect(Some(login), config.redis_connections)
+                    .await
+                    .map_err(unreachable)?
+                    .restore_with(setuser, &killer),
+            ),
             Err(e) => {
                 log::error(&format!(
                     "the read-only token may not run scripts: cannot set up the restricted Redis user ({e})"
@@ -248,7 +260,11 @@ enum Restriction {
 /// Sets up the Redis ACL user a token's connections log in as, so Redis itself refuses what
 /// the token may not run, even inside a script. Named and keyed after the token, so fronts
 /// sharing a token share the user and restarts add nothing.
-async fn restricted_login(setup: &backend::Backend, token: &str, kind: Restriction) -> Result<backend::Login, String> {
+async fn restricted_login(
+    setup: &backend::Backend,
+    token: &str,
+    kind: Restriction,
+) -> Result<(backend::Login, redis::Cmd), String> {
     let (tag, rules): (&str, &[&str]) = match kind {
         Restriction::Full => ("full", &["+@all", "-@admin", "-migrate", "-script|debug"]),
         Restriction::ReadOnly => (
@@ -278,7 +294,7 @@ async fn restricted_login(setup: &backend::Backend, token: &str, kind: Restricti
         setuser.arg(*rule);
     }
     setup.query(&setuser).await.map_err(|e| e.to_string())?;
-    Ok(backend::Login { user, password })
+    Ok((backend::Login { user, password }, setuser))
 }
 
 async fn shutdown() {

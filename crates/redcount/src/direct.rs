@@ -84,7 +84,17 @@ impl Direct {
             cmd.arg(a.as_bytes());
         }
         let mut conn = self.conn.clone();
-        match cmd.query_async::<redis::Value>(&mut conn).await {
+        let mut result = cmd.query_async::<redis::Value>(&mut conn).await;
+        // A connection that died with an old Redis process (or was refused while Redis was
+        // down) never sent the command: the manager is reconnecting, so send it once more
+        // rather than fail the first request after Redis is back.
+        if let Err(e) = &result
+            && (e.is_connection_refusal()
+                || e.is_io_error() && e.to_string().to_ascii_lowercase().contains("broken pipe"))
+        {
+            result = cmd.query_async::<redis::Value>(&mut conn).await;
+        }
+        match result {
             Ok(v) => from_redis(v).map_err(Error::Redis),
             Err(e) => Err(match server_error(&e) {
                 Some(reply) => Error::Redis(reply),

@@ -29,13 +29,15 @@ pub trait Driver: Sync {
     {
         async move {
             let request = op.request();
-            let reply = match self.send(&request.command()).await {
+            let mut reply = match self.send(&request.command()).await {
                 Err(Error::Redis(err)) => match request.fallback(&err) {
                     Some(eval) => self.send(&eval).await?,
                     None => return Err(Error::Redis(err)),
                 },
                 other => other?,
             };
+            // A replay answers what the first call answered: same outcome for the caller.
+            reply.take_replay_mark();
             op.parse(reply).map_err(Error::Shape)
         }
     }

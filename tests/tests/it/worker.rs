@@ -461,6 +461,12 @@ async fn idempotency_keys_through_the_native_server() {
 
 impl Api {
     async fn keyed(&self, method: &str, path: &str, body: &str, key: &str, admin: bool) -> (u16, Value) {
+        let (status, json, _) = self.keyed_replayed(method, path, body, key, admin).await;
+        (status, json)
+    }
+
+    /// [`Api::keyed`], and whether the response says it is a replay (`Idempotent-Replayed`).
+    async fn keyed_replayed(&self, method: &str, path: &str, body: &str, key: &str, admin: bool) -> (u16, Value, bool) {
         let mut r =
             self.http.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("Idempotency-Key", key);
         if !body.is_empty() {
@@ -471,7 +477,8 @@ impl Api {
         }
         let resp = r.send().await.unwrap();
         let status = resp.status().as_u16();
-        (status, serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null))
+        let replayed = resp.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
+        (status, serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null), replayed)
     }
 
     /// Sends a request and hangs up without reading the answer: a client that timed out.
@@ -517,9 +524,13 @@ async fn idempotency(kind: Kind) {
     ];
     for (method, path, body, other, admin) in &cases {
         let key = format!("k-{run}-{}", path.len() + body.len());
-        let first = api.keyed(method, path, body, &key, *admin).await;
+        let (status, json, marked) = api.keyed_replayed(method, path, body, &key, *admin).await;
+        let first = (status, json);
         assert!(first.0 < 300, "{kind:?} {method} {path}: {first:?}");
-        let mut replay = api.keyed(method, path, body, &key, *admin).await;
+        assert!(!marked, "{kind:?} {method} {path}: a first request is not a replay");
+        let (status, json, marked) = api.keyed_replayed(method, path, body, &key, *admin).await;
+        assert!(marked, "{kind:?} {method} {path}: a replay says so (Idempotent-Replayed: true)");
+        let mut replay = (status, json);
         if path.contains("/semaphores/") {
             // A replayed grant tells the lease left now, not the one first granted.
             for f in ["lease_ms", "earliest_end_ms"] {

@@ -185,4 +185,40 @@ async fn redcount_serve_names_redis_when_redis_is_down() {
     let text = r.text().await.unwrap();
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("Redis") && !text.contains("REST front"), "the message names Redis: {text}");
+    // Back, and restarted once more while no request was made: the first request is served
+    // (the connection that died with the old process is not used for it).
+    redis.restart();
+    for _ in 0..2 {
+        let r = reqwest::Client::new()
+            .post(format!("{}/api/counters/running-jobs/x", server.url()))
+            .body(r#"{"delta":1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+        redis.restart();
+    }
+}
+
+/// The REST front's pooled connections all died with the old Redis: the first requests
+/// after it is back are served, by the full and the read-only token (whose Redis users the
+/// new process has to be given again).
+#[tokio::test]
+async fn redcount_serve_through_the_front_survives_a_redis_restart() {
+    let mut redis = RedisServer::start();
+    let front = redcount_tests::RestFront::start(&redis.url(), false);
+    let server = redcount_tests::NativeServer::start(
+        &[("REDCOUNT_REST_URL", &front.url()), ("REDCOUNT_REST_TOKEN", &front.token)],
+        "admin-secret-0123456",
+        redcount_tests::TEST_POLICIES,
+    );
+    let http = reqwest::Client::new();
+    let add = || http.post(format!("{}/api/counters/running-jobs/x", server.url())).body(r#"{"delta":1}"#).send();
+    assert_eq!(add().await.unwrap().status().as_u16(), 200);
+    redis.restart();
+    for i in 0..6 {
+        let r = add().await.unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(status, 200, "request {i} after the restart: {}", r.text().await.unwrap());
+    }
 }

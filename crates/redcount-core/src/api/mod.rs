@@ -115,8 +115,14 @@ where
     O: crate::Operation,
     F: Fn(&O, O::Outcome) -> ApiResponse,
 {
-    fn render(&self, reply: Value) -> Result<ApiResponse, ShapeError> {
-        Ok((self.f)(&self.op, self.op.parse(reply)?))
+    fn render(&self, mut reply: Value) -> Result<ApiResponse, ShapeError> {
+        let replayed = reply.take_replay_mark();
+        let mut response = (self.f)(&self.op, self.op.parse(reply)?);
+        if replayed {
+            // The stored answer of an earlier request with the same Idempotency-Key.
+            response.headers.push(("Idempotent-Replayed", "true".to_owned()));
+        }
+        Ok(response)
     }
 }
 
@@ -268,7 +274,11 @@ pub fn misconfigured(e: &ConfigError) -> ApiResponse {
 fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, String)> {
     match origin {
         Some(o) if config.cors_origins.iter().any(|a| a == o || a == "*") => {
-            alloc::vec![("Access-Control-Allow-Origin", o.to_owned()), ("Vary", "Origin".to_owned()),]
+            alloc::vec![
+                ("Access-Control-Allow-Origin", o.to_owned()),
+                ("Access-Control-Expose-Headers", "Idempotent-Replayed, Retry-After".to_owned()),
+                ("Vary", "Origin".to_owned()),
+            ]
         }
         _ => Vec::new(),
     }
