@@ -142,6 +142,104 @@ async fn quota_sliding_window_is_exact() {
     assert_eq!(log, 2, "expired entries are removed on the next admitted call");
 }
 
+/// The sliding log against a model: random takes and peeks with random costs on a log that
+/// starts with entries of the earlier member layout (read by a scan until they leave the
+/// window); then a long expired backlog is removed a bounded number of entries per call.
+/// `REDCOUNT_SEED=<n>` replays a run.
+#[tokio::test]
+async fn quota_sliding_window_matches_a_model_across_layouts() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("REDCOUNT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("quota_sliding_window_matches_a_model_across_layouts: REDCOUNT_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let s = uid("m");
+    let limit: i64 = rng.random_range(5..=60);
+    let window_ms = 600_000;
+    let algo = Algorithm::SlidingWindow { limit, window_ms };
+    let key = keys::quota("sm", &s, "sw");
+    // Entries written by the earlier script: "<sec>.<usec>:<cost>[:n]".
+    let (secs, usecs): (i64, i64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
+    let mut used = 0i64;
+    for i in 0..rng.random_range(0..=3) {
+        let cost = rng.random_range(1..=2);
+        let member = if i == 1 { format!("{secs}.{usecs}:{cost}:1") } else { format!("{secs}.{}:{cost}", usecs + i) };
+        let _: i64 =
+            redis::cmd("ZADD").arg(&key).arg(secs * 1000 + usecs / 1000).arg(member).query(&mut redis.conn()).unwrap();
+        used += cost;
+    }
+    let start = std::time::Instant::now();
+    // Admitted entries of this run: when (since `start`) and what they cost.
+    let mut log: Vec<(u128, i64)> = Vec::new();
+    for step in 0..300 {
+        let cost = rng.random_range(1..=limit.min(4));
+        let peek = rng.random_bool(0.2);
+        let op = if peek { Quota::peek("sm", &s, algo, cost) } else { Quota::take("sm", &s, algo, cost) };
+        let before = start.elapsed().as_millis();
+        let o = d.run(&op.unwrap()).await.unwrap();
+        let at = start.elapsed().as_millis();
+        let ctx = format!("seed {seed} step {step}: cost {cost} peek {peek} used {used} limit {limit}: {o:?}");
+        assert_eq!(o.allowed, used + cost <= limit, "{ctx}");
+        if o.allowed && !peek {
+            used += cost;
+            log.push((at, cost));
+        }
+        let left = if o.allowed && peek { limit - used } else { limit - used };
+        assert_eq!(o.remaining, left.max(0), "{ctx}");
+        if !o.allowed && used > log.iter().map(|e| e.1).sum::<i64>() {
+            // The earlier-layout entries free first; their time is the run's start.
+            assert!(o.retry_after_ms <= window_ms && o.retry_after_ms > window_ms - 60_000, "{ctx}");
+        } else if !o.allowed {
+            let need = used + cost - limit;
+            let mut freed = 0;
+            let entry = log.iter().find(|e| {
+                freed += e.1;
+                freed >= need
+            });
+            let (t, _) = entry.expect("enough units are logged to free");
+            // The entry leaves the window `window - (now - t)` from now, give or take the
+            // time between the test's clock readings.
+            let expected = window_ms as i128 - (before as i128 - *t as i128);
+            let slack = (at - before) as i128 + 30;
+            assert!((o.retry_after_ms as i128 - expected).abs() <= slack, "{ctx}: expected about {expected}");
+        }
+    }
+
+    // A backlog of expired entries: a burst of 3,000 calls, one more call late in their
+    // window (so the key lives on), then past the burst's window. A call removes at most 64
+    // of them, and they count for nothing.
+    let s2 = uid("b");
+    let short = Algorithm::SlidingWindow { limit: 10_000, window_ms: 2_000 };
+    let key2 = keys::quota("sb", &s2, "sw");
+    for _ in 0..3_000 {
+        assert!(d.run(&Quota::take("sb", &s2, short, 1).unwrap()).await.unwrap().allowed);
+    }
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert!(d.run(&Quota::take("sb", &s2, short, 1).unwrap()).await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut c = redis.conn();
+    let (size, expired): (i64, i64) = redis::pipe()
+        .cmd("ZCARD")
+        .arg(&key2)
+        .cmd("ZCOUNT")
+        .arg(&key2)
+        .arg("-inf")
+        .arg(format!("({}", {
+            let (sec, usec): (i64, i64) = redis::cmd("TIME").query(&mut c).unwrap();
+            sec * 1000 + usec / 1000 - 2_000
+        }))
+        .query(&mut c)
+        .unwrap();
+    assert!(expired >= 64, "the backlog was built: {expired} of {size} expired");
+    let o = d.run(&Quota::take("sb", &s2, short, 1).unwrap()).await.unwrap();
+    assert!(o.allowed && o.remaining >= 10_000 - (size - expired) - 1, "expired entries count for nothing: {o:?}");
+    let after: i64 = redis::cmd("ZCARD").arg(&key2).query(&mut c).unwrap();
+    assert_eq!(after, size - 64 + 1, "a call removes at most 64 expired entries");
+}
+
 #[tokio::test]
 async fn quota_token_bucket_refills_in_steps() {
     let redis = RedisServer::start();
