@@ -218,7 +218,14 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             let shape = redcount::suite::Shape { ops, concurrency };
             match redcount::suite::run_all(&targets, shape).await {
                 Ok(rows) => {
-                    let md = redcount::suite::markdown(&rows, shape);
+                    let mut md = redcount::suite::markdown(&rows, shape);
+                    match redcount::suite::redis_time(&targets.redis).await {
+                        Ok(section) => md.push_str(&section),
+                        Err(e) => {
+                            eprintln!("redcount: bench: Redis time per call: {e}");
+                            return std::process::ExitCode::FAILURE;
+                        }
+                    }
                     print!("{md}");
                     let write = |p: &Option<std::path::PathBuf>, text: String| match p {
                         Some(p) => std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display())),

@@ -809,3 +809,85 @@ pub fn svg(rows: &[Row]) -> String {
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
+
+/// Redis's own time per script call (INFO commandstats, EVALSHA) at the largest values a
+/// policy may configure, beside a plain counter add measured in the same run: the bound
+/// every call must keep (at most 1 ms) whatever the policy, denied calls included.
+pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
+    use redcount_core::ops::inbox::{Append, MAX_LEN};
+    let d = Direct::connect(redis_url).await?;
+    let run = format!("{:x}", rand::random::<u32>());
+    let reset = || async { d.send(&Command::new("CONFIG").arg("RESETSTAT")).await.map(|_| ()) };
+    let usec_per_call = || async {
+        let info = d.send(&Command::new("INFO").arg("commandstats")).await?;
+        let text = match info {
+            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => String::new(),
+        };
+        let line = text.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
+        let v = line
+            .split(',')
+            .find_map(|f| f.strip_prefix("usec_per_call="))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Ok::<f64, Error>(v)
+    };
+    let mut rows: Vec<(String, f64)> = Vec::new();
+
+    // Baseline: a counter add.
+    let add = AddCounter::new("rt", &format!("c{run}"), Storage::HashField, 1, Bounds::default())?;
+    d.run(&add).await?;
+    reset().await?;
+    for _ in 0..500 {
+        d.run(&add).await?;
+    }
+    rows.push(("counter add (baseline)".into(), usec_per_call().await?));
+
+    // Sliding window at its 10,000 cap: allowed calls on a log of 9,000, then denied calls
+    // on a full log.
+    let algo = Algorithm::SlidingWindow { limit: 10_000, window_ms: 3_600_000 };
+    let subject = format!("s{run}");
+    let take = Quota::take("rt", &subject, algo, 1)?;
+    for _ in 0..9_000 {
+        d.run(&take).await?;
+    }
+    reset().await?;
+    for _ in 0..500 {
+        d.run(&take).await?;
+    }
+    rows.push(("sliding window, limit 10,000: allowed (log of 9,000+)".into(), usec_per_call().await?));
+    for _ in 0..500 {
+        d.run(&take).await?;
+    }
+    reset().await?;
+    for _ in 0..500 {
+        let o = d.run(&take).await?;
+        if o.allowed {
+            return Err(Error::Io("the full sliding log allowed a call".into()));
+        }
+    }
+    rows.push(("sliding window, limit 10,000: denied (full log)".into(), usec_per_call().await?));
+
+    // An inbox of 20,000 messages whose policy lowers max_len to 1: each append trims a
+    // bounded number (1,000), not all 19,999 at once.
+    let user = format!("u{run}");
+    for id in 0..20_000 {
+        d.run(&Append::new(&user, id, "m", 86_400_000, MAX_LEN)?).await?;
+    }
+    reset().await?;
+    for id in 20_000..20_020 {
+        d.run(&Append::new(&user, id, "m", 86_400_000, 1)?).await?;
+    }
+    rows.push(("inbox append, max_len lowered 20,000 → 1 (trims ≤ 1,000 per call)".into(), usec_per_call().await?));
+
+    let base = rows[0].1.max(0.001);
+    let mut out = String::from(
+        "\n## Redis time per call at the policy maxima\n\n\
+         Redis's own time per EVALSHA (INFO commandstats), same run; the bound is 1,000 µs per call.\n\n\
+         | call | µs per call | × counter add |\n|---|---:|---:|\n",
+    );
+    for (name, us) in &rows {
+        out.push_str(&format!("| {name} | {us:.0} | {:.1} |\n", us / base));
+    }
+    Ok(out)
+}
