@@ -1,17 +1,22 @@
-//! The connections to Redis: a few auto-reconnecting multiplexed connections, or a cluster
+//! The connections to Redis: a pool of connections each used by one request at a time, or a cluster
 //! connection that routes by slot and follows MOVED/ASK.
 //!
 //! Several connections, not one: a slow command (a long script) then holds up only the
 //! requests that share its connection, and the front's own SCRIPT KILL has a way in.
 
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisResult, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Who a backend logs in as; `None` is the URL's own user.
 #[derive(Clone)]
@@ -34,28 +39,169 @@ enum Conns {
     Cluster(ClusterConnection),
 }
 
-/// Auto-reconnecting connections to one Redis, used in turn.
+/// Connections to one Redis, each used by one request at a time, so everything a connection
+/// reads while a request holds it is that request's reply: counted as it arrives and cut off
+/// past the reply bound, without harming another request. A connection that failed, was
+/// abandoned mid-request (a timeout) or overran the bound is closed and made again on its
+/// next use.
 struct Pool {
-    slots: Vec<RwLock<ConnectionManager>>,
-    next: AtomicUsize,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
+    slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
+    free: std::sync::Mutex<Vec<usize>>,
+    permits: tokio::sync::Semaphore,
+    info: redis::ConnectionInfo,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    max_reply: usize,
+}
+
+struct Conn {
+    conn: MultiplexedConnection,
+    read: Arc<AtomicUsize>,
+}
+
+/// Reading a reply larger than the bound: the request fails with this, naming the flag.
+pub const TOO_LARGE: &str = "reply larger than --max-response-bytes";
+
+/// A Redis stream that counts the bytes it reads and fails past `limit`.
+struct Counted<S> {
+    inner: S,
+    read: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &polled {
+            let n = buf.filled().len() - before;
+            if this.read.fetch_add(n, Ordering::Relaxed) + n > this.limit {
+                return Poll::Ready(Err(io::Error::other(TOO_LARGE)));
+            }
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// A checked-out slot; gives it back on drop, closing its connection unless the request
+/// finished cleanly (a reply may still be on its way, and would be charged to the next).
+struct Lease<'a> {
+    pool: &'a Pool,
+    index: usize,
+    slot: tokio::sync::MutexGuard<'a, Option<Conn>>,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    clean: bool,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if !self.clean {
+            *self.slot = None;
+        }
+        self.pool.free.lock().unwrap_or_else(|e| e.into_inner()).push(self.index);
+    }
 }
 
 impl Pool {
-    /// Slot `again` (a retry goes where the connection was remade), else the next in turn.
-    fn pick(&self, again: Option<usize>) -> (usize, ConnectionManager) {
-        let i = again.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed)) % self.slots.len();
-        (i, self.slots[i].read().unwrap_or_else(|e| e.into_inner()).clone())
+    fn new(
+        info: redis::ConnectionInfo,
+        size: usize,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        max_reply: usize,
+    ) -> Self {
+        let size = size.max(1);
+        Pool {
+            slots: (0..size).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            free: std::sync::Mutex::new((0..size).rev().collect()),
+            permits: tokio::sync::Semaphore::new(size),
+            info,
+            connect_timeout,
+            response_timeout,
+            max_reply,
+        }
     }
 
-    /// A new connection in slot `i`: redis-rs's manager never reconnects after a refused
-    /// login (it is not an I/O error), so a slot whose login was refused is replaced.
-    async fn replace(&self, i: usize) -> RedisResult<()> {
-        let fresh = ConnectionManager::new_with_config(self.client.clone(), self.config.clone()).await?;
-        *self.slots[i].write().unwrap_or_else(|e| e.into_inner()) = fresh;
-        Ok(())
+    async fn lease(&self) -> Lease<'_> {
+        let permit = self.permits.acquire().await.expect("the pool's semaphore is never closed");
+        let index = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop().expect("a permit means a free slot");
+        let slot = self.slots[index].lock().await;
+        Lease { pool: self, index, slot, _permit: permit, clean: false }
     }
+
+    async fn connect(&self) -> RedisResult<Conn> {
+        let read = Arc::new(AtomicUsize::new(0));
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(self.response_timeout));
+        let redis = self.info.redis_settings();
+        let dial = async {
+            match self.info.addr() {
+                ConnectionAddr::Tcp(host, port) => {
+                    let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                    let _ = tcp.set_nodelay(true);
+                    let stream = Counted { inner: tcp, read: read.clone(), limit: self.max_reply };
+                    spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
+                }
+                ConnectionAddr::Unix(path) => {
+                    let unix = tokio::net::UnixStream::connect(path).await?;
+                    let stream = Counted { inner: unix, read: read.clone(), limit: self.max_reply };
+                    spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
+                }
+                other => Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "redcount-rest connects over TCP or a Unix socket",
+                    format!("{other}"),
+                ))),
+            }
+        };
+        let conn = match tokio::time::timeout(self.connect_timeout, dial).await {
+            Ok(c) => c?,
+            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to Redis timed out").into()),
+        };
+        Ok(Conn { conn, read })
+    }
+
+    /// Runs `call` on a connection of its own, made first if needed.
+    async fn run<T>(&self, call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>) -> RedisResult<T> {
+        let mut lease = self.lease().await;
+        if lease.slot.is_none() {
+            *lease.slot = Some(self.connect().await?);
+        }
+        let conn = lease.slot.as_mut().expect("made above");
+        conn.read.store(0, Ordering::Relaxed);
+        let result = call(&mut conn.conn).await;
+        if conn.read.load(Ordering::Relaxed) > self.max_reply {
+            // Whatever redis-rs made of the cut-off stream, say what happened (and never
+            // "broken pipe": the command did run, it must not be sent again).
+            return Err(io::Error::other(format!("{TOO_LARGE} ({} bytes)", self.max_reply)).into());
+        }
+        // A Redis error reply leaves the connection usable; anything else closes it.
+        lease.clean = match &result {
+            Ok(_) => true,
+            Err(e) => e.code().is_some() && !e.is_io_error(),
+        };
+        result
+    }
+}
+
+/// Starts the connection's driver task; the connection ends when its stream does.
+fn spawned<F: std::future::Future<Output = ()> + Send + 'static>(
+    made: (MultiplexedConnection, F),
+) -> RedisResult<MultiplexedConnection> {
+    tokio::spawn(made.1);
+    Ok(made.0)
 }
 
 /// The command was never sent: the connection was refused, or was already closed (Redis
@@ -79,12 +225,10 @@ impl Backend {
     }
 
     pub async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let (mut tries, mut slot) = (0, None);
+        let mut tries = 0;
         loop {
-            let (used, result) = self.conns.query(cmd, slot).await;
-            slot = Some(used);
-            match result {
-                Err(e) if tries < 3 && self.retry(&e, used).await => tries += 1,
+            match self.conns.query(cmd).await {
+                Err(e) if tries < 3 && self.retry(&e).await => tries += 1,
                 other => return other,
             }
         }
@@ -92,36 +236,29 @@ impl Backend {
 
     /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`).
     pub async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
-        let (mut tries, mut slot) = (0, None);
+        let mut tries = 0;
         loop {
-            let (used, result) = self.conns.pipeline(pipe, slot).await;
-            slot = Some(used);
-            match result {
-                Err(e) if tries < 3 && self.retry(&e, used).await => tries += 1,
+            match self.conns.pipeline(pipe).await {
+                Err(e) if tries < 3 && self.retry(&e).await => tries += 1,
                 other => return other,
             }
         }
     }
 
     /// Whether a failed call may be sent again: it never reached Redis (a connection known
-    /// dead; a login refused, once the user is made again and the connection replaced).
-    async fn retry(&self, e: &redis::RedisError, slot: usize) -> bool {
+    /// dead; a login refused, once the user is made again). The failed connection is
+    /// already closed, so the retry connects anew.
+    async fn retry(&self, e: &redis::RedisError) -> bool {
         if known_dead(e) {
             return true;
         }
-        match (&self.restore, &self.conns) {
-            (Some((setuser, via)), conns) if login_refused(e) => {
-                let made = match via.query(setuser, None).await {
-                    (at, Err(e)) if known_dead(&e) => via.query(setuser, Some(at)).await.1,
-                    (_, r) => r,
+        match &self.restore {
+            Some((setuser, via)) if login_refused(e) => {
+                let made = match via.query(setuser).await {
+                    Err(e) if known_dead(&e) => via.query(setuser).await,
+                    r => r,
                 };
-                if made.is_err() {
-                    return false;
-                }
-                match conns {
-                    Conns::Single(pool) => pool.replace(slot).await.is_ok(),
-                    Conns::Cluster(_) => true,
-                }
+                made.is_ok()
             }
             _ => false,
         }
@@ -134,6 +271,7 @@ impl Backend {
         timeout: Duration,
         login: Option<&Login>,
         connections: usize,
+        max_reply: usize,
     ) -> RedisResult<Self> {
         let connect_timeout = Duration::from_secs(2);
         let backend = if cluster {
@@ -153,42 +291,25 @@ impl Backend {
                 let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
                 info = info.set_redis_settings(settings);
             }
-            let client = redis::Client::open(info)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(connect_timeout))
-                .set_response_timeout(Some(timeout))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(500));
-            let mut slots = Vec::with_capacity(connections.max(1));
-            for _ in 0..connections.max(1) {
-                slots.push(RwLock::new(ConnectionManager::new_with_config(client.clone(), config.clone()).await?));
-            }
-            Conns::Single(Arc::new(Pool { slots, next: AtomicUsize::new(0), client, config }))
+            Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)))
         };
-        backend.query(&redis::cmd("PING"), None).await.1?;
+        backend.query(&redis::cmd("PING")).await?;
         Ok(Backend { conns: backend, restore: None })
     }
 }
 
 impl Conns {
-    /// The reply, and the pool slot that sent it.
-    async fn query(&self, cmd: &Cmd, again: Option<usize>) -> (usize, RedisResult<Value>) {
+    async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
-            Conns::Single(pool) => {
-                let (i, mut c) = pool.pick(again);
-                (i, cmd.query_async(&mut c).await)
-            }
-            Conns::Cluster(c) => (0, cmd.query_async(&mut c.clone()).await),
+            Conns::Single(pool) => pool.run(async |c| cmd.query_async(c).await).await,
+            Conns::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
     }
 
-    async fn pipeline(&self, pipe: &Pipeline, again: Option<usize>) -> (usize, RedisResult<Value>) {
+    async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
         match self {
-            Conns::Single(pool) => {
-                let (i, mut c) = pool.pick(again);
-                (i, pipe.query_async(&mut c).await)
-            }
-            Conns::Cluster(c) => (0, pipe.query_async(&mut c.clone()).await),
+            Conns::Single(pool) => pool.run(async |c| pipe.query_async(c).await).await,
+            Conns::Cluster(c) => pipe.query_async(&mut c.clone()).await,
         }
     }
 }

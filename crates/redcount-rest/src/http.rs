@@ -418,6 +418,14 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
             ),
         );
     }
+    if e.to_string().contains(crate::backend::TOO_LARGE) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "ERR {e}: ask for less at once (GETRANGE, LRANGE/ZRANGE with a range, HSCAN, fewer commands per pipeline)"
+            ),
+        );
+    }
     if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() || e.is_unrecoverable_error() {
         log::error(&format!("redis unreachable: {e}"));
         return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis is unreachable: {e}"));

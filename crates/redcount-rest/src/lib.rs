@@ -57,6 +57,12 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Largest reply read from Redis for one request (a pipeline's replies together), in
+    /// bytes of RESP; past it the request fails with 400 and its connection is closed, so one
+    /// request cannot make the front hold gigabytes. Not enforced on --cluster yet.
+    #[arg(long, env = "REDCOUNT_REST_MAX_RESPONSE_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_response_bytes: usize,
+
     /// Longest wait for Redis to answer one request, in ms; then 504.
     #[arg(long, env = "REDCOUNT_REST_TIMEOUT_MS", default_value_t = 5_000)]
     pub timeout_ms: u64,
@@ -77,9 +83,10 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_SCRIPT_TIMEOUT_MS", default_value_t = 1_000)]
     pub script_timeout_ms: u64,
 
-    /// Connections to Redis (per token kind); requests are spread over them, so one slow
-    /// command does not hold up the others.
-    #[arg(long, env = "REDCOUNT_REST_REDIS_CONNECTIONS", default_value_t = 4)]
+    /// Most connections to Redis per token kind, made as needed. Each serves one request at a
+    /// time (so its reply can be bounded, and a slow command holds up no other request);
+    /// more requests at once wait for a free one.
+    #[arg(long, env = "REDCOUNT_REST_REDIS_CONNECTIONS", default_value_t = 64)]
     pub redis_connections: usize,
 
     /// Client connections served at once; past it new ones get 503 and are closed (lowered
@@ -148,7 +155,8 @@ pub async fn run(config: Config) -> Result<(), String> {
     let unreachable = |e: redis::RedisError| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
     let connect = |login: Option<backend::Login>, n: usize| {
         let url = config.redis.clone();
-        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n).await }
+        let max_reply = config.max_response_bytes.max(1024);
+        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n, max_reply).await }
     };
     // The URL's own user: the front's set-up and its SCRIPT KILLs, never a client's request.
     let killer = connect(None, 1).await.map_err(unreachable)?;

@@ -190,6 +190,49 @@ fn one_address_or_a_tokenless_client_cannot_hold_the_server() {
     }
 }
 
+/// A request whose reply is huge (an 8.5 KB pipeline of 500 GETs of a 900 KB value: 450 MB)
+/// is cut off at `--max-response-bytes` with a clear error, the front's memory stays near
+/// the bound, nobody else's request fails, and a writing command that overran is not sent
+/// again.
+#[test]
+fn huge_replies_are_cut_off_at_the_bound() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-response-bytes", "8388608"]);
+    let _: () = redis::cmd("SET").arg("big").arg(vec![b'v'; 900_000]).query(&mut redis.conn()).unwrap();
+    let before = front.peak_rss_kib();
+    let gets = serde_json::Value::Array((0..500).map(|_| serde_json::json!(["GET", "big"])).collect());
+    let port = front.port();
+    let (token, ro) = (front.token.clone(), front.readonly_token.clone());
+    let others = std::thread::spawn(move || {
+        (0..40)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                request(port, "POST", "/", &token, r#"["INCR", "others"]"#).0
+            })
+            .collect::<Vec<_>>()
+    });
+    for t in [&front.token, &ro] {
+        for _ in 0..3 {
+            let (status, body) = request(port, "POST", "/pipeline", t, &gets.to_string());
+            assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+            assert!(body.contains("--max-response-bytes"), "{}", &body[..body.len().min(300)]);
+        }
+    }
+    assert!(others.join().unwrap().iter().all(|s| *s == 200), "another client's requests were served");
+    let grown = front.peak_rss_kib().saturating_sub(before);
+    println!("peak RSS grew by {grown} KiB over six 450 MB replies");
+    assert!(grown < 160 * 1024, "the front held the replies: +{grown} KiB");
+    // Under the bound, the same value is served whole.
+    let (status, body) = request(port, "POST", "/", &front.token, r#"["GET", "big"]"#);
+    assert_eq!((status, body.len() > 900_000), (200, true));
+    // A script that wrote before its reply overran ran once: not retried.
+    let script = r#"["EVAL", "redis.call('INCR', KEYS[1]) return string.rep('x', 9000000)", "1", "n"]"#;
+    let (status, body) = request(port, "POST", "/", &front.token, script);
+    assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+    let n: i64 = redis::cmd("GET").arg("n").query(&mut redis.conn()).unwrap();
+    assert_eq!(n, 1, "the overrunning write was sent once");
+}
+
 #[test]
 fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
     let redis = RedisServer::start();
