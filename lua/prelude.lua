@@ -34,7 +34,11 @@ local function idempotency(need)
       return error({err = 'ERR redcount: idempotency key reused for a different request'})
     end
     local out = {}
-    for n in string.gmatch(body, '-?%d+') do out[#out + 1] = tonumber(n) end
+    -- At most 16 numbers (replies have 6 at most): the reply stays small whatever is stored.
+    for n in string.gmatch(body, '-?%d+') do
+      if #out == 16 then break end
+      out[#out + 1] = tonumber(n)
+    end
     -- Marks the reply as a replay; the driver strips it (Value::take_replay_mark).
     out[#out + 1] = 'replayed'
     return out, nil

@@ -35,8 +35,44 @@ pub struct Backend {
 
 #[derive(Clone)]
 enum Conns {
-    Single(Arc<Pool>),
+    Single(Arc<Pool>, Arc<Shared>),
     Cluster(ClusterConnection),
+}
+
+/// A few connections that many requests share at once (commands pipelined by redis-rs):
+/// fewer reads and writes for Redis, so more throughput, but no reply bound. Only for
+/// requests whose replies are small by construction (redcount's own scripts).
+struct Shared {
+    conns: Vec<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+    next: AtomicUsize,
+}
+
+impl Shared {
+    async fn get(&self, pool: &Pool) -> RedisResult<(usize, MultiplexedConnection)> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let mut slot = self.conns[i].lock().await;
+        if slot.is_none() {
+            *slot = Some(pool.dial(usize::MAX).await?.conn);
+        }
+        Ok((i, slot.as_ref().expect("made above").clone()))
+    }
+
+    /// Runs `call` on a shared connection; one that failed other than by an error reply is
+    /// dropped, and made again by its next use.
+    async fn run<T>(
+        &self,
+        pool: &Pool,
+        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let (i, mut conn) = self.get(pool).await?;
+        let result = call(&mut conn).await;
+        if let Err(e) = &result
+            && (e.code().is_none() || e.is_io_error())
+        {
+            *self.conns[i].lock().await = None;
+        }
+        result
+    }
 }
 
 /// Connections to one Redis, each used by one request at a time, so everything a connection
@@ -143,6 +179,11 @@ impl Pool {
     }
 
     async fn connect(&self) -> RedisResult<Conn> {
+        self.dial(self.max_reply).await
+    }
+
+    /// A new connection whose reads fail past `limit` bytes (since its counter was reset).
+    async fn dial(&self, limit: usize) -> RedisResult<Conn> {
         let read = Arc::new(AtomicUsize::new(0));
         let config = AsyncConnectionConfig::new().set_response_timeout(Some(self.response_timeout));
         let redis = self.info.redis_settings();
@@ -151,12 +192,12 @@ impl Pool {
                 ConnectionAddr::Tcp(host, port) => {
                     let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                     let _ = tcp.set_nodelay(true);
-                    let stream = Counted { inner: tcp, read: read.clone(), limit: self.max_reply };
+                    let stream = Counted { inner: tcp, read: read.clone(), limit };
                     spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
                 }
                 ConnectionAddr::Unix(path) => {
                     let unix = tokio::net::UnixStream::connect(path).await?;
-                    let stream = Counted { inner: unix, read: read.clone(), limit: self.max_reply };
+                    let stream = Counted { inner: unix, read: read.clone(), limit };
                     spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
                 }
                 other => Err(redis::RedisError::from((
@@ -225,9 +266,14 @@ impl Backend {
     }
 
     pub async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        self.query_in(cmd, Lane::Bounded).await
+    }
+
+    /// [`Backend::query`] on the connections of `lane`.
+    pub async fn query_in(&self, cmd: &Cmd, lane: Lane) -> RedisResult<Value> {
         let mut tries = 0;
         loop {
-            match self.conns.query(cmd).await {
+            match self.conns.query(cmd, lane).await {
                 Err(e) if tries < 3 && self.retry(&e).await => tries += 1,
                 other => return other,
             }
@@ -235,10 +281,10 @@ impl Backend {
     }
 
     /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`).
-    pub async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
+    pub async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Value> {
         let mut tries = 0;
         loop {
-            match self.conns.pipeline(pipe).await {
+            match self.conns.pipeline(pipe, lane).await {
                 Err(e) if tries < 3 && self.retry(&e).await => tries += 1,
                 other => return other,
             }
@@ -254,8 +300,8 @@ impl Backend {
         }
         match &self.restore {
             Some((setuser, via)) if login_refused(e) => {
-                let made = match via.query(setuser).await {
-                    Err(e) if known_dead(&e) => via.query(setuser).await,
+                let made = match via.query(setuser, Lane::Bounded).await {
+                    Err(e) if known_dead(&e) => via.query(setuser, Lane::Bounded).await,
                     r => r,
                 };
                 made.is_ok()
@@ -291,27 +337,40 @@ impl Backend {
                 let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
                 info = info.set_redis_settings(settings);
             }
-            Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)))
+            let shared =
+                Shared { conns: (0..4).map(|_| tokio::sync::Mutex::new(None)).collect(), next: AtomicUsize::new(0) };
+            Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)), Arc::new(shared))
         };
-        backend.query(&redis::cmd("PING")).await?;
+        backend.query(&redis::cmd("PING"), Lane::Bounded).await?;
         Ok(Backend { conns: backend, restore: None })
     }
 }
 
 impl Conns {
-    async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        match self {
-            Conns::Single(pool) => pool.run(async |c| cmd.query_async(c).await).await,
-            Conns::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+    async fn query(&self, cmd: &Cmd, lane: Lane) -> RedisResult<Value> {
+        match (self, lane) {
+            (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| cmd.query_async(c).await).await,
+            (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| cmd.query_async(c).await).await,
+            (Conns::Cluster(c), _) => cmd.query_async(&mut c.clone()).await,
         }
     }
 
-    async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
-        match self {
-            Conns::Single(pool) => pool.run(async |c| pipe.query_async(c).await).await,
-            Conns::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+    async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Value> {
+        match (self, lane) {
+            (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| pipe.query_async(c).await).await,
+            (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
+            (Conns::Cluster(c), _) => pipe.query_async(&mut c.clone()).await,
         }
     }
+}
+
+/// Which connections a request uses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lane {
+    /// A connection of its own, reply bounded by `--max-response-bytes`.
+    Bounded,
+    /// A shared connection: only for replies small by construction.
+    Small,
 }
 
 /// A Redis URL with any password replaced, for messages and logs.

@@ -13,7 +13,7 @@ use serde_json::{Value as Json, json};
 
 use crate::State;
 use crate::auth::{self, Access};
-use crate::backend::Backend;
+use crate::backend::{Backend, Lane};
 use crate::commands;
 use crate::log;
 use crate::reply;
@@ -455,6 +455,18 @@ async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisR
     }
 }
 
+/// The shared connections for requests that only run redcount's own scripts (their replies
+/// are a few integers), a bounded connection of its own for anything else.
+fn lane(cmds: &[&Cmd]) -> Lane {
+    static OURS: std::sync::LazyLock<std::collections::HashSet<&'static str>> =
+        std::sync::LazyLock::new(|| redcount_core::script::ALL.iter().map(|s| s.sha1()).collect());
+    let ours = |c: &&Cmd| {
+        matches!(c.name.to_ascii_uppercase().as_str(), "EVALSHA" | "EVALSHA_RO")
+            && c.args.first().is_some_and(|sha| std::str::from_utf8(sha).is_ok_and(|s| OURS.contains(s)))
+    };
+    if !cmds.is_empty() && cmds.iter().all(ours) { Lane::Small } else { Lane::Bounded }
+}
+
 /// The connections a request runs on.
 fn backend(st: &State, access: Access) -> &Backend {
     match (access, &st.readonly_backend) {
@@ -530,7 +542,8 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
         _ => backend(st, access),
     };
     let kinds: Vec<&'static str> = script_kind(&cmd.name).into_iter().collect();
-    let mut first = watched(st, &kinds, timed(st, be.query(&redis_cmd))).await;
+    let lane = lane(&[&cmd]);
+    let mut first = watched(st, &kinds, timed(st, be.query_in(&redis_cmd, lane))).await;
     // A cluster slot in migration answers TRYAGAIN while a multi-key call's keys are split
     // between two nodes, and ASK/MOVED once the client's own redirect budget is spent; the
     // migration of one slot takes milliseconds, so wait a little (at most ~0.5 s in all).
@@ -551,7 +564,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
             }
             _ => break,
         }
-        first = watched(st, &kinds, timed(st, be.query(&redis_cmd))).await;
+        first = watched(st, &kinds, timed(st, be.query_in(&redis_cmd, lane))).await;
     }
     let mut value = match (first, &fixup) {
         (Err(Failure(_, msg)), Fixup::Reload { rw, readonly }) if msg.starts_with("NOSCRIPT") => {
@@ -605,9 +618,10 @@ async fn run_many(
         pipe.add_command(to_redis(c));
     }
     vetted(st, &fixups).await?;
+    let lane = if atomic { Lane::Bounded } else { lane(&cmds.iter().collect::<Vec<_>>()) };
     let started = Instant::now();
     let mut items = loop {
-        let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe))).await;
+        let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe, lane))).await;
         // Every entry refused BUSY (a script past its bound, about to be killed): none ran,
         // so the whole pipeline may run again.
         let all_busy = match &value {

@@ -231,6 +231,22 @@ fn huge_replies_are_cut_off_at_the_bound() {
     assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
     let n: i64 = redis::cmd("GET").arg("n").query(&mut redis.conn()).unwrap();
     assert_eq!(n, 1, "the overrunning write was sent once");
+
+    // redcount's own scripts share connections (no reply bound there): their replies stay
+    // small even when the stored answer of an idempotent call was replaced by a huge one.
+    use redcount_core::Operation;
+    use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
+    let idem = redcount_core::ops::Idempotency::new("k", "POST", "/x", b"{}");
+    let op = AddCounter::new("c", "s", Storage::Key, 1, Bounds::default()).unwrap().idempotent(idem.clone());
+    let parts = op.request().command().parts().to_vec();
+    let keys: usize = parts[2].parse().unwrap();
+    let stored = format!("{}|{}", idem.fingerprint, "1,".repeat(5_000_000));
+    let _: () = redis::cmd("SET").arg(&parts[3 + keys - 1]).arg(stored).query(&mut redis.conn()).unwrap();
+    let load = serde_json::json!(["SCRIPT", "LOAD", redcount_core::script::COUNTER.source()]).to_string();
+    assert_eq!(request(port, "POST", "/", &front.token, &load).0, 200);
+    let (status, body) = request(port, "POST", "/", &front.token, &serde_json::json!(parts).to_string());
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    assert!(body.len() < 200, "a replay's reply stays small: {} bytes", body.len());
 }
 
 #[test]
