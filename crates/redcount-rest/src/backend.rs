@@ -257,6 +257,20 @@ fn login_refused(e: &redis::RedisError) -> bool {
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM")) && e.to_string().contains("user")
 }
 
+/// Awaits `$call` again (up to 3 times) while it fails in a way [`Backend::retry`] allows.
+/// A macro, not a function taking an async closure: the futures must stay `Send`.
+macro_rules! retried {
+    ($backend:expr, $call:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $call.await {
+                Err(e) if tries < 3 && $backend.retry(&e).await => tries += 1,
+                other => break other,
+            }
+        }
+    }};
+}
+
 impl Backend {
     /// Has the user made again by `setuser`, sent with `setup`'s connections, whenever Redis
     /// refuses this backend's login.
@@ -271,24 +285,12 @@ impl Backend {
 
     /// [`Backend::query`] on the connections of `lane`.
     pub async fn query_in(&self, cmd: &Cmd, lane: Lane) -> RedisResult<Value> {
-        let mut tries = 0;
-        loop {
-            match self.conns.query(cmd, lane).await {
-                Err(e) if tries < 3 && self.retry(&e).await => tries += 1,
-                other => return other,
-            }
-        }
+        retried!(self, self.conns.query(cmd, lane))
     }
 
     /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`).
     pub async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Value> {
-        let mut tries = 0;
-        loop {
-            match self.conns.pipeline(pipe, lane).await {
-                Err(e) if tries < 3 && self.retry(&e).await => tries += 1,
-                other => return other,
-            }
-        }
+        retried!(self, self.conns.pipeline(pipe, lane))
     }
 
     /// Whether a failed call may be sent again: it never reached Redis (a connection known

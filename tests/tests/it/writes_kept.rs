@@ -174,13 +174,10 @@ async fn redcount_serve_names_redis_when_redis_is_down() {
         "admin-secret-0123456",
         redcount_tests::TEST_POLICIES,
     );
+    let http = reqwest::Client::new();
+    let add = || http.post(format!("{}/api/counters/running-jobs/x", server.url())).body(r#"{"delta":1}"#).send();
     redis.kill();
-    let r = reqwest::Client::new()
-        .post(format!("{}/api/counters/running-jobs/x", server.url()))
-        .body(r#"{"delta":1}"#)
-        .send()
-        .await
-        .unwrap();
+    let r = add().await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
     assert_eq!(status, 503, "{text}");
@@ -189,12 +186,7 @@ async fn redcount_serve_names_redis_when_redis_is_down() {
     // (the connection that died with the old process is not used for it).
     redis.restart();
     for _ in 0..2 {
-        let r = reqwest::Client::new()
-            .post(format!("{}/api/counters/running-jobs/x", server.url()))
-            .body(r#"{"delta":1}"#)
-            .send()
-            .await
-            .unwrap();
+        let r = add().await.unwrap();
         assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
         redis.restart();
     }
