@@ -88,6 +88,17 @@ struct Pool {
     connect_timeout: Duration,
     response_timeout: Duration,
     max_reply: usize,
+    /// Commands for every new connection's Redis (a restarted Redis has lost its runtime
+    /// configuration, such as the front's busy-reply-threshold).
+    on_connect: std::sync::OnceLock<OnConnect>,
+}
+
+/// What a pool sends when it has made a new connection.
+enum OnConnect {
+    /// On the new connection itself (its user may).
+    Here(Vec<Cmd>),
+    /// On a connection to this address as another user (the URL's): the new one's may not.
+    Via(Vec<Cmd>, redis::ConnectionInfo),
 }
 
 struct Conn {
@@ -168,6 +179,7 @@ impl Pool {
             connect_timeout,
             response_timeout,
             max_reply,
+            on_connect: std::sync::OnceLock::new(),
         }
     }
 
@@ -182,36 +194,28 @@ impl Pool {
         self.dial(self.max_reply).await
     }
 
-    /// A new connection whose reads fail past `limit` bytes (since its counter was reset).
+    /// A new connection whose reads fail past `limit` bytes (since its counter was reset),
+    /// after the pool's on-connect commands.
     async fn dial(&self, limit: usize) -> RedisResult<Conn> {
-        let read = Arc::new(AtomicUsize::new(0));
-        let config = AsyncConnectionConfig::new().set_response_timeout(Some(self.response_timeout));
-        let redis = self.info.redis_settings();
-        let dial = async {
-            match self.info.addr() {
-                ConnectionAddr::Tcp(host, port) => {
-                    let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                    let _ = tcp.set_nodelay(true);
-                    let stream = Counted { inner: tcp, read: read.clone(), limit };
-                    spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
+        let mut made = open(&self.info, limit, self.connect_timeout, self.response_timeout).await?;
+        match self.on_connect.get() {
+            Some(OnConnect::Here(cmds)) => {
+                for cmd in cmds {
+                    let _ = cmd.query_async::<Value>(&mut made.conn).await;
                 }
-                ConnectionAddr::Unix(path) => {
-                    let unix = tokio::net::UnixStream::connect(path).await?;
-                    let stream = Counted { inner: unix, read: read.clone(), limit };
-                    spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
-                }
-                other => Err(redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "redcount-rest connects over TCP or a Unix socket",
-                    format!("{other}"),
-                ))),
             }
-        };
-        let conn = match tokio::time::timeout(self.connect_timeout, dial).await {
-            Ok(c) => c?,
-            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to Redis timed out").into()),
-        };
-        Ok(Conn { conn, read })
+            Some(OnConnect::Via(cmds, via)) => {
+                // A connection of the URL's user for just this, closed after.
+                if let Ok(mut other) = open(via, usize::MAX, self.connect_timeout, self.response_timeout).await {
+                    for cmd in cmds {
+                        let _ = cmd.query_async::<Value>(&mut other.conn).await;
+                    }
+                }
+            }
+            None => {}
+        }
+        made.read.store(0, Ordering::Relaxed);
+        Ok(made)
     }
 
     /// Runs `call` on a connection of its own, made first if needed.
@@ -234,6 +238,42 @@ impl Pool {
             Err(e) => e.code().is_some() && !e.is_io_error(),
         };
         result
+    }
+}
+
+/// Connects to `info` with a stream that fails past `limit` bytes read.
+async fn open(
+    info: &redis::ConnectionInfo,
+    limit: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> RedisResult<Conn> {
+    let read = Arc::new(AtomicUsize::new(0));
+    let config = AsyncConnectionConfig::new().set_response_timeout(Some(response_timeout));
+    let redis = info.redis_settings();
+    let dial = async {
+        match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                let _ = tcp.set_nodelay(true);
+                let stream = Counted { inner: tcp, read: read.clone(), limit };
+                spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
+            }
+            ConnectionAddr::Unix(path) => {
+                let unix = tokio::net::UnixStream::connect(path).await?;
+                let stream = Counted { inner: unix, read: read.clone(), limit };
+                spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
+            }
+            other => Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "redcount-rest connects over TCP or a Unix socket",
+                format!("{other}"),
+            ))),
+        }
+    };
+    match tokio::time::timeout(connect_timeout, dial).await {
+        Ok(c) => Ok(Conn { conn: c?, read }),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to Redis timed out").into()),
     }
 }
 
@@ -272,6 +312,20 @@ macro_rules! retried {
 }
 
 impl Backend {
+    /// Sends `cmds` to Redis whenever this backend makes a new connection: on that connection
+    /// (`via` is `None`), or through `via`'s. Redis forgets its runtime configuration when it
+    /// restarts; the front's connections then are new ones. (Not for `--cluster`.)
+    pub fn on_connect(&self, cmds: Vec<Cmd>, via: Option<&Backend>) {
+        if let Conns::Single(pool, _) = &self.conns {
+            let made = match via.map(|b| &b.conns) {
+                None => OnConnect::Here(cmds),
+                Some(Conns::Single(other, _)) => OnConnect::Via(cmds, other.info.clone()),
+                Some(Conns::Cluster(_)) => return,
+            };
+            let _ = pool.on_connect.set(made);
+        }
+    }
+
     /// Has the user made again by `setuser`, sent with `setup`'s connections, whenever Redis
     /// refuses this backend's login.
     pub fn restore_with(mut self, setuser: Cmd, setup: &Backend) -> Self {

@@ -161,7 +161,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     // The URL's own user: the front's set-up and its SCRIPT KILLs, never a client's request.
     let killer = connect(None, 1).await.map_err(unreachable)?;
     let commands = commands::Table::load(&killer).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
-    allow_script_kill(&killer, script_timeout, config.log).await;
+    let kill_setting = allow_script_kill(&killer, script_timeout, config.log).await;
     let full_login = if config.allow_admin_commands {
         None
     } else {
@@ -200,6 +200,14 @@ pub async fn run(config: Config) -> Result<(), String> {
             }
         },
     };
+    // A restarted Redis has its own busy-reply-threshold again: set it on every new connection.
+    if let Some(set) = kill_setting {
+        killer.on_connect(vec![set.clone()], None);
+        backend.on_connect(vec![set.clone()], Some(&killer));
+        if let Some(ro) = &readonly_backend {
+            ro.on_connect(vec![set], Some(&killer));
+        }
+    }
     let state = Arc::new(State {
         backend,
         readonly_backend,
@@ -237,21 +245,23 @@ pub async fn run(config: Config) -> Result<(), String> {
 
 /// Redis only answers other clients (and so SCRIPT KILL) while a script runs once
 /// `busy-reply-threshold` has passed: bring it down to the front's script bound.
-async fn allow_script_kill(backend: &backend::Backend, bound: Duration, level: log::Level) {
+/// Returns the command that did it, to send again to a restarted Redis.
+async fn allow_script_kill(backend: &backend::Backend, bound: Duration, level: log::Level) -> Option<redis::Cmd> {
     let ms = bound.as_millis().to_string();
     let mut set = redis::cmd("CONFIG");
     set.arg("SET").arg("busy-reply-threshold").arg(&ms);
     if let Err(e) = backend.query(&set).await {
-        let mut old = redis::cmd("CONFIG");
-        old.arg("SET").arg("lua-time-limit").arg(&ms);
-        if backend.query(&old).await.is_err() {
+        set = redis::cmd("CONFIG");
+        set.arg("SET").arg("lua-time-limit").arg(&ms);
+        if backend.query(&set).await.is_err() {
             log::error(&format!(
                 "cannot set busy-reply-threshold ({e}): a runaway script is killed only after Redis's own threshold"
             ));
-            return;
+            return None;
         }
     }
     log::info(level, &format!("scripts are killed after {ms} ms"));
+    Some(set)
 }
 
 /// What a front-made Redis user may not do.

@@ -251,7 +251,7 @@ fn huge_replies_are_cut_off_at_the_bound() {
 
 #[test]
 fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let front = RestFront::start_with(&redis.url(), false, &["--script-timeout-ms", "500"]);
     let port = front.port();
     // The read-only token runs only scripts the full token loaded.
@@ -276,6 +276,23 @@ fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
     // Redis itself answers again.
     let pong: String = redis::cmd("PING").query(&mut redis.conn()).unwrap();
     assert_eq!(pong, "PONG");
+
+    // A restarted Redis is back at its own busy-reply-threshold: the front sets its bound
+    // again (on its new connections), so a runaway is still killed.
+    redis.restart();
+    let (status, body) = request(port, "POST", "/", &front.token, r#"["SET", "k", "v"]"#);
+    assert_eq!(status, 200, "{body}");
+    let got: Vec<String> =
+        redis::cmd("CONFIG").arg("GET").arg("busy-reply-threshold").query(&mut redis.conn()).unwrap();
+    assert_eq!(got[1], "500", "the front's script bound, set again after the restart");
+    let token = front.token.clone();
+    let runaway =
+        std::thread::spawn(move || request(port, "POST", "/", &token, r#"["EVAL", "while true do end", "0"]"#));
+    std::thread::sleep(Duration::from_millis(100));
+    let (status, body) = request(port, "POST", "/", &front.token, r#"["SET", "k", "w"]"#);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = runaway.join().unwrap();
+    assert!(status == 400 && body.contains("killed"), "{status} {body}");
 }
 
 #[test]
