@@ -93,6 +93,27 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             none(),
         ));
     };
+    // Bodies being received count against --max-inflight-body-bytes (their declared length,
+    // else the largest allowed) until the response: thousands of slow 1 MB bodies cannot add
+    // up to gigabytes.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(st.max_body)
+        .min(st.max_body);
+    // Small bodies (most commands) are not counted, so large slow ones cannot starve them;
+    // all of them together are bounded by the connection cap.
+    let kib = if declared <= 16 * 1024 { 0 } else { u32::try_from(declared.div_ceil(1024)).unwrap_or(u32::MAX) };
+    let Ok(_body_permit) = st.body_budget.try_acquire_many(kib) else {
+        return Err((
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ERR too many request bodies in flight (--max-inflight-body-bytes); retry shortly",
+            ),
+            none(),
+        ));
+    };
     // The body is read under the request timeout: a trickled body cannot hold a connection.
     let bytes = match tokio::time::timeout(st.timeout, axum::body::to_bytes(body, st.max_body)).await {
         Err(_) => {
@@ -252,7 +273,9 @@ fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
             ),
         ));
     }
-    if !st.commands.is_readonly(&cmd.name, &cmd.args) {
+    // PING and ECHO touch no data (Redis does not flag them read-only; clients probe with PING).
+    let harmless = matches!(upper.as_str(), "PING" | "ECHO");
+    if !harmless && !st.commands.is_readonly(&cmd.name, &cmd.args) {
         let hint = match upper.as_str() {
             "EVAL" => " (use EVAL_RO)",
             "EVALSHA" => " (use EVALSHA_RO)",

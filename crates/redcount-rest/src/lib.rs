@@ -57,6 +57,12 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Most bytes of request bodies over 16 KiB being received or handled at once (each
+    /// counted at its declared length); past it such requests get 503. Bounds what slow large
+    /// bodies can hold; smaller bodies are not counted (the connection cap bounds them).
+    #[arg(long, env = "REDCOUNT_REST_MAX_INFLIGHT_BODY_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_inflight_body_bytes: usize,
+
     /// Largest reply read from Redis for one request (a pipeline's replies together), in
     /// bytes of RESP; past it the request fails with 400 and its connection is closed, so one
     /// request cannot make the front hold gigabytes. Not enforced on --cluster yet.
@@ -136,6 +142,8 @@ pub(crate) struct State {
     pub token: String,
     pub readonly_token: Option<String>,
     pub max_body: usize,
+    /// KiB of request bodies that may be in flight at once.
+    pub body_budget: tokio::sync::Semaphore,
     pub timeout: Duration,
     pub scripts: scripts::Scripts,
     pub commands: commands::Table,
@@ -217,6 +225,9 @@ pub async fn run(config: Config) -> Result<(), String> {
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
         max_body: config.max_body_bytes,
+        body_budget: tokio::sync::Semaphore::new(
+            (config.max_inflight_body_bytes / 1024).clamp(config.max_body_bytes.div_ceil(1024).max(1), 1 << 30),
+        ),
         timeout,
         scripts: scripts::Scripts::default(),
         commands,

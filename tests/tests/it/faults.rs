@@ -25,7 +25,8 @@ async fn post(http: &reqwest::Client, url: String, body: String) -> (u16, Value)
             let text = r.text().await.unwrap_or_default();
             (status, serde_json::from_str(&text).unwrap_or(Value::Null))
         }
-        Err(_) => (0, Value::Null),
+        // Status 0: no HTTP answer at all (the error says why).
+        Err(e) => (0, Value::String(e.to_string())),
     }
 }
 

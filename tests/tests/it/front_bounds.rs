@@ -211,16 +211,21 @@ fn huge_replies_are_cut_off_at_the_bound() {
             })
             .collect::<Vec<_>>()
     });
+    // And a 36-byte read-only request for a 130 MB reply, no data needed.
+    let _: i64 = redis::cmd("SADD").arg("set").arg("abcdefghij").query(&mut redis.conn()).unwrap();
     for t in [&front.token, &ro] {
-        for _ in 0..3 {
-            let (status, body) = request(port, "POST", "/pipeline", t, &gets.to_string());
+        for body in [gets.to_string(), r#"["SRANDMEMBER", "set", "-10000000"]"#.to_string()] {
+            let path = if body.starts_with("[[") { "/pipeline" } else { "/" };
+            let (status, body) = request(port, "POST", path, t, &body);
             assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
             assert!(body.contains("--max-response-bytes"), "{}", &body[..body.len().min(300)]);
         }
     }
+    // The read-only token may PING (Redis does not flag it read-only).
+    assert_eq!(request(port, "POST", "/", &ro, r#"["PING"]"#).0, 200);
     assert!(others.join().unwrap().iter().all(|s| *s == 200), "another client's requests were served");
     let grown = front.peak_rss_kib().saturating_sub(before);
-    println!("peak RSS grew by {grown} KiB over six 450 MB replies");
+    println!("peak RSS grew by {grown} KiB over four 450 MB and two 130 MB replies");
     assert!(grown < 160 * 1024, "the front held the replies: +{grown} KiB");
     // Under the bound, the same value is served whole.
     let (status, body) = request(port, "POST", "/", &front.token, r#"["GET", "big"]"#);
@@ -247,6 +252,44 @@ fn huge_replies_are_cut_off_at_the_bound() {
     let (status, body) = request(port, "POST", "/", &front.token, &serde_json::json!(parts).to_string());
     assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
     assert!(body.len() < 200, "a replay's reply stays small: {} bytes", body.len());
+}
+
+/// Slow large bodies cannot add up: 100 connections each declare 1 MB, send 900 KB and
+/// stall. Past `--max-inflight-body-bytes` they are refused, the front's memory stays near
+/// the bound, and small requests are served meanwhile.
+#[test]
+fn slow_large_bodies_stay_within_their_budget() {
+    let redis = RedisServer::start();
+    let front =
+        RestFront::start_with(&redis.url(), false, &["--max-inflight-body-bytes", "8388608", "--timeout-ms", "3000"]);
+    let before = front.peak_rss_kib();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\ncontent-length: 1000000\r\n\r\n",
+        front.readonly_token
+    );
+    let mut held = Vec::new();
+    for i in 0..100u8 {
+        let mut s = hold_from([127, 0, 1, i], front.port(), 1).pop().unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        let _ = s.write_all(head.as_bytes());
+        let _ = s.write_all(&vec![b' '; 900_000]);
+        held.push(s);
+    }
+    let (status, body) = request(front.port(), "POST", "/", &front.token, r#"["PING"]"#);
+    assert_eq!(status, 200, "a small request while 100 large bodies stall: {body}");
+    let grown = front.peak_rss_kib().saturating_sub(before);
+    println!("peak RSS grew by {grown} KiB with 100 stalled 1 MB bodies");
+    assert!(grown < 16 * 1024, "the front held the bodies: +{grown} KiB");
+    let mut refused = 0;
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        if out.contains("--max-inflight-body-bytes") {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 50, "{refused} of 100 were told the budget was spent");
 }
 
 #[test]
