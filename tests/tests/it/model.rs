@@ -919,9 +919,12 @@ fn fixed_window_of(call: &QuotaCall, window: i64) -> Option<i64> {
     (end <= hi && end + window > hi).then_some(end / window - 1)
 }
 
-fn check_quotas(ctx: &Ctx, round: usize, history: &[QuotaCall]) {
+/// Checks the calls of the round that began at `since` against the whole history (each call
+/// once: everything that may have run before it is known by the end of its round).
+fn check_quotas(ctx: &Ctx, round: usize, since: i64, history: &[QuotaCall]) {
     for (q, spec) in QUOTAS.iter().enumerate() {
         let calls: Vec<&QuotaCall> = history.iter().filter(|c| c.quota == q).collect();
+        let new = |c: &QuotaCall| c.t.s >= since;
         let show =
             |c: &QuotaCall| format!("{} cost {} peek {} [{}, {}] {:?}", c.via, c.cost, c.peek, c.t.s, c.t.r, c.t.out);
         match spec.algo {
@@ -954,7 +957,7 @@ fn check_quotas(ctx: &Ctx, round: usize, history: &[QuotaCall]) {
                     check!(ctx, round, total <= limit, "{}: window {w} granted {total} units > {limit}", spec.policy);
                 }
                 // No usage that nobody could have caused.
-                for c in &calls {
+                for c in calls.iter().filter(|c| new(c)) {
                     let (Some(w), Some(used)) = (fixed_window_of(c, window_ms), c.used_before(limit)) else { continue };
                     let could: i64 = calls
                         .iter()
@@ -980,7 +983,7 @@ fn check_quotas(ctx: &Ctx, round: usize, history: &[QuotaCall]) {
                 let mut grants: Vec<&QuotaCall> = calls.iter().copied().filter(|c| c.granted()).collect();
                 grants.sort_by_key(|c| c.t.s);
                 // Grants whose server times all lie within less than a window: at most `limit`.
-                for (i, a) in grants.iter().enumerate() {
+                for (i, a) in grants.iter().enumerate().filter(|(_, a)| a.t.s + window_ms > since) {
                     let set: Vec<&&QuotaCall> =
                         grants[i..].iter().filter(|g| g.t.r < a.t.s + window_ms && a.t.r < a.t.s + window_ms).collect();
                     let total: i64 = set.iter().map(|g| g.cost).sum();
@@ -993,7 +996,7 @@ fn check_quotas(ctx: &Ctx, round: usize, history: &[QuotaCall]) {
                         set.iter().map(|g| show(g)).collect::<Vec<_>>().join("\n  ")
                     );
                 }
-                for c in &calls {
+                for c in calls.iter().filter(|c| new(c)) {
                     let Some(used) = c.used_before(limit) else { continue };
                     let could: i64 = calls
                         .iter()
@@ -1015,7 +1018,8 @@ fn check_quotas(ctx: &Ctx, round: usize, history: &[QuotaCall]) {
                 // Over any span: at most a full bucket plus what refills within it.
                 let mut grants: Vec<&QuotaCall> = calls.iter().copied().filter(|c| c.granted()).collect();
                 grants.sort_by_key(|c| c.t.s);
-                for (i, a) in grants.iter().enumerate() {
+                // (Spans starting up to 2 s before the round: older ones were checked before.)
+                for (i, a) in grants.iter().enumerate().filter(|(_, a)| a.t.s + 2_000 > since) {
                     let (mut end, mut total) = (a.t.r, 0);
                     for g in &grants[i..] {
                         end = end.max(g.t.r);
@@ -1045,8 +1049,9 @@ async fn quota_never_grants_more_than_its_limit_in_a_window() {
     let mut clients = env.clients(30).await;
     let mut history = Vec::new();
     for round in 0..rounds {
+        let since = now_ms();
         history.extend(env.round(round, &mut clients, 80, quota_round).await);
-        check_quotas(&env.ctx, round, &history);
+        check_quotas(&env.ctx, round, since, &history);
     }
     let granted = history.iter().filter(|c| c.granted()).count();
     let denied = history.iter().filter(|c| c.t.done().is_some_and(|o| !o.allowed)).count();
@@ -1118,7 +1123,7 @@ async fn claim_round(mut c: Client) -> (Client, Vec<ClaimCall>) {
     (c, out)
 }
 
-fn check_claims(env: &Env, round: usize, history: &[ClaimCall]) {
+fn check_claims(env: &Env, round: usize, since: i64, history: &[ClaimCall]) {
     let ctx = &env.ctx;
     let mut conn = env.conn();
     for (sub, subject) in SUBJECTS.iter().enumerate() {
@@ -1127,7 +1132,7 @@ fn check_claims(env: &Env, round: usize, history: &[ClaimCall]) {
         winners.sort_by_key(|c| c.t.s);
         // Two winners must be able to be a window apart.
         for (i, a) in winners.iter().enumerate() {
-            for b in &winners[i + 1..] {
+            for b in winners[i + 1..].iter().filter(|b| a.t.s >= since || b.t.s >= since) {
                 let farthest = (b.t.r - a.t.s).max(a.t.r - b.t.s);
                 check!(
                     ctx,
@@ -1142,7 +1147,7 @@ fn check_claims(env: &Env, round: usize, history: &[ClaimCall]) {
         // A refusal names the window of a claim someone made (answered or not).
         let maybe_won =
             |lo: i64, hi: i64| calls.iter().any(|g| (g.won() || g.t.unknown()) && g.t.s <= hi && g.t.r >= lo);
-        for c in calls.iter().filter(|c| c.t.done().is_some_and(|o| !o.claimed)) {
+        for c in calls.iter().filter(|c| c.t.s >= since && c.t.done().is_some_and(|o| !o.claimed)) {
             let left = c.t.done().unwrap().window_left_ms.unwrap();
             let (lo, hi) = (c.t.s + left - CLAIM_WINDOW - SLACK, c.t.r + left - CLAIM_WINDOW + SLACK);
             check!(
@@ -1186,8 +1191,9 @@ async fn claim_has_at_most_one_winner_per_window() {
     let mut clients = env.clients(40).await;
     let mut history = Vec::new();
     for round in 0..rounds {
+        let since = now_ms();
         history.extend(env.round(round, &mut clients, 100, claim_round).await);
-        check_claims(&env, round, &history);
+        check_claims(&env, round, since, &history);
     }
     let won = history.iter().filter(|c| c.won()).count();
     env.ctx.say(format!("{} calls ({}), {won} winners", history.len(), tally(history.iter().map(|c| &c.t.out))));
@@ -1441,7 +1447,7 @@ fn holder_view(ctx: &Ctx, round: usize, calls: &[&SemCall]) -> HolderView {
     v
 }
 
-fn check_semaphore(env: &Env, round: usize, history: &[SemCall]) {
+fn check_semaphore(env: &Env, round: usize, since: i64, history: &[SemCall]) {
     let ctx = &env.ctx;
     let holders = CLIENTS * SEM_HOLDERS_EACH;
     let mut views = Vec::new();
@@ -1476,7 +1482,9 @@ fn check_semaphore(env: &Env, round: usize, history: &[SemCall]) {
         );
     }
     // "Full" only when enough others may have held a lease then.
-    for c in history.iter().filter(|c| !c.replay && c.t.done().is_some_and(|o| o.result == SemaphoreResult::Full)) {
+    let full =
+        |c: &&SemCall| !c.replay && c.t.s >= since && c.t.done().is_some_and(|o| o.result == SemaphoreResult::Full);
+    for c in history.iter().filter(full) {
         let others: Vec<usize> = (0..holders)
             .filter(|&h| h != c.holder && views[h].possible.iter().any(|&(a, e)| a <= c.t.r && e >= c.t.s))
             .collect();
@@ -1529,8 +1537,9 @@ async fn semaphore_never_has_more_holders_than_its_limit() {
     let mut history = Vec::new();
     for round in 0..rounds {
         let k = keyed.clone();
+        let since = now_ms();
         history.extend(env.round(round, &mut clients, 80, move |c| semaphore_round(c, k.clone())).await);
-        check_semaphore(&env, round, &history);
+        check_semaphore(&env, round, since, &history);
     }
     let count = |r: SemaphoreResult| history.iter().filter(|c| c.t.done().is_some_and(|o| o.result == r)).count();
     env.ctx.say(format!(
@@ -1737,7 +1746,7 @@ fn read_in_order(op: &InboxOp, msgs: &[Message]) -> Result<(), String> {
     Ok(())
 }
 
-fn check_inbox(ctx: &Ctx, round: usize, history: &[InboxCall]) {
+fn check_inbox(ctx: &Ctx, round: usize, since: i64, history: &[InboxCall]) {
     for (user, u) in USERS.iter().enumerate() {
         let calls: Vec<&InboxCall> = history.iter().filter(|c| c.user == user).collect();
         let trims: Vec<(i64, i64, i64)> = calls
@@ -1748,33 +1757,27 @@ fn check_inbox(ctx: &Ctx, round: usize, history: &[InboxCall]) {
                 _ => None,
             })
             .collect();
-        // Whether message `id`, stored by a call that started at `from`, may have been dropped
-        // by `until`: by length (as many higher ids may have been stored as the shortest length
-        // kept) or by age (a trim that ran after it, late enough for its stamp).
-        let maybe_dropped = |id: i64, from: i64, until: i64| {
-            let higher: BTreeSet<i64> = calls
-                .iter()
-                .filter(|c| c.t.s <= until)
-                .filter_map(|c| c.stored())
-                .map(|(i, _)| i)
-                .filter(|&i| i > id)
-                .collect();
-            higher.len() as i64 >= INBOX_SHORT
-                || trims.iter().any(|&(s, r, age)| s <= until && r >= from && from / 1000 < r / 1000 - age)
-        };
-        for c in &calls {
+        for c in calls.iter().filter(|c| c.t.s >= since) {
+            let until = c.t.r;
+            // Whether a message, stored by a call that started at `from`, may have been dropped
+            // by the time `c` ended: by length (as many higher ids may have been stored as the
+            // shortest length kept) or by age (a trim late enough for its stamp).
+            let ids_by_then: BTreeSet<i64> =
+                calls.iter().filter(|e| e.t.s <= until).filter_map(|e| e.stored()).map(|(i, _)| i).collect();
+            let latest_cutoff = trims.iter().filter(|t| t.0 <= until).map(|&(_, r, age)| r / 1000 - age).max();
+            let maybe_dropped = |id: i64, from: i64| {
+                ids_by_then.range(id + 1..).nth(INBOX_SHORT as usize - 1).is_some()
+                    || latest_cutoff.is_some_and(|cut| from / 1000 < cut)
+            };
             match (&c.op, c.t.done()) {
                 (InboxOp::Append { id, .. }, Some(InboxAnswer::Appended(a))) => {
-                    let earlier = calls.iter().filter(|e| !std::ptr::eq(**e, *c) && e.t.s <= c.t.r);
-                    let mut stores = earlier.filter(|e| e.stored().is_some_and(|(i, _)| i == *id));
+                    let stores = |e: &&&InboxCall| !std::ptr::eq(**e, *c) && e.stored().is_some_and(|(i, _)| i == *id);
                     if a.stored {
                         // Stored again while it certainly was there: an acknowledged message lost.
-                        let held = calls.iter().find(|e| {
-                            e.stored().is_some_and(|(i, _)| i == *id)
-                                && e.t.done().is_some()
-                                && e.t.r < c.t.s
-                                && !maybe_dropped(*id, e.t.s, c.t.r)
-                        });
+                        let held = calls
+                            .iter()
+                            .filter(stores)
+                            .find(|e| e.t.done().is_some() && e.t.r < c.t.s && !maybe_dropped(*id, e.t.s));
                         if let Some(e) = held {
                             ctx.fail(round, format!("{u}: id {id} stored twice:\n  {}\n  {}", e.show(), c.show()));
                         }
@@ -1782,7 +1785,7 @@ fn check_inbox(ctx: &Ctx, round: usize, history: &[InboxCall]) {
                         check!(
                             ctx,
                             round,
-                            stores.next().is_some(),
+                            calls.iter().filter(stores).any(|e| e.t.s <= until),
                             "{u}: told id {id} is there, but no call stored it: {}",
                             c.show()
                         );
@@ -1791,7 +1794,7 @@ fn check_inbox(ctx: &Ctx, round: usize, history: &[InboxCall]) {
                 (InboxOp::Read { after }, Some(InboxAnswer::Read(msgs))) => {
                     // Every message is one someone stored: its id, its body, its time.
                     for m in msgs {
-                        let ok = calls.iter().filter(|e| e.t.s <= c.t.r).any(|e| {
+                        let ok = calls.iter().filter(|e| e.t.s <= until).any(|e| {
                             e.stored().is_some_and(|(i, b)| i == m.id && b.as_bytes() == m.body)
                                 && e.t.s / 1000 <= i64::from(m.time)
                                 && i64::from(m.time) <= e.t.r / 1000
@@ -1811,7 +1814,7 @@ fn check_inbox(ctx: &Ctx, round: usize, history: &[InboxCall]) {
                     let ids: BTreeSet<i64> = msgs.iter().map(|m| m.id).collect();
                     for e in calls.iter().filter(|e| e.t.done().is_some() && e.t.r < c.t.s) {
                         let Some((id, _)) = e.stored() else { continue };
-                        if after.is_some_and(|a| id <= a) || ids.contains(&id) || maybe_dropped(id, e.t.s, c.t.r) {
+                        if after.is_some_and(|a| id <= a) || ids.contains(&id) || maybe_dropped(id, e.t.s) {
                             continue;
                         }
                         ctx.fail(
@@ -1834,6 +1837,7 @@ async fn inbox_keeps_every_acknowledged_message_until_trimmed() {
     let sent = Arc::new(Mutex::new(Vec::new()));
     let mut history = Vec::new();
     for round in 0..rounds {
+        let since = now_ms();
         let (n, s) = (next_id.clone(), sent.clone());
         history.extend(env.round(round, &mut clients, 250, move |c| inbox_round(c, n.clone(), s.clone())).await);
         // And a read of every inbox between rounds, checked like any other.
@@ -1853,7 +1857,7 @@ async fn inbox_keeps_every_acknowledged_message_until_trimmed() {
             }
             history.push(call);
         }
-        check_inbox(&env.ctx, round, &history);
+        check_inbox(&env.ctx, round, since, &history);
     }
     let count = |f: fn(&InboxCall) -> bool| history.iter().filter(|c| f(c)).count();
     env.ctx.say(format!(
@@ -1870,7 +1874,6 @@ async fn inbox_keeps_every_acknowledged_message_until_trimmed() {
 
 const PACKET_TTL: i64 = 3_600_000;
 const RP_USERS: usize = 16;
-const MAX_PACKETS: usize = 10;
 
 #[derive(Debug, Clone)]
 struct Packet {
@@ -1979,7 +1982,7 @@ fn grab_parse(st: u16, v: &Value) -> Option<RpAnswer> {
     }))
 }
 
-async fn rp_round(mut c: Client, packets: Arc<Mutex<Vec<Packet>>>) -> (Client, Vec<RpCall>) {
+async fn rp_round(mut c: Client, packets: Arc<Mutex<Vec<Packet>>>, max_packets: usize) -> (Client, Vec<RpCall>) {
     let mut out = Vec::new();
     for _ in 0..OPS {
         c.pause().await;
@@ -1996,7 +1999,7 @@ async fn rp_round(mut c: Client, packets: Arc<Mutex<Vec<Packet>>>) -> (Client, V
         };
         let p = &known[packet];
         let pick = c.rng.below(100);
-        let op = if pick < 8 && known.len() < MAX_PACKETS {
+        let op = if pick < 8 && known.len() < max_packets {
             let count = c.rng.range(1, 15);
             RpOp::Create { total: c.rng.range(count, 5_000), count }
         } else if pick < 80 {
@@ -2089,7 +2092,7 @@ async fn rp_round(mut c: Client, packets: Arc<Mutex<Vec<Packet>>>) -> (Client, V
     (c, out)
 }
 
-fn check_packets(env: &Env, round: usize, packets: &[Packet], history: &[RpCall]) {
+fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], history: &[RpCall]) {
     let ctx = &env.ctx;
     let mut conn = env.conn();
     for (n, p) in packets.iter().enumerate() {
@@ -2132,7 +2135,10 @@ fn check_packets(env: &Env, round: usize, packets: &[Packet], history: &[RpCall]
         let indexes: BTreeSet<i64> = told.values().map(|t| t.1).collect();
         check!(ctx, round, indexes.len() == told.len(), "packet {}: one share told to two users: {told:?}", p.id);
         // Empty only once every share may have gone to someone.
-        for &(c, _, _) in grabs.iter().filter(|g| matches!(g.0.t.done(), Some(RpAnswer::Grab(GrabOutcome::Empty)))) {
+        let empty = |g: &&(&RpCall, usize, Option<(i64, i64)>)| {
+            g.0.t.s >= since && matches!(g.0.t.done(), Some(RpAnswer::Grab(GrabOutcome::Empty)))
+        };
+        for &(c, _, _) in grabs.iter().filter(empty) {
             let takers: BTreeSet<usize> = grabs
                 .iter()
                 .filter(|(g, _, claim)| g.t.s <= c.t.r && (claim.is_some() || g.t.unknown()))
@@ -2149,7 +2155,7 @@ fn check_packets(env: &Env, round: usize, packets: &[Packet], history: &[RpCall]
             );
         }
         // A status or a claim list sees every claim acknowledged before it, and none nobody made.
-        for c in history.iter() {
+        for c in history.iter().filter(|c| c.t.s >= since) {
             let (RpOp::Status { packet } | RpOp::Claims { packet }) = c.op else { continue };
             if packet != n {
                 continue;
@@ -2267,12 +2273,14 @@ async fn redpacket_never_over_issues_and_each_user_wins_once() {
         first.push(Packet { id, total, count });
     }
     let packets = Arc::new(Mutex::new(first));
+    let max_packets = (steps() / 16).max(10); // new packets all along a long run
     let mut history = Vec::new();
     for round in 0..rounds {
         let p = packets.clone();
-        history.extend(env.round(round, &mut clients, 40, move |c| rp_round(c, p.clone())).await);
+        let since = now_ms();
+        history.extend(env.round(round, &mut clients, 40, move |c| rp_round(c, p.clone(), max_packets)).await);
         let known = packets.lock().unwrap().clone();
-        check_packets(&env, round, &known, &history);
+        check_packets(&env, round, since, &known, &history);
     }
     let known = packets.lock().unwrap().clone();
     let won = history.iter().filter(|c| matches!(c.t.done(), Some(RpAnswer::Grab(GrabOutcome::Won { .. })))).count();
