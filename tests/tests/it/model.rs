@@ -429,6 +429,9 @@ struct Env {
     schedule: Vec<Fault>,
     /// A connection of the checker's own, for reading state between rounds.
     direct: Direct,
+    /// When Redis was at maxmemory for certain: from `CONFIG SET maxmemory 1` answered to
+    /// just before it was set back.
+    full: Vec<(i64, i64)>,
 }
 
 impl Env {
@@ -464,7 +467,8 @@ impl Env {
         }
         schedule.truncate(rounds);
         let direct = Direct::connect_with(&url, Duration::from_secs(2)).await.expect("connect to test redis");
-        let env = Env { ctx, redis: Arc::new(Mutex::new(redis)), _server: server, api, url, rng, schedule, direct };
+        let redis = Arc::new(Mutex::new(redis));
+        let env = Env { ctx, redis, _server: server, api, url, rng, schedule, direct, full: Vec::new() };
         (env, rounds)
     }
 
@@ -510,8 +514,9 @@ impl Env {
         self.ctx.fail(round, format!("reading state ({}): Redis never answered", O::NAME))
     }
 
-    /// Starts this round's fault, at a random point within about `span_ms`.
-    fn fault(&mut self, round: usize, span_ms: u64) -> tokio::task::JoinHandle<()> {
+    /// Starts this round's fault, at a random point within about `span_ms`; it returns the
+    /// time Redis was at maxmemory, if that was the fault.
+    fn fault(&mut self, round: usize, span_ms: u64) -> tokio::task::JoinHandle<Option<(i64, i64)>> {
         let kind = self.schedule[round];
         let delay = self.rng.below(span_ms + 1);
         let hold = self.rng.range(30, 250) as u64;
@@ -535,10 +540,14 @@ impl Env {
                 }
                 Fault::MaxMemory => {
                     on(|r| set_maxmemory(r, "1")).await.unwrap(); // below use: every write refused
+                    let from = now_ms();
                     tokio::time::sleep(Duration::from_millis(hold)).await;
+                    let until = now_ms();
                     on(|r| set_maxmemory(r, "0")).await.unwrap();
+                    return Some((from, until));
                 }
             }
+            None
         })
     }
 
@@ -567,10 +576,33 @@ impl Env {
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
             }
         }
-        if let Err(e) = fault.await {
-            std::panic::resume_unwind(e.into_panic());
+        match fault.await {
+            Ok(full) => self.full.extend(full),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
         out
+    }
+
+    /// Writes that ran while Redis was at maxmemory were refused whole (507 / OOM): none was
+    /// answered as done. (That nothing was written, the models check.)
+    fn fail_closed<'a, T: std::fmt::Debug + 'a>(
+        &self,
+        round: usize,
+        writes: impl Iterator<Item = (&'a Timed<T>, String)>,
+    ) {
+        for (t, what) in writes {
+            if let Some(&(from, until)) = self.full.iter().find(|&&(from, until)| from <= t.s && t.r <= until) {
+                check!(
+                    self.ctx,
+                    round,
+                    !matches!(t.out, Outcome::Done(_)),
+                    "a write ran at maxmemory (from {from} to {until}) and was answered: {what} [{}, {}] {:?}",
+                    t.s,
+                    t.r,
+                    t.out
+                );
+            }
+        }
     }
 }
 
@@ -771,6 +803,10 @@ async fn counter_value_is_the_sum_of_what_was_applied() {
     let mut history = Vec::new();
     for round in 0..rounds {
         let calls = env.round(round, &mut clients, 20, counter_round).await;
+        env.fail_closed(
+            round,
+            calls.iter().map(|c| (&c.t, format!("{} {} {}", COUNTERS[c.counter].policy, c.delta, c.via))),
+        );
         let mut conn = env.conn();
         for (&(k, sub), possible) in model.iter_mut() {
             let spec = COUNTERS[k];
@@ -1050,7 +1086,13 @@ async fn quota_never_grants_more_than_its_limit_in_a_window() {
     let mut history = Vec::new();
     for round in 0..rounds {
         let since = now_ms();
-        history.extend(env.round(round, &mut clients, 80, quota_round).await);
+        let calls = env.round(round, &mut clients, 80, quota_round).await;
+        // A peek shares the take script: refused too.
+        env.fail_closed(
+            round,
+            calls.iter().map(|c| (&c.t, format!("{} cost {} {}", QUOTAS[c.quota].policy, c.cost, c.via))),
+        );
+        history.extend(calls);
         check_quotas(&env.ctx, round, since, &history);
     }
     let granted = history.iter().filter(|c| c.granted()).count();
@@ -1192,7 +1234,9 @@ async fn claim_has_at_most_one_winner_per_window() {
     let mut history = Vec::new();
     for round in 0..rounds {
         let since = now_ms();
-        history.extend(env.round(round, &mut clients, 100, claim_round).await);
+        let calls = env.round(round, &mut clients, 100, claim_round).await;
+        env.fail_closed(round, calls.iter().map(|c| (&c.t, c.show())));
+        history.extend(calls);
         check_claims(&env, round, since, &history);
     }
     let won = history.iter().filter(|c| c.won()).count();
@@ -1538,7 +1582,9 @@ async fn semaphore_never_has_more_holders_than_its_limit() {
     for round in 0..rounds {
         let k = keyed.clone();
         let since = now_ms();
-        history.extend(env.round(round, &mut clients, 80, move |c| semaphore_round(c, k.clone())).await);
+        let calls = env.round(round, &mut clients, 80, move |c| semaphore_round(c, k.clone())).await;
+        env.fail_closed(round, calls.iter().map(|c| (&c.t, c.show())));
+        history.extend(calls);
         check_semaphore(&env, round, since, &history);
     }
     let count = |r: SemaphoreResult| history.iter().filter(|c| c.t.done().is_some_and(|o| o.result == r)).count();
@@ -1839,7 +1885,10 @@ async fn inbox_keeps_every_acknowledged_message_until_trimmed() {
     for round in 0..rounds {
         let since = now_ms();
         let (n, s) = (next_id.clone(), sent.clone());
-        history.extend(env.round(round, &mut clients, 250, move |c| inbox_round(c, n.clone(), s.clone())).await);
+        let calls = env.round(round, &mut clients, 250, move |c| inbox_round(c, n.clone(), s.clone())).await;
+        let writes = calls.iter().filter(|c| !matches!(c.op, InboxOp::Read { .. }));
+        env.fail_closed(round, writes.map(|c| (&c.t, c.show())));
+        history.extend(calls);
         // And a read of every inbox between rounds, checked like any other.
         for (user, u) in USERS.iter().enumerate() {
             let op = InboxOp::Read { after: None };
@@ -2278,7 +2327,10 @@ async fn redpacket_never_over_issues_and_each_user_wins_once() {
     for round in 0..rounds {
         let p = packets.clone();
         let since = now_ms();
-        history.extend(env.round(round, &mut clients, 40, move |c| rp_round(c, p.clone(), max_packets)).await);
+        let calls = env.round(round, &mut clients, 40, move |c| rp_round(c, p.clone(), max_packets)).await;
+        let writes = calls.iter().filter(|c| matches!(c.op, RpOp::Grab { .. } | RpOp::Create { .. }));
+        env.fail_closed(round, writes.map(|c| (&c.t, c.show())));
+        history.extend(calls);
         let known = packets.lock().unwrap().clone();
         check_packets(&env, round, since, &known, &history);
     }
