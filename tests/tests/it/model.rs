@@ -585,21 +585,14 @@ impl Env {
 
     /// Writes that ran while Redis was at maxmemory were refused whole (507 / OOM): none was
     /// answered as done. (That nothing was written, the models check.)
-    fn fail_closed<'a, T: std::fmt::Debug + 'a>(
-        &self,
-        round: usize,
-        writes: impl Iterator<Item = (&'a Timed<T>, String)>,
-    ) {
+    fn fail_closed<'a, T: 'a>(&self, round: usize, writes: impl Iterator<Item = (&'a Timed<T>, String)>) {
         for (t, what) in writes {
             if let Some(&(from, until)) = self.full.iter().find(|&&(from, until)| from <= t.s && t.r <= until) {
                 check!(
                     self.ctx,
                     round,
                     !matches!(t.out, Outcome::Done(_)),
-                    "a write ran at maxmemory (from {from} to {until}) and was answered: {what} [{}, {}] {:?}",
-                    t.s,
-                    t.r,
-                    t.out
+                    "a write ran at maxmemory (from {from} to {until}) and was answered: {what}"
                 );
             }
         }
@@ -716,6 +709,13 @@ struct CounterCall {
     t: Timed<CounterOutcome>,
 }
 
+impl CounterCall {
+    fn show(&self) -> String {
+        let (policy, subject) = (COUNTERS[self.counter].policy, SUBJECTS[self.subject]);
+        format!("{policy} {subject} delta {} {} [{}, {}] {:?}", self.delta, self.via, self.t.s, self.t.r, self.t.out)
+    }
+}
+
 /// Checks one answer on its own: within the bounds, and the status says what was applied.
 fn check_counter_answer(c: &Client, spec: &CounterSpec, delta: i64, o: &CounterOutcome) {
     let (min, max) = (spec.bounds.min, spec.max());
@@ -803,10 +803,7 @@ async fn counter_value_is_the_sum_of_what_was_applied() {
     let mut history = Vec::new();
     for round in 0..rounds {
         let calls = env.round(round, &mut clients, 20, counter_round).await;
-        env.fail_closed(
-            round,
-            calls.iter().map(|c| (&c.t, format!("{} {} {}", COUNTERS[c.counter].policy, c.delta, c.via))),
-        );
+        env.fail_closed(round, calls.iter().map(|c| (&c.t, c.show())));
         let mut conn = env.conn();
         for (&(k, sub), possible) in model.iter_mut() {
             let spec = COUNTERS[k];
@@ -864,6 +861,11 @@ struct QuotaCall {
 }
 
 impl QuotaCall {
+    fn show(&self) -> String {
+        let (policy, peek) = (QUOTAS[self.quota].policy, if self.peek { " (peek)" } else { "" });
+        format!("{policy} cost {}{peek} {} [{}, {}] {:?}", self.cost, self.via, self.t.s, self.t.r, self.t.out)
+    }
+
     /// Units this call took (an answered, allowed take).
     fn granted(&self) -> bool {
         !self.peek && self.t.done().is_some_and(|o| o.allowed)
@@ -961,8 +963,7 @@ fn check_quotas(ctx: &Ctx, round: usize, since: i64, history: &[QuotaCall]) {
     for (q, spec) in QUOTAS.iter().enumerate() {
         let calls: Vec<&QuotaCall> = history.iter().filter(|c| c.quota == q).collect();
         let new = |c: &QuotaCall| c.t.s >= since;
-        let show =
-            |c: &QuotaCall| format!("{} cost {} peek {} [{}, {}] {:?}", c.via, c.cost, c.peek, c.t.s, c.t.r, c.t.out);
+        let show = QuotaCall::show;
         match spec.algo {
             Algorithm::FixedWindow { limit, window_ms } => {
                 // Units granted within one window are distinct units of 1..=limit (an answer
@@ -1088,10 +1089,7 @@ async fn quota_never_grants_more_than_its_limit_in_a_window() {
         let since = now_ms();
         let calls = env.round(round, &mut clients, 80, quota_round).await;
         // A peek shares the take script: refused too.
-        env.fail_closed(
-            round,
-            calls.iter().map(|c| (&c.t, format!("{} cost {} {}", QUOTAS[c.quota].policy, c.cost, c.via))),
-        );
+        env.fail_closed(round, calls.iter().map(|c| (&c.t, c.show())));
         history.extend(calls);
         check_quotas(&env.ctx, round, since, &history);
     }
@@ -1415,7 +1413,8 @@ fn holder_view(ctx: &Ctx, round: usize, calls: &[&SemCall]) -> HolderView {
     use SemaphoreResult::*;
     let mut v = HolderView::default();
     // The interval being built of each kind: [start, end).
-    let (mut certain, mut possible): (Option<(i64, i64)>, Option<(i64, i64)>) = (None, None);
+    let mut certain: Option<(i64, i64)> = None;
+    let mut possible: Option<(i64, i64)> = None;
     for c in calls {
         let (s, r) = (c.t.s, c.t.r);
         let possible_at =
@@ -1924,6 +1923,9 @@ async fn inbox_keeps_every_acknowledged_message_until_trimmed() {
 const PACKET_TTL: i64 = 3_600_000;
 const RP_USERS: usize = 16;
 
+/// A claimed share: (amount, index).
+type Share = (i64, i64);
+
 #[derive(Debug, Clone)]
 struct Packet {
     id: String,
@@ -1960,7 +1962,7 @@ impl RpCall {
     }
 
     /// The (packet, user) of a grab, and its claim if it was answered with one.
-    fn grab(&self) -> Option<(usize, usize, Option<(i64, i64)>)> {
+    fn grab(&self) -> Option<(usize, usize, Option<Share>)> {
         let RpOp::Grab { packet, user } = self.op else { return None };
         let claim = match self.t.done() {
             Some(RpAnswer::Grab(GrabOutcome::Won { amount, index, .. } | GrabOutcome::Already { amount, index })) => {
@@ -1989,15 +1991,15 @@ fn claims_in_order(p: &Packet, list: &[ClaimRecord]) -> Result<(), String> {
 fn check_rp_answer(c: &Client, p: &Packet, call: &RpCall) {
     let bad = |why: &str| c.fail(format!("packet {p:?}: {}: {why}", call.show()));
     match call.t.done() {
-        Some(RpAnswer::Grab(GrabOutcome::Won { amount, index, remaining })) => {
-            if !(1..=p.total).contains(amount) || !(1..=p.count).contains(index) || index + remaining != p.count {
-                bad("a share no packet gives")
-            }
+        Some(RpAnswer::Grab(GrabOutcome::Won { amount, index, remaining }))
+            if !(1..=p.total).contains(amount) || !(1..=p.count).contains(index) || index + remaining != p.count =>
+        {
+            bad("a share no packet gives")
         }
-        Some(RpAnswer::Grab(GrabOutcome::Already { amount, index })) => {
-            if !(1..=p.total).contains(amount) || !(1..=p.count).contains(index) {
-                bad("a share no packet gives")
-            }
+        Some(RpAnswer::Grab(GrabOutcome::Already { amount, index }))
+            if !(1..=p.total).contains(amount) || !(1..=p.count).contains(index) =>
+        {
+            bad("a share no packet gives")
         }
         Some(RpAnswer::Grab(GrabOutcome::NotFound) | RpAnswer::Status(None)) => bad("an acknowledged packet is gone"),
         Some(RpAnswer::Status(Some(st))) => {
@@ -2145,7 +2147,7 @@ fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], histor
     let ctx = &env.ctx;
     let mut conn = env.conn();
     for (n, p) in packets.iter().enumerate() {
-        let grabs: Vec<(&RpCall, usize, Option<(i64, i64)>)> = history
+        let grabs: Vec<(&RpCall, usize, Option<Share>)> = history
             .iter()
             .filter_map(|c| c.grab().filter(|g| g.0 == n).map(|(_, user, claim)| (c, user, claim)))
             .collect();
@@ -2184,7 +2186,7 @@ fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], histor
         let indexes: BTreeSet<i64> = told.values().map(|t| t.1).collect();
         check!(ctx, round, indexes.len() == told.len(), "packet {}: one share told to two users: {told:?}", p.id);
         // Empty only once every share may have gone to someone.
-        let empty = |g: &&(&RpCall, usize, Option<(i64, i64)>)| {
+        let empty = |g: &&(&RpCall, usize, Option<Share>)| {
             g.0.t.s >= since && matches!(g.0.t.done(), Some(RpAnswer::Grab(GrabOutcome::Empty)))
         };
         for &(c, _, _) in grabs.iter().filter(empty) {
