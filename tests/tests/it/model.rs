@@ -3,8 +3,8 @@
 //! run seeded random operations in rounds; in each round one fault lands at a random point
 //! (SCRIPT FLUSH, Redis SIGKILLed and restarted from its AOF, `maxmemory` set to one byte and
 //! back, or none), and clients replay acknowledged keyed requests at random. Every answer is
-//! checked when it arrives; after each round the whole history is checked against a small
-//! reference model and against what Redis holds.
+//! checked when it arrives; after each round the round's calls are checked against the whole
+//! history (a small reference model per primitive) and against what Redis holds.
 //!
 //! An answer says what happened. A refusal at maxmemory (OOM; HTTP 507) means nothing
 //! happened. No answer (Redis down, a 503, a lost connection) means it may or may not have
@@ -13,9 +13,11 @@
 //! script saw: window and lease checks hold for every server time within the bracket.
 //!
 //! The seed is `REDCOUNT_SEED` (else one from the clock), printed with every failure:
-//! `REDCOUNT_SEED=<n> cargo xtask test -- model` replays the same operations and fault
-//! schedule (the interleaving of the concurrent clients may differ). `REDCOUNT_MODEL_STEPS`
-//! sets the operations per primitive (default 160); `cargo xtask soak` runs many more.
+//! `REDCOUNT_SEED=<n> cargo xtask test -- model` replays the same fault schedule and the same
+//! random choices of each client (which follow the answers it gets, so a replay takes the
+//! same path as far as the answers agree; the interleaving of the clients may differ).
+//! `REDCOUNT_MODEL_STEPS` sets the operations per primitive (default 160); `cargo xtask soak`
+//! runs many more.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
@@ -587,7 +589,9 @@ impl Env {
     /// answered as done. (That nothing was written, the models check.)
     fn fail_closed<'a, T: 'a>(&self, round: usize, writes: impl Iterator<Item = (&'a Timed<T>, String)>) {
         for (t, what) in writes {
-            if let Some(&(from, until)) = self.full.iter().find(|&&(from, until)| from <= t.s && t.r <= until) {
+            // Strictly inside (times are whole ms): sent after the setting was answered,
+            // answered before it was undone.
+            if let Some(&(from, until)) = self.full.iter().find(|&&(from, until)| from < t.s && t.r < until) {
                 check!(
                     self.ctx,
                     round,
