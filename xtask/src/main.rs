@@ -25,6 +25,9 @@ Tasks:
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need
   fuzz [S] run each cargo-fuzz target for S seconds (default 60); `test` runs them for 10 s
+  soak [M] the model-based tests (tests/tests/it/model.rs) seed after seed, with 2,000
+           operations per primitive (REDCOUNT_MODEL_STEPS), for M minutes (default 10);
+           prints each seed and stops at the first failure (REDCOUNT_SEED: that seed only)
   build-worker
            build the Cloudflare Worker (wasm32) and print its bundle size
   bench    every scenario through every variant (Lua over RESP / REST front / worker, the
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build(),
         Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
+        Some("soak") => soak(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -70,6 +74,51 @@ fn test(extra: &[String]) -> Result<(), String> {
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
     tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", bins))
+}
+
+/// `cargo xtask soak [minutes]`: the model-based tests again and again, each run with a new
+/// seed and many more operations, until the time is up; the first failure stops it.
+fn soak(args: &[String]) -> Result<(), String> {
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+    let minutes: u64 = match args.first() {
+        None => 10,
+        Some(m) => m.parse().map_err(|_| format!("soak takes a number of minutes, not `{m}`\n\n{HELP}"))?,
+    };
+    setup::ensure_redis()?;
+    let bins = setup::build_bins(false)?;
+    let test = ["test", "-p", "redcount-tests", "--test", "it"];
+    setup::run(setup::cargo().args(test).arg("--no-run"))?;
+    let steps = std::env::var("REDCOUNT_MODEL_STEPS").unwrap_or_else(|_| "2000".into());
+    let fixed = std::env::var("REDCOUNT_SEED").ok();
+    let deadline = Instant::now() + Duration::from_secs(minutes * 60);
+    let mut passed: Vec<String> = Vec::new();
+    loop {
+        let seed = fixed.clone().unwrap_or_else(|| {
+            let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            ((t.as_secs() % 100_000) * 1_000_000 + u64::from(t.subsec_micros())).to_string()
+        });
+        eprintln!("xtask soak: run {}, seed {seed}, {steps} operations per primitive", passed.len() + 1);
+        let status = setup::cargo()
+            .args(test)
+            .arg("model::")
+            .env("REDCOUNT_SEED", &seed)
+            .env("REDCOUNT_MODEL_STEPS", &steps)
+            .env("REDCOUNT_BIN_DIR", &bins)
+            .status()
+            .map_err(|e| format!("cannot run cargo test: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "seed {seed} failed (passed before it: {passed:?}); replay with \
+                 REDCOUNT_SEED={seed} REDCOUNT_MODEL_STEPS={steps} cargo xtask test -- model"
+            ));
+        }
+        passed.push(seed);
+        if fixed.is_some() || Instant::now() >= deadline {
+            break;
+        }
+    }
+    eprintln!("xtask soak: {} runs passed, {steps} operations per primitive, seeds {}", passed.len(), passed.join(" "));
+    Ok(())
 }
 
 /// `cargo xtask bench rest`

@@ -69,11 +69,17 @@ fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
-/// What the test suite needs on the machine.
-pub fn ensure_test_deps() -> Result<(), String> {
+/// Redis alone (what the model-based tests of `soak` need).
+pub fn ensure_redis() -> Result<(), String> {
     if !have("redis-server") || !have("redis-cli") {
         apt_install(&["redis-server"])?;
     }
+    Ok(())
+}
+
+/// What the test suite needs on the machine.
+pub fn ensure_test_deps() -> Result<(), String> {
+    ensure_redis()?;
     // The browser test drives Debian's Chromium (a browser download is not possible everywhere).
     if !Path::new("/usr/bin/chromium").exists() {
         apt_install(&["chromium"])?;

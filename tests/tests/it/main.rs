@@ -6,6 +6,7 @@ mod drain;
 mod faults;
 mod front_bounds;
 mod front_trust;
+mod model;
 mod primitives;
 mod rest;
 mod scenario;
