@@ -32,13 +32,12 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -99,7 +98,8 @@ pub async fn serve(
     let app = app.layer(axum::middleware::map_response(close_after_unauthorized));
     // Refusals write a few hundred bytes; bound how many may be in flight too.
     let refusing = Arc::new(AtomicUsize::new(0));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let waiting = Arc::new(Waiting::default());
+    let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -115,40 +115,156 @@ pub async fn serve(
         };
         // Small request/response exchanges: never let Nagle hold a reply back.
         let _ = tcp.set_nodelay(true);
-        let held = (per_ip.clone().enter(peer.ip()), slots.clone().try_acquire_owned());
-        let (Some(ip_slot), Ok(permit)) = held else {
-            let why = if held.0.is_none() {
-                format!("this server holds at most {} connections from one address at once", per_ip.limit)
-            } else {
-                format!("this server holds at most {cap} at once")
-            };
-            if refusing.fetch_add(1, Ordering::Relaxed) < 256 {
-                let refusing = refusing.clone();
-                tokio::spawn(async move {
-                    refuse(tcp, &why).await;
-                    refusing.fetch_sub(1, Ordering::Relaxed);
-                });
-            } else {
-                refusing.fetch_sub(1, Ordering::Relaxed);
-            }
+        let Some(ip_slot) = per_ip.clone().enter(peer.ip()) else {
+            let why = format!("this server holds at most {} connections from one address at once", per_ip.limit);
+            refuse_bounded(&refusing, tcp, why);
             continue;
         };
-        let io = TokioIo::new(Stalling::new(tcp, limits.stall_timeout));
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .max_buf_size(64 * 1024)
-            .serve_connection(io, TowerToHyperService::new(app.clone()));
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(permit);
-            drop(ip_slot);
-        });
+        let conn = Conn { app: app.clone(), limits, waiting: waiting.clone(), graceful: graceful.clone() };
+        match slots.clone().try_acquire_owned() {
+            Ok(permit) => conn.start(tcp, permit, ip_slot),
+            Err(_) => {
+                // Full: make room by closing the oldest connection that has sent no request
+                // in a second (a slow-header flood is made of those; a client that connects
+                // to make a request sends it at once), then wait briefly for its place.
+                waiting.evict_oldest(Duration::from_secs(1));
+                let slots = slots.clone();
+                let refusing = refusing.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(Duration::from_millis(300), slots.acquire_owned()).await {
+                        Ok(Ok(permit)) => conn.start(tcp, permit, ip_slot),
+                        _ => refuse_bounded(&refusing, tcp, format!("this server holds at most {cap} at once")),
+                    }
+                });
+            }
+        }
     }
     drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+    if let Ok(graceful) = Arc::try_unwrap(graceful) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+    }
     Ok(())
+}
+
+/// Writes a refusal, unless 256 are being written already (then just closes).
+fn refuse_bounded(refusing: &Arc<AtomicUsize>, tcp: TcpStream, why: String) {
+    if refusing.fetch_add(1, Ordering::Relaxed) < 256 {
+        let refusing = refusing.clone();
+        tokio::spawn(async move {
+            refuse(tcp, &why).await;
+            refusing.fetch_sub(1, Ordering::Relaxed);
+        });
+    } else {
+        refusing.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What starting a connection needs.
+struct Conn {
+    app: axum::Router,
+    limits: Limits,
+    waiting: Arc<Waiting>,
+    graceful: Arc<hyper_util::server::graceful::GracefulShutdown>,
+}
+
+impl Conn {
+    /// Serves `tcp` in a task holding its places; it is listed as waiting until its first
+    /// request, and closed if evicted meanwhile.
+    fn start(self, tcp: TcpStream, permit: tokio::sync::OwnedSemaphorePermit, ip_slot: IpSlot) {
+        let entry = self.waiting.next_id();
+        let seen = Seen { waiting: self.waiting.clone(), entry, done: Arc::new(AtomicBool::new(false)) };
+        let app = self.app;
+        let marker = seen.clone();
+        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            marker.mark();
+            let mut app = app.clone();
+            async move { tower_service::Service::call(&mut app, req).await }
+        });
+        let io = TokioIo::new(Stalling::new(tcp, self.limits.stall_timeout));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_timeout)
+            .max_buf_size(64 * 1024)
+            .serve_connection(io, service);
+        let conn = self.graceful.watch(conn);
+        let task = tokio::spawn(async move {
+            // Dropped when the connection ends or the task is aborted: gives back its places.
+            let _held = (permit, ip_slot, seen);
+            let _ = conn.await;
+        });
+        self.waiting.list(entry, task.abort_handle());
+    }
+}
+
+/// Connections that have not sent a request yet, oldest first, so that at the cap the
+/// oldest can be closed to make room.
+#[derive(Default)]
+struct Waiting {
+    next: AtomicU64,
+    entries: Mutex<WaitingList>,
+}
+
+#[derive(Default)]
+struct WaitingList {
+    open: std::collections::BTreeMap<u64, (std::time::Instant, tokio::task::AbortHandle)>,
+    /// Ids that have sent a request (or ended) before they were listed.
+    gone: std::collections::HashSet<u64>,
+}
+
+impl Waiting {
+    fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn list(&self, id: u64, task: tokio::task::AbortHandle) {
+        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if !e.gone.remove(&id) {
+            e.open.insert(id, (std::time::Instant::now(), task));
+        }
+    }
+
+    fn unlist(&self, id: u64) {
+        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if e.open.remove(&id).is_none() {
+            e.gone.insert(id);
+        }
+    }
+
+    /// Closes the oldest connection that has waited at least `age` without a request.
+    fn evict_oldest(&self, age: Duration) {
+        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = e.open.iter().next().filter(|(_, (since, _))| since.elapsed() >= age).map(|(id, _)| *id);
+        if let Some(id) = oldest
+            && let Some((_, task)) = e.open.remove(&id)
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Takes a connection off the waiting list at its first request (or its end).
+#[derive(Clone)]
+struct Seen {
+    waiting: Arc<Waiting>,
+    entry: u64,
+    done: Arc<AtomicBool>,
+}
+
+impl Seen {
+    fn mark(&self) {
+        if !self.done.swap(true, Ordering::Relaxed) {
+            self.waiting.unlist(self.entry);
+        }
+    }
+}
+
+impl Drop for Seen {
+    fn drop(&mut self) {
+        // The last of the connection's two handles: it ended.
+        if Arc::strong_count(&self.done) == 1 {
+            self.mark();
+        }
+    }
 }
 
 /// Connections held per client address.
