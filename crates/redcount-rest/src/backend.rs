@@ -7,7 +7,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ enum Conns {
 /// fewer reads and writes for Redis, so more throughput, but no reply bound. Only for
 /// requests whose replies are small by construction (redcount's own scripts).
 struct Shared {
-    conns: Vec<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+    conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
     next: AtomicUsize,
 }
 
@@ -51,10 +51,13 @@ impl Shared {
     async fn get(&self, pool: &Pool) -> RedisResult<(usize, MultiplexedConnection)> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let mut slot = self.conns[i].lock().await;
-        if slot.is_none() {
-            *slot = Some(pool.dial(usize::MAX).await?.conn);
+        if slot.as_ref().is_some_and(|c| c.closed.load(Ordering::Relaxed)) {
+            *slot = None;
         }
-        Ok((i, slot.as_ref().expect("made above").clone()))
+        if slot.is_none() {
+            *slot = Some(pool.dial(usize::MAX).await?);
+        }
+        Ok((i, slot.as_ref().expect("made above").conn.clone()))
     }
 
     /// Runs `call` on a shared connection; one that failed other than by an error reply is
@@ -104,28 +107,41 @@ enum OnConnect {
 struct Conn {
     conn: MultiplexedConnection,
     read: Arc<AtomicUsize>,
+    /// Set once the stream has ended (Redis closed it, or restarted): never send on it again.
+    closed: Arc<AtomicBool>,
 }
 
 /// Reading a reply larger than the bound: the request fails with this, naming the flag.
 pub const TOO_LARGE: &str = "reply larger than --max-response-bytes";
 
-/// A Redis stream that counts the bytes it reads and fails past `limit`.
+/// A Redis stream that counts the bytes it reads and fails past `limit`, and says when it
+/// has ended. (redis-rs's driver reads all the time, so an end is seen as it happens.)
 struct Counted<S> {
     inner: S,
     read: Arc<AtomicUsize>,
     limit: usize,
+    closed: Arc<AtomicBool>,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
+        let room = buf.remaining() > 0;
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = &polled {
-            let n = buf.filled().len() - before;
-            if this.read.fetch_add(n, Ordering::Relaxed) + n > this.limit {
-                return Poll::Ready(Err(io::Error::other(TOO_LARGE)));
+        match &polled {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                if n == 0 && room {
+                    this.closed.store(true, Ordering::Relaxed);
+                }
+                if this.read.fetch_add(n, Ordering::Relaxed) + n > this.limit {
+                    this.closed.store(true, Ordering::Relaxed);
+                    return Poll::Ready(Err(io::Error::other(TOO_LARGE)));
+                }
             }
+            Poll::Ready(Err(_)) => this.closed.store(true, Ordering::Relaxed),
+            Poll::Pending => {}
         }
         polled
     }
@@ -221,6 +237,10 @@ impl Pool {
     /// Runs `call` on a connection of its own, made first if needed.
     async fn run<T>(&self, call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>) -> RedisResult<T> {
         let mut lease = self.lease().await;
+        // A connection known to have ended is not sent on: Redis restarted or closed it.
+        if lease.slot.as_ref().is_some_and(|c| c.closed.load(Ordering::Relaxed)) {
+            *lease.slot = None;
+        }
         if lease.slot.is_none() {
             *lease.slot = Some(self.connect().await?);
         }
@@ -249,6 +269,7 @@ async fn open(
     response_timeout: Duration,
 ) -> RedisResult<Conn> {
     let read = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
     let config = AsyncConnectionConfig::new().set_response_timeout(Some(response_timeout));
     let redis = info.redis_settings();
     let dial = async {
@@ -256,12 +277,12 @@ async fn open(
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 let _ = tcp.set_nodelay(true);
-                let stream = Counted { inner: tcp, read: read.clone(), limit };
+                let stream = Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::Unix(path) => {
                 let unix = tokio::net::UnixStream::connect(path).await?;
-                let stream = Counted { inner: unix, read: read.clone(), limit };
+                let stream = Counted { inner: unix, read: read.clone(), limit, closed: closed.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             other => Err(redis::RedisError::from((
@@ -272,7 +293,7 @@ async fn open(
         }
     };
     match tokio::time::timeout(connect_timeout, dial).await {
-        Ok(c) => Ok(Conn { conn: c?, read }),
+        Ok(c) => Ok(Conn { conn: c?, read, closed }),
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to Redis timed out").into()),
     }
 }
@@ -285,11 +306,12 @@ fn spawned<F: std::future::Future<Output = ()> + Send + 'static>(
     Ok(made.0)
 }
 
-/// The command was never sent: the connection was refused, or was already closed (Redis
-/// restarted, or closed it idle): redis-rs answers BrokenPipe for a connection whose reader has ended, and
-/// the new Redis process never saw the old connection. Safe to send once more, reconnected.
+/// The command was never sent: the connection was refused. (Not "broken pipe": redis-rs
+/// also says that of a command whose reply was lost after Redis ran it, and sending that
+/// again would apply a write twice. Connections known to have ended are replaced before
+/// sending instead.)
 fn known_dead(e: &redis::RedisError) -> bool {
-    e.is_connection_refusal() || e.is_io_error() && e.to_string().to_ascii_lowercase().contains("broken pipe")
+    e.is_connection_refusal()
 }
 
 fn login_refused(e: &redis::RedisError) -> bool {

@@ -64,7 +64,12 @@ impl Direct {
 
     /// Connects to `url`; a call waits at most `timeout` for its reply.
     pub async fn connect_with(url: &str, timeout: std::time::Duration) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(|e| Error::Io(e.to_string()))?;
+        // RESP3: the manager is told when its connection ends and reconnects at once, so a
+        // command is never sent on a connection that died with an old Redis process.
+        let mut info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| Error::Io(e.to_string()))?;
+        let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
+        info = info.set_redis_settings(settings);
+        let client = redis::Client::open(info).map_err(|e| Error::Io(e.to_string()))?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
             .set_response_timeout(Some(timeout))
@@ -85,12 +90,12 @@ impl Direct {
         }
         let mut conn = self.conn.clone();
         let mut result = cmd.query_async::<redis::Value>(&mut conn).await;
-        // A connection that died with an old Redis process (or was refused while Redis was
-        // down) never sent the command: the manager is reconnecting, so send it once more
-        // rather than fail the first request after Redis is back.
+        // Refused while Redis was down: nothing was sent and the manager is reconnecting, so
+        // send it once more rather than fail the first request after Redis is back. (Never on
+        // "broken pipe": redis-rs says that also of a command whose reply was lost after it
+        // ran.)
         if let Err(e) = &result
-            && (e.is_connection_refusal()
-                || e.is_io_error() && e.to_string().to_ascii_lowercase().contains("broken pipe"))
+            && e.is_connection_refusal()
         {
             result = cmd.query_async::<redis::Value>(&mut conn).await;
         }
@@ -134,6 +139,12 @@ pub fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
             Value::Array(items.into_iter().map(from_redis).collect::<Result<_, _>>()?)
         }
         redis::Value::Boolean(b) => Value::Int(b as i64),
+        // RESP3 forms (the connection speaks RESP3), as RESP2 would have sent them.
+        redis::Value::VerbatimString { text, .. } => Value::Bytes(text.into_bytes()),
+        redis::Value::Double(d) => Value::Bytes(d.to_string().into_bytes()),
+        redis::Value::Map(pairs) => Value::Array(
+            pairs.into_iter().flat_map(|(k, v)| [from_redis(k), from_redis(v)]).collect::<Result<_, _>>()?,
+        ),
         redis::Value::ServerError(e) => {
             let msg = match e.details() {
                 Some(d) => format!("{} {}", e.code(), d),
