@@ -142,9 +142,9 @@ pub fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
         // RESP3 forms (the connection speaks RESP3), as RESP2 would have sent them.
         redis::Value::VerbatimString { text, .. } => Value::Bytes(text.into_bytes()),
         redis::Value::Double(d) => Value::Bytes(d.to_string().into_bytes()),
-        redis::Value::Map(pairs) => Value::Array(
-            pairs.into_iter().flat_map(|(k, v)| [from_redis(k), from_redis(v)]).collect::<Result<_, _>>()?,
-        ),
+        redis::Value::Map(pairs) => {
+            Value::Array(pairs.into_iter().flat_map(|(k, v)| [from_redis(k), from_redis(v)]).collect::<Result<_, _>>()?)
+        }
         redis::Value::ServerError(e) => {
             let msg = match e.details() {
                 Some(d) => format!("{} {}", e.code(), d),

@@ -170,7 +170,12 @@ impl Operation for Read {
     }
 
     fn parse(&self, reply: Value) -> Result<Vec<Message>, ShapeError> {
-        let items = reply.into_array(Self::NAME)?;
+        let mut items = reply.into_array(Self::NAME)?;
+        // RESP3 sends WITHSCORES as [member, score] pairs; RESP2 (and REST) flat.
+        if !items.is_empty() && items.iter().all(|v| matches!(v, Value::Array(pair) if pair.len() == 2)) {
+            items =
+                items.into_iter().flat_map(|v| if let Value::Array(pair) = v { pair } else { Vec::new() }).collect();
+        }
         if items.len() % 2 != 0 {
             return Err(ShapeError::new(Self::NAME, "odd WITHSCORES reply"));
         }
