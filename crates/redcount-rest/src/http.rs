@@ -42,8 +42,50 @@ impl IntoResponse for Failure {
     }
 }
 
-fn json_response(body: Json) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+/// A 200 response. A body over 16 KiB holds its size of `--max-inflight-response-bytes` until
+/// it has been sent or dropped (a client that does not read is cut off by the stall timeout),
+/// so clients that stop reading cannot make the front hold gigabytes; when that budget is
+/// spent, 503.
+fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<Response, Failure> {
+    let mut r = if body.len() <= 16 * 1024 {
+        Response::new(Body::from(body))
+    } else {
+        let kib = u32::try_from(body.len().div_ceil(1024)).unwrap_or(u32::MAX);
+        let Ok(permit) = st.response_budget.clone().try_acquire_many_owned(kib) else {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ERR too many large responses being sent (--max-inflight-response-bytes); retry shortly",
+            ));
+        };
+        let all = Bytes::from(body);
+        let chunks: Vec<Bytes> =
+            (0..all.len()).step_by(64 * 1024).map(|i| all.slice(i..(i + 64 * 1024).min(all.len()))).collect();
+        // The stream owns the permit and hands out 64 KiB at a time (hyper asks for more as it
+        // writes), so the permit is given back once the body is as good as sent, or dropped.
+        let stream = futures_util::StreamExt::map(futures_util::stream::iter(chunks), move |c| {
+            let _held = &permit;
+            Ok::<_, std::convert::Infallible>(c)
+        });
+        Response::new(Body::from_stream(stream))
+    };
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(r)
+}
+
+/// Refuses a reply that would be larger than `--max-response-bytes` once encoded.
+fn encodable(st: &State, value: &Value, base64: bool) -> Result<(), Failure> {
+    let bound = reply::encoded_len_bound(value, base64);
+    if bound > st.max_response {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "ERR {} ({} bytes) once encoded (up to {bound}): ask for less at once, or with Upstash-Encoding: base64 for binary values",
+                crate::backend::TOO_LARGE,
+                st.max_response
+            ),
+        ));
+    }
+    Ok(())
 }
 
 async fn handle(
@@ -449,9 +491,18 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
             ),
         );
     }
-    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+    if e.is_connection_refusal() {
         log::error(&format!("redis unreachable: {e}"));
         return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis is unreachable: {e}"));
+    }
+    if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        // Sent, but the connection ended before the answer: it may have run, so it is not
+        // sent again.
+        log::error(&format!("redis connection lost: {e}"));
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("ERR the connection to Redis ended before its answer (a write may or may not have happened): {e}"),
+        );
     }
     match (e.code(), e.detail()) {
         (Some("EXECABORT"), _) => error(
@@ -522,6 +573,10 @@ async fn watched<T>(st: &State, kinds: &[&'static str], call: impl std::future::
     let mut kinds = kinds.to_vec();
     kinds.sort_unstable();
     kinds.dedup();
+    log::info(
+        st.log,
+        &format!("a script ran past --script-timeout-ms ({} ms): killing it", st.script_timeout.as_millis()),
+    );
     let killing = async {
         loop {
             for kind in &kinds {
@@ -604,20 +659,15 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
     if let Value::ServerError(e) = &value {
         return Err(error(StatusCode::BAD_REQUEST, reply::server_error_text(e)));
     }
+    encodable(st, &value, base64 && !resp2)?;
     if resp2 {
         let mut out = Vec::new();
         reply::to_resp2(&value, &mut out);
-        return Ok(resp2_response(out));
+        return ok_response(st, out, "application/octet-stream");
     }
     let mut body = String::with_capacity(64);
     reply::write_result(&value, base64, &mut body);
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-fn resp2_response(body: Vec<u8>) -> Response {
-    let mut r = Response::new(Body::from(body));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-    r
+    ok_response(st, body.into_bytes(), "application/json")
 }
 
 async fn run_many(
@@ -666,14 +716,20 @@ async fn run_many(
     for (item, fix) in items.iter_mut().zip(fixups) {
         fix.apply(st, item);
     }
-    if resp2 && !atomic {
+    let whole = Value::Array(items);
+    // A RESP2 pipeline answer is raw RESP; otherwise JSON, base64 if asked.
+    let raw = resp2 && !atomic;
+    encodable(st, &whole, base64 && !raw)?;
+    let Value::Array(items) = whole else { unreachable!("built above") };
+    if raw {
         let mut out = Vec::new();
         for item in &items {
             reply::to_resp2(item, &mut out);
         }
-        return Ok(resp2_response(out));
+        return ok_response(st, out, "application/octet-stream");
     }
-    Ok(json_response(Json::Array(items.iter().map(|v| reply::entry(v, base64)).collect())))
+    let body = Json::Array(items.iter().map(|v| reply::entry(v, base64)).collect()).to_string();
+    ok_response(st, body.into_bytes(), "application/json")
 }
 
 /// The request-parsing path of the front, on arbitrary input (for the fuzz target): path

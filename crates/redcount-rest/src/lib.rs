@@ -60,12 +60,20 @@ pub struct Config {
     /// Most bytes of request bodies over 16 KiB being received or handled at once (each
     /// counted at its declared length); past it such requests get 503. Bounds what slow large
     /// bodies can hold; smaller bodies are not counted (the connection cap bounds them).
+    /// Never below --max-body-bytes (one largest body always fits).
     #[arg(long, env = "REDCOUNT_REST_MAX_INFLIGHT_BODY_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_inflight_body_bytes: usize,
 
-    /// Largest reply read from Redis for one request (a pipeline's replies together), in
-    /// bytes of RESP; past it the request fails with 400 and its connection is closed, so one
-    /// request cannot make the front hold gigabytes. Not enforced on --cluster yet.
+    /// Most bytes of responses over 16 KiB being sent at once (each held until sent, or its
+    /// client cut off by the stall timeout); past it such responses are replaced by 503.
+    /// Never below --max-response-bytes.
+    #[arg(long, env = "REDCOUNT_REST_MAX_INFLIGHT_RESPONSE_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_inflight_response_bytes: usize,
+
+    /// Largest reply for one request (a pipeline's replies together), in bytes of RESP read
+    /// from Redis and again once encoded for the client (JSON escapes may grow it sixfold);
+    /// past it the request fails with 400 (and a connection that read too much is closed).
+    /// The RESP bound is not enforced on --cluster yet.
     #[arg(long, env = "REDCOUNT_REST_MAX_RESPONSE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_response_bytes: usize,
 
@@ -144,6 +152,10 @@ pub(crate) struct State {
     pub max_body: usize,
     /// KiB of request bodies that may be in flight at once.
     pub body_budget: tokio::sync::Semaphore,
+    /// KiB of large responses that may be in flight at once.
+    pub response_budget: Arc<tokio::sync::Semaphore>,
+    /// `--max-response-bytes`: also the bound on a reply once encoded.
+    pub max_response: usize,
     pub timeout: Duration,
     pub scripts: scripts::Scripts,
     pub commands: commands::Table,
@@ -228,6 +240,10 @@ pub async fn run(config: Config) -> Result<(), String> {
         body_budget: tokio::sync::Semaphore::new(
             (config.max_inflight_body_bytes / 1024).clamp(config.max_body_bytes.div_ceil(1024).max(1), 1 << 30),
         ),
+        response_budget: Arc::new(tokio::sync::Semaphore::new(
+            (config.max_inflight_response_bytes / 1024).clamp(config.max_response_bytes.div_ceil(1024).max(1), 1 << 30),
+        )),
+        max_response: config.max_response_bytes.max(1024),
         timeout,
         scripts: scripts::Scripts::default(),
         commands,

@@ -129,3 +129,36 @@ pub fn to_resp2(v: &Value, out: &mut Vec<u8>) {
         _ => out.extend_from_slice(b"$-1\r\n"),
     }
 }
+
+/// At least as many bytes as the reply takes once encoded (JSON, with or without base64; or
+/// RESP2), computed without encoding it: a control byte becomes `\u0001` (six bytes), a byte
+/// that is not valid UTF-8 U+FFFD (three), so a reply may grow sixfold on the way out.
+pub fn encoded_len_bound(v: &Value, base64: bool) -> usize {
+    let bytes = |b: &[u8]| -> usize {
+        if base64 {
+            b.len().div_ceil(3) * 4 + 16
+        } else {
+            b.iter()
+                .map(|&c| match c {
+                    b'"' | b'\\' => 2,
+                    0..=0x1f | 0x7f => 6,
+                    0x80.. => 3,
+                    _ => 1,
+                })
+                .sum::<usize>()
+                + 16
+        }
+    };
+    match v {
+        Value::BulkString(b) => bytes(b),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => bytes(s.as_bytes()),
+        Value::BigNumber(n) => bytes(n),
+        Value::Array(a) | Value::Set(a) | Value::Push { data: a, .. } => {
+            a.iter().map(|x| encoded_len_bound(x, base64)).sum::<usize>() + 16
+        }
+        Value::Map(m) => m.iter().map(|(k, x)| encoded_len_bound(k, base64) + encoded_len_bound(x, base64)).sum(),
+        Value::Attribute { data, .. } => encoded_len_bound(data, base64),
+        Value::ServerError(e) => server_error_text(e).len() * 6 + 16,
+        _ => 32,
+    }
+}
