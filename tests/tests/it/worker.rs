@@ -289,6 +289,7 @@ async fn route_contract(kind: Kind) {
         ("POST", "/api/counters/running-jobs/x".into(), br#"{"delta":9007199254740993}"#.to_vec(), 400),
         ("POST", "/api/quotas/daily-prize/x".into(), br#"{"cost":0}"#.to_vec(), 400),
         ("GET", "/api/quotas/daily-prize/x?cost=%20%35".into(), Vec::new(), 400),
+        ("GET", "/api/quotas/daily-prize/x?cost=1&cost=2".into(), Vec::new(), 400),
         (
             "POST",
             "/api/semaphores/device-slots/p/acquire".into(),

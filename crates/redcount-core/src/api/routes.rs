@@ -367,6 +367,10 @@ impl Query {
                     Some(k),
                 ));
             }
+            // As with repeated JSON fields: which one was meant is not ours to guess.
+            if out.iter().any(|(seen, _): &(String, String)| seen == k) {
+                return Err(ApiResponse::error(400, format!("query parameter `{k}` is given twice"), Some(k)));
+            }
             out.push((k.to_owned(), v.to_owned()));
         }
         Ok(Query(out))
