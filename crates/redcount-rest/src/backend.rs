@@ -6,7 +6,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -94,6 +94,8 @@ struct Pool {
     /// Commands for every new connection's Redis (a restarted Redis has lost its runtime
     /// configuration, such as the front's busy-reply-threshold).
     on_connect: std::sync::OnceLock<OnConnect>,
+    /// The front's budget of large replies in flight, if it has one.
+    budget: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
 }
 
 /// What a pool sends when it has made a new connection.
@@ -107,6 +109,7 @@ enum OnConnect {
 struct Conn {
     conn: MultiplexedConnection,
     read: Arc<AtomicUsize>,
+    charge: Arc<Mutex<Charge>>,
     /// Set once the stream has ended (Redis closed it, or restarted): never send on it again.
     closed: Arc<AtomicBool>,
 }
@@ -121,6 +124,55 @@ struct Counted<S> {
     read: Arc<AtomicUsize>,
     limit: usize,
     closed: Arc<AtomicBool>,
+    charge: Arc<Mutex<Charge>>,
+}
+
+/// Replies being read count against the front's budget of large replies in flight, as they
+/// arrive: many requests at once cannot each read their bound before anything says no.
+#[derive(Default)]
+struct Charge {
+    budget: Option<Arc<tokio::sync::Semaphore>>,
+    /// Bytes read free of charge (small replies), then bytes not yet charged (under 1 KiB).
+    free: usize,
+    owed: usize,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+    refused: bool,
+}
+
+impl Charge {
+    /// Charges `n` more bytes; false when the budget is spent.
+    fn add(&mut self, n: usize) -> bool {
+        let Some(budget) = &self.budget else { return true };
+        let free = n.min(self.free);
+        self.free -= free;
+        self.owed += n - free;
+        let kib = self.owed / 1024;
+        if kib == 0 {
+            return true;
+        }
+        match budget.clone().try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX)) {
+            Ok(p) => {
+                self.owed -= kib * 1024;
+                match &mut self.held {
+                    Some(h) => h.merge(p),
+                    None => self.held = Some(p),
+                }
+                true
+            }
+            Err(_) => {
+                self.refused = true;
+                false
+            }
+        }
+    }
+}
+
+/// A request refused because the budget of large replies in flight is spent.
+pub const BUDGET_SPENT: &str = "too many large replies in flight (--max-inflight-response-bytes); retry shortly";
+
+tokio::task_local! {
+    /// What the replies a request has read hold of the budget; the response takes it over.
+    pub static REPLY_PERMITS: std::cell::RefCell<Vec<tokio::sync::OwnedSemaphorePermit>>;
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
@@ -138,6 +190,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
                 if this.read.fetch_add(n, Ordering::Relaxed) + n > this.limit {
                     this.closed.store(true, Ordering::Relaxed);
                     return Poll::Ready(Err(io::Error::other(TOO_LARGE)));
+                }
+                if n > 0 && !this.charge.lock().unwrap_or_else(|e| e.into_inner()).add(n) {
+                    this.closed.store(true, Ordering::Relaxed);
+                    return Poll::Ready(Err(io::Error::other(BUDGET_SPENT)));
                 }
             }
             Poll::Ready(Err(_)) => this.closed.store(true, Ordering::Relaxed),
@@ -196,6 +252,7 @@ impl Pool {
             response_timeout,
             max_reply,
             on_connect: std::sync::OnceLock::new(),
+            budget: std::sync::OnceLock::new(),
         }
     }
 
@@ -246,7 +303,19 @@ impl Pool {
         }
         let conn = lease.slot.as_mut().expect("made above");
         conn.read.store(0, Ordering::Relaxed);
+        *conn.charge.lock().unwrap_or_else(|e| e.into_inner()) =
+            Charge { budget: self.budget.get().cloned(), free: 16 * 1024, ..Charge::default() };
         let result = call(&mut conn.conn).await;
+        let (held, refused) = {
+            let mut c = conn.charge.lock().unwrap_or_else(|e| e.into_inner());
+            (c.held.take(), c.refused)
+        };
+        if let Some(p) = held {
+            let _ = REPLY_PERMITS.try_with(|v| v.borrow_mut().push(p));
+        }
+        if refused {
+            return Err(io::Error::other(BUDGET_SPENT).into());
+        }
         if conn.read.load(Ordering::Relaxed) > self.max_reply {
             // Whatever redis-rs made of the cut-off stream, say what happened (and never
             // "broken pipe": the command did run, it must not be sent again).
@@ -270,6 +339,7 @@ async fn open(
 ) -> RedisResult<Conn> {
     let read = Arc::new(AtomicUsize::new(0));
     let closed = Arc::new(AtomicBool::new(false));
+    let charge = Arc::new(Mutex::new(Charge::default()));
     let config = AsyncConnectionConfig::new().set_response_timeout(Some(response_timeout));
     let redis = info.redis_settings();
     let dial = async {
@@ -277,12 +347,12 @@ async fn open(
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 let _ = tcp.set_nodelay(true);
-                let stream = Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone() };
+                let stream = Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::Unix(path) => {
                 let unix = tokio::net::UnixStream::connect(path).await?;
-                let stream = Counted { inner: unix, read: read.clone(), limit, closed: closed.clone() };
+                let stream = Counted { inner: unix, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             other => Err(redis::RedisError::from((
@@ -293,7 +363,7 @@ async fn open(
         }
     };
     match tokio::time::timeout(connect_timeout, dial).await {
-        Ok(c) => Ok(Conn { conn: c?, read, closed }),
+        Ok(c) => Ok(Conn { conn: c?, read, charge, closed }),
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to Redis timed out").into()),
     }
 }
@@ -345,6 +415,13 @@ impl Backend {
                 Some(Conns::Cluster(_)) => return,
             };
             let _ = pool.on_connect.set(made);
+        }
+    }
+
+    /// Charges replies read by this backend's own connections against `budget` (KiB).
+    pub fn charge_replies(&self, budget: &Arc<tokio::sync::Semaphore>) {
+        if let Conns::Single(pool, _) = &self.conns {
+            let _ = pool.budget.set(budget.clone());
         }
     }
 

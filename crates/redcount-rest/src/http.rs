@@ -13,7 +13,7 @@ use serde_json::{Value as Json, json};
 
 use crate::State;
 use crate::auth::{self, Access};
-use crate::backend::{Backend, Lane};
+use crate::backend::{Backend, Lane, REPLY_PERMITS};
 use crate::commands;
 use crate::log;
 use crate::reply;
@@ -47,6 +47,7 @@ impl IntoResponse for Failure {
 /// so clients that stop reading cannot make the front hold gigabytes; when that budget is
 /// spent, 503.
 fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<Response, Failure> {
+    let read = REPLY_PERMITS.try_with(|v| std::mem::take(&mut *v.borrow_mut())).unwrap_or_default();
     let mut r = if body.len() <= 16 * 1024 {
         Response::new(Body::from(body))
     } else {
@@ -63,7 +64,7 @@ fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<
         // The stream owns the permit and hands out 64 KiB at a time (hyper asks for more as it
         // writes), so the permit is given back once the body is as good as sent, or dropped.
         let stream = futures_util::StreamExt::map(futures_util::stream::iter(chunks), move |c| {
-            let _held = &permit;
+            let _held = (&permit, &read);
             Ok::<_, std::convert::Infallible>(c)
         });
         Response::new(Body::from_stream(stream))
@@ -97,7 +98,9 @@ async fn handle(
 ) -> Response {
     let start = Instant::now();
     let path = uri.path().to_string();
-    let (response, what) = match serve(&st, &method, &uri, &headers, body).await {
+    // What the request's replies hold of the reply budget, handed to its response.
+    let served = REPLY_PERMITS.scope(std::cell::RefCell::new(Vec::new()), serve(&st, &method, &uri, &headers, body));
+    let (response, what) = match served.await {
         Ok((r, what)) => (r, what),
         Err((f, what)) => (f.into_response(), what),
     };
@@ -482,6 +485,9 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
                 st.timeout.as_millis()
             ),
         );
+    }
+    if e.to_string().contains(crate::backend::BUDGET_SPENT) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {}", crate::backend::BUDGET_SPENT));
     }
     if e.to_string().contains(crate::backend::TOO_LARGE) {
         return error(

@@ -64,8 +64,9 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_MAX_INFLIGHT_BODY_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_inflight_body_bytes: usize,
 
-    /// Most bytes of responses over 16 KiB being sent at once (each held until sent, or its
-    /// client cut off by the stall timeout); past it such responses are replaced by 503.
+    /// Most bytes of large replies in flight at once: charged as they are read from Redis
+    /// (past the first 16 KiB of each) and as their responses are encoded, held until sent
+    /// (or the client is cut off by the stall timeout); past it such requests get 503.
     /// Never below --max-response-bytes.
     #[arg(long, env = "REDCOUNT_REST_MAX_INFLIGHT_RESPONSE_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_inflight_response_bytes: usize,
@@ -228,6 +229,14 @@ pub async fn run(config: Config) -> Result<(), String> {
             ro.on_connect(vec![set], Some(&killer));
         }
     }
+    // One budget for large replies: charged while they are read, held until they are sent.
+    let response_budget = Arc::new(tokio::sync::Semaphore::new(
+        (config.max_inflight_response_bytes / 1024).clamp(config.max_response_bytes.div_ceil(1024).max(1), 1 << 30),
+    ));
+    backend.charge_replies(&response_budget);
+    if let Some(ro) = &readonly_backend {
+        ro.charge_replies(&response_budget);
+    }
     let state = Arc::new(State {
         backend,
         readonly_backend,
@@ -240,9 +249,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         body_budget: tokio::sync::Semaphore::new(
             (config.max_inflight_body_bytes / 1024).clamp(config.max_body_bytes.div_ceil(1024).max(1), 1 << 30),
         ),
-        response_budget: Arc::new(tokio::sync::Semaphore::new(
-            (config.max_inflight_response_bytes / 1024).clamp(config.max_response_bytes.div_ceil(1024).max(1), 1 << 30),
-        )),
+        response_budget,
         max_response: config.max_response_bytes.max(1024),
         timeout,
         scripts: scripts::Scripts::default(),
