@@ -6,8 +6,8 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -347,12 +347,14 @@ async fn open(
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 let _ = tcp.set_nodelay(true);
-                let stream = Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
+                let stream =
+                    Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::Unix(path) => {
                 let unix = tokio::net::UnixStream::connect(path).await?;
-                let stream = Counted { inner: unix, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
+                let stream =
+                    Counted { inner: unix, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             other => Err(redis::RedisError::from((

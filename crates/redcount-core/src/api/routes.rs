@@ -36,8 +36,10 @@ fn idempotency(req: &ApiRequest<'_>) -> Result<Option<ops::Idempotency>, ApiResp
     }
     // The fingerprint is of the parsed request, so `{"delta": 1}` and `{"delta":1}` are one
     // request (objects are re-serialised with sorted keys).
+    // No body is the empty object: routes whose body is optional read it so.
     let canonical = match serde_json::from_slice::<Json>(req.body) {
         Ok(json) => json.to_string().into_bytes(),
+        Err(_) if req.body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
         Err(_) => req.body.to_vec(),
     };
     Ok(Some(ops::Idempotency::new(k, req.method, req.path, &canonical)))
