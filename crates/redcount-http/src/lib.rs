@@ -6,7 +6,10 @@
 //!
 //! - at most [`Limits::max_connections`] at once, and [`Limits::max_per_ip`] from one client
 //!   address; past either a connection gets `503` with a JSON error and is closed, so
-//!   clients see why;
+//!   clients see why. At the cap, the connection that has had no request at work for
+//!   longest (a second at least: still sending its head, trickling its body, or parked
+//!   between requests) is closed to make room, so a flood of such connections cannot keep
+//!   a working client out; a request at work is never cut off;
 //! - a `401` response closes its connection: a client without a valid token cannot keep one
 //!   open by sending requests;
 //! - [`Limits::header_timeout`]: a connection must deliver a complete request head within
@@ -32,11 +35,12 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use hyper::body::Body as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -98,7 +102,7 @@ pub async fn serve(
     let app = app.layer(axum::middleware::map_response(close_after_unauthorized));
     // Refusals write a few hundred bytes; bound how many may be in flight too.
     let refusing = Arc::new(AtomicUsize::new(0));
-    let waiting = Arc::new(Waiting::default());
+    let idle = Arc::new(Idle::default());
     let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
     tokio::pin!(shutdown);
     loop {
@@ -120,14 +124,15 @@ pub async fn serve(
             refuse_bounded(&refusing, tcp, why);
             continue;
         };
-        let conn = Conn { app: app.clone(), limits, waiting: waiting.clone(), graceful: graceful.clone() };
+        let conn = Conn { app: app.clone(), limits, idle: idle.clone(), graceful: graceful.clone() };
         match slots.clone().try_acquire_owned() {
             Ok(permit) => conn.start(tcp, permit, ip_slot),
             Err(_) => {
-                // Full: make room by closing the oldest connection that has sent no request
-                // in a second (a slow-header flood is made of those; a client that connects
-                // to make a request sends it at once), then wait briefly for its place.
-                waiting.evict_oldest(Duration::from_secs(1));
+                // Full: make room by closing the connection that has had no request at work
+                // for longest, if that is a second or more (a flood of slow headers, slow
+                // bodies or parked keep-alive connections is made of those; a client at work
+                // is never cut off), then wait briefly for its place.
+                idle.evict_oldest(Duration::from_secs(1));
                 let slots = slots.clone();
                 let refusing = refusing.clone();
                 tokio::spawn(async move {
@@ -163,22 +168,39 @@ fn refuse_bounded(refusing: &Arc<AtomicUsize>, tcp: TcpStream, why: String) {
 struct Conn {
     app: axum::Router,
     limits: Limits,
-    waiting: Arc<Waiting>,
+    idle: Arc<Idle>,
     graceful: Arc<hyper_util::server::graceful::GracefulShutdown>,
 }
 
 impl Conn {
-    /// Serves `tcp` in a task holding its places; it is listed as waiting until its first
-    /// request, and closed if evicted meanwhile.
+    /// Serves `tcp` in a task holding its places. The connection is listed in [`Idle`]
+    /// while it has no request at work (before its first request, between requests, and
+    /// while a request's body is still arriving) and closed if evicted meanwhile.
     fn start(self, tcp: TcpStream, permit: tokio::sync::OwnedSemaphorePermit, ip_slot: IpSlot) {
-        let entry = self.waiting.next_id();
-        let seen = Seen { waiting: self.waiting.clone(), entry, done: Arc::new(AtomicBool::new(false)) };
+        let slot = Arc::new(Slot { key: AtomicU64::new(UNLISTED), close: tokio::sync::Notify::new() });
+        self.idle.list(&slot);
         let app = self.app;
-        let marker = seen.clone();
+        let (idle, watched) = (self.idle.clone(), slot.clone());
         let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            marker.mark();
             let mut app = app.clone();
-            async move { tower_service::Service::call(&mut app, req).await }
+            let (idle, slot) = (idle.clone(), watched.clone());
+            // A body still arriving keeps the connection evictable: no handler acts on a
+            // request before its body is complete, so closing it then loses nothing.
+            let req = if req.body().is_end_stream() {
+                idle.unlist(&slot);
+                req.map(axum::body::Body::new)
+            } else {
+                idle.relist(&slot);
+                let watch = Watch { idle: idle.clone(), slot: slot.clone(), on_end: Idle::unlist };
+                req.map(|b| axum::body::Body::new(Watched { inner: b, watch: Some(watch) }))
+            };
+            async move {
+                let response = tower_service::Service::call(&mut app, req).await?;
+                idle.unlist(&slot);
+                // Idle again once the response has been written out (hyper drops its body).
+                let watch = Watch { idle, slot, on_end: Idle::relist };
+                Ok::<_, std::convert::Infallible>(response.map(|b| Watched { inner: b, watch: Some(watch) }))
+            }
         });
         let io = TokioIo::new(Stalling::new(tcp, self.limits.stall_timeout));
         let conn = hyper::server::conn::http1::Builder::new()
@@ -187,83 +209,132 @@ impl Conn {
             .max_buf_size(64 * 1024)
             .serve_connection(io, service);
         let conn = self.graceful.watch(conn);
-        let task = tokio::spawn(async move {
-            // Dropped when the connection ends or the task is aborted: gives back its places.
-            let _held = (permit, ip_slot, seen);
-            let _ = conn.await;
+        let idle = self.idle;
+        tokio::spawn(async move {
+            // Dropped when the connection ends or is evicted: gives back its places.
+            let _held = (permit, ip_slot);
+            tokio::select! {
+                _ = conn => {}
+                () = slot.close.notified() => {}
+            }
+            idle.unlist(&slot);
         });
-        self.waiting.list(entry, task.abort_handle());
     }
 }
 
-/// Connections that have not sent a request yet, oldest first, so that at the cap the
-/// oldest can be closed to make room.
+/// [`Slot::key`] of a connection that is not listed.
+const UNLISTED: u64 = u64::MAX;
+
+/// One connection as [`Idle`] sees it.
+struct Slot {
+    /// Its key in [`Idle::list`], or [`UNLISTED`]; changed only under that list's lock.
+    key: AtomicU64,
+    /// Told when the connection is evicted.
+    close: tokio::sync::Notify,
+}
+
+/// Connections with no request at work, oldest first, so that at the cap the oldest can be
+/// closed to make room: the one most likely to be a flood (slow headers, bodies trickled,
+/// keep-alive connections parked between requests), and the cheapest to lose (an idle
+/// keep-alive client reconnects).
 #[derive(Default)]
-struct Waiting {
+struct Idle {
     next: AtomicU64,
-    entries: Mutex<WaitingList>,
+    list: Mutex<std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>>,
 }
 
-#[derive(Default)]
-struct WaitingList {
-    open: std::collections::BTreeMap<u64, (std::time::Instant, tokio::task::AbortHandle)>,
-    /// Ids that have sent a request (or ended) before they were listed.
-    gone: std::collections::HashSet<u64>,
-}
-
-impl Waiting {
-    fn next_id(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn list(&self, id: u64, task: tokio::task::AbortHandle) {
-        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if !e.gone.remove(&id) {
-            e.open.insert(id, (std::time::Instant::now(), task));
+impl Idle {
+    fn list(&self, slot: &Arc<Slot>) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.key.load(Ordering::Relaxed) == UNLISTED {
+            let key = self.next.fetch_add(1, Ordering::Relaxed);
+            slot.key.store(key, Ordering::Relaxed);
+            list.insert(key, (std::time::Instant::now(), slot.clone()));
         }
     }
 
-    fn unlist(&self, id: u64) {
-        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if e.open.remove(&id).is_none() {
-            e.gone.insert(id);
+    /// Lists `slot` as idle from now (at the back of the line).
+    fn relist(&self, slot: &Arc<Slot>) {
+        self.unlist(slot);
+        self.list(slot);
+    }
+
+    fn unlist(&self, slot: &Arc<Slot>) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let key = slot.key.swap(UNLISTED, Ordering::Relaxed);
+        if key != UNLISTED {
+            list.remove(&key);
         }
     }
 
-    /// Closes the oldest connection that has waited at least `age` without a request.
+    /// Closes the connection idle longest, if it has been idle at least `age`.
     fn evict_oldest(&self, age: Duration) {
-        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let oldest = e.open.iter().next().filter(|(_, (since, _))| since.elapsed() >= age).map(|(id, _)| *id);
-        if let Some(id) = oldest
-            && let Some((_, task)) = e.open.remove(&id)
-        {
-            task.abort();
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = list.first_entry() else { return };
+        if entry.get().0.elapsed() < age {
+            return;
+        }
+        let (_, slot) = entry.remove();
+        slot.key.store(UNLISTED, Ordering::Relaxed);
+        // Stores a permit if the task is not waiting yet: it closes when it next looks.
+        slot.close.notify_one();
+    }
+}
+
+/// What a [`Watched`] body does to its connection's listing when it ends.
+struct Watch {
+    idle: Arc<Idle>,
+    slot: Arc<Slot>,
+    on_end: fn(&Idle, &Arc<Slot>),
+}
+
+impl Watch {
+    fn fire(self) {
+        (self.on_end)(&self.idle, &self.slot);
+    }
+}
+
+/// A body that updates its connection's listing once it has ended or is dropped.
+struct Watched<B> {
+    inner: B,
+    watch: Option<Watch>,
+}
+
+impl<B> Watched<B> {
+    fn end(&mut self) {
+        if let Some(w) = self.watch.take() {
+            w.fire();
         }
     }
 }
 
-/// Takes a connection off the waiting list at its first request (or its end).
-#[derive(Clone)]
-struct Seen {
-    waiting: Arc<Waiting>,
-    entry: u64,
-    done: Arc<AtomicBool>,
-}
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Watched<B> {
+    type Data = B::Data;
+    type Error = B::Error;
 
-impl Seen {
-    fn mark(&self) {
-        if !self.done.swap(true, Ordering::Relaxed) {
-            self.waiting.unlist(self.entry);
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if polled.is_none() || self.inner.is_end_stream() {
+            self.end();
         }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
-impl Drop for Seen {
+impl<B> Drop for Watched<B> {
     fn drop(&mut self) {
-        // The last of the connection's two handles: it ended.
-        if Arc::strong_count(&self.done) == 1 {
-            self.mark();
-        }
+        self.end();
     }
 }
 

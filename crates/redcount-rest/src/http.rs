@@ -74,8 +74,8 @@ fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<
 }
 
 /// Refuses a reply that would be larger than `--max-response-bytes` once encoded.
-fn encodable(st: &State, value: &Value, base64: bool) -> Result<(), Failure> {
-    let bound = reply::encoded_len_bound(value, base64);
+fn encodable(st: &State, value: &Value, encoding: reply::Encoding) -> Result<(), Failure> {
+    let bound = reply::encoded_len_bound(value, encoding);
     if bound > st.max_response {
         return Err(error(
             StatusCode::BAD_REQUEST,
@@ -665,7 +665,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
     if let Value::ServerError(e) = &value {
         return Err(error(StatusCode::BAD_REQUEST, reply::server_error_text(e)));
     }
-    encodable(st, &value, base64 && !resp2)?;
+    encodable(st, &value, reply::encoding(base64, resp2))?;
     if resp2 {
         let mut out = Vec::new();
         reply::to_resp2(&value, &mut out);
@@ -725,7 +725,7 @@ async fn run_many(
     let whole = Value::Array(items);
     // A RESP2 pipeline answer is raw RESP; otherwise JSON, base64 if asked.
     let raw = resp2 && !atomic;
-    encodable(st, &whole, base64 && !raw)?;
+    encodable(st, &whole, reply::encoding(base64, raw))?;
     let Value::Array(items) = whole else { unreachable!("built above") };
     if raw {
         let mut out = Vec::new();

@@ -130,23 +130,47 @@ pub fn to_resp2(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// At least as many bytes as the reply takes once encoded (JSON, with or without base64; or
-/// RESP2), computed without encoding it: a control byte becomes `\u0001` (six bytes), a byte
-/// that is not valid UTF-8 U+FFFD (three), so a reply may grow sixfold on the way out.
-pub fn encoded_len_bound(v: &Value, base64: bool) -> usize {
+/// How a reply goes out to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// JSON, strings as text (the default).
+    Json,
+    /// JSON, strings base64 (`Upstash-Encoding: base64`).
+    Base64,
+    /// Raw RESP2 (`Upstash-Response-Format: resp2`).
+    Resp2,
+}
+
+/// The encoding a request asked for (RESP2 wins: its strings are raw whatever the other
+/// header says).
+pub fn encoding(base64: bool, resp2: bool) -> Encoding {
+    match (resp2, base64) {
+        (true, _) => Encoding::Resp2,
+        (false, true) => Encoding::Base64,
+        (false, false) => Encoding::Json,
+    }
+}
+
+/// At least as many bytes as the reply takes once encoded, computed without encoding it. In
+/// JSON a control byte becomes `\u0001` (six bytes) and a byte that is not valid UTF-8
+/// U+FFFD (three), so a reply may grow sixfold on the way out; base64 grows it by 4/3, and
+/// RESP2 only by its framing.
+pub fn encoded_len_bound(v: &Value, encoding: Encoding) -> usize {
     let bytes = |b: &[u8]| -> usize {
-        if base64 {
-            b.len().div_ceil(3) * 4 + 16
-        } else {
-            b.iter()
-                .map(|&c| match c {
-                    b'"' | b'\\' => 2,
-                    0..=0x1f | 0x7f => 6,
-                    0x80.. => 3,
-                    _ => 1,
-                })
-                .sum::<usize>()
-                + 16
+        match encoding {
+            Encoding::Resp2 => b.len() + 16,
+            Encoding::Base64 => b.len().div_ceil(3) * 4 + 16,
+            Encoding::Json => {
+                b.iter()
+                    .map(|&c| match c {
+                        b'"' | b'\\' => 2,
+                        0..=0x1f | 0x7f => 6,
+                        0x80.. => 3,
+                        _ => 1,
+                    })
+                    .sum::<usize>()
+                    + 16
+            }
         }
     };
     match v {
@@ -154,10 +178,10 @@ pub fn encoded_len_bound(v: &Value, base64: bool) -> usize {
         Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => bytes(s.as_bytes()),
         Value::BigNumber(n) => bytes(n),
         Value::Array(a) | Value::Set(a) | Value::Push { data: a, .. } => {
-            a.iter().map(|x| encoded_len_bound(x, base64)).sum::<usize>() + 16
+            a.iter().map(|x| encoded_len_bound(x, encoding)).sum::<usize>() + 16
         }
-        Value::Map(m) => m.iter().map(|(k, x)| encoded_len_bound(k, base64) + encoded_len_bound(x, base64)).sum(),
-        Value::Attribute { data, .. } => encoded_len_bound(data, base64),
+        Value::Map(m) => m.iter().map(|(k, x)| encoded_len_bound(k, encoding) + encoded_len_bound(x, encoding)).sum(),
+        Value::Attribute { data, .. } => encoded_len_bound(data, encoding),
         Value::ServerError(e) => server_error_text(e).len() * 6 + 16,
         _ => 32,
     }

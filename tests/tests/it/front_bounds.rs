@@ -439,3 +439,125 @@ fn remembered_script_rewrites_stay_within_their_byte_bound() {
     println!("peak RSS grew by {grown} KiB over 120 MiB of scripts");
     assert!(grown < 64 * 1024, "the front kept the scripts: +{grown} KiB");
 }
+
+/// At the cap, connections parked between requests (a keep-alive flood: one request each,
+/// then idle, which the header timeout alone lets live for its full length each time) and
+/// connections trickling a request body are closed, oldest first, to make room; a
+/// connection whose request is at work is never closed.
+fn cap_evicts_parked_and_slow_body_connections(port: u16, request_head: &str, body: &str) {
+    let send = |from: [u8; 4], keep: bool| {
+        let mut s = hold_from(from, port, 1).pop().unwrap();
+        let connection = if keep { "keep-alive" } else { "close" };
+        write!(s, "{request_head}content-length: {}\r\nconnection: {connection}\r\n\r\n{body}", body.len()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = vec![0u8; 4096];
+        let n = s.read(&mut got).unwrap_or(0);
+        (s, String::from_utf8_lossy(&got[..n]).into_owned())
+    };
+    // The start-up probe's connection must be gone before the cap is filled.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut parked = Vec::new();
+    for i in 0..20u8 {
+        let (s, answer) = send([127, 0, 4, i], true);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        parked.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(1_200));
+    let mut newer = Vec::new();
+    for i in 0..5u8 {
+        let (_, answer) = send([127, 0, 5, i], false);
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i} while the cap is full of parked connections: {answer}");
+        // A newcomer takes the freed place, so the cap stays full.
+        newer.extend(hold_from([127, 0, 8, i], port, 1));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let closed: Vec<usize> =
+        parked.iter_mut().enumerate().filter_map(|(i, s)| closed_by_server(s).then_some(i)).collect();
+    assert_eq!(closed, vec![0, 1, 2, 3, 4], "each request took the place of the longest-parked connection");
+    drop((parked, newer));
+    std::thread::sleep(Duration::from_millis(300));
+
+    // The same with bodies trickled a byte at a time.
+    let head = format!("{request_head}content-length: 1000\r\n\r\n");
+    let mut slow: Vec<TcpStream> = (0..20u8)
+        .map(|i| {
+            let mut s = hold_from([127, 0, 6, i], port, 1).pop().unwrap();
+            s.write_all(head.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    for _ in 0..6 {
+        for s in &mut slow {
+            let _ = s.write_all(b" ");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut newer = Vec::new();
+    for i in 0..5u8 {
+        let (_, answer) = send([127, 0, 7, i], false);
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i} while the cap is full of slow bodies: {answer}");
+        newer.extend(hold_from([127, 0, 9, i], port, 1));
+        for s in &mut slow {
+            let _ = s.write_all(b" ");
+        }
+    }
+    let closed: Vec<usize> =
+        slow.iter_mut().enumerate().filter_map(|(i, s)| closed_by_server(s).then_some(i)).collect();
+    // (Their order is that in which their heads were parsed, not quite that of connecting.)
+    assert_eq!(closed.len(), 5, "each request took the place of one slow body: {closed:?}");
+    assert_eq!(newer.iter_mut().map(closed_by_server).filter(|c| *c).count(), 0, "younger ones were kept");
+}
+
+#[test]
+fn at_the_cap_parked_and_slow_body_connections_make_room() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-connections", "20"]);
+    let head = format!("POST / HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n", front.token);
+    cap_evicts_parked_and_slow_body_connections(front.port(), &head, r#"["PING"]"#);
+    let server = NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        "admin-token-0123456789",
+        TEST_POLICIES,
+        &["--max-connections", "20"],
+    );
+    cap_evicts_parked_and_slow_body_connections(
+        server.port(),
+        "POST /api/counters/running-jobs/x HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n",
+        r#"{"delta": 1}"#,
+    );
+}
+
+/// The response bound is checked against the size in the encoding asked for: raw RESP2
+/// passes a reply whose JSON form (six bytes per control byte) would not.
+#[test]
+fn the_response_bound_counts_the_encoding_asked_for() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-response-bytes", "1000000"]);
+    let _: () = redis::cmd("SET").arg("ctl").arg(vec![1u8; 400_000]).query(&mut redis.conn()).unwrap();
+    let get = |headers: &str, path: &str, body: &str| {
+        let mut s = TcpStream::connect(("127.0.0.1", front.port())).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            front.token,
+            body.len()
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        (String::from_utf8_lossy(&out[..12]).into_owned(), out.len() - head_end)
+    };
+    for path in ["/", "/pipeline"] {
+        let body = if path == "/" { r#"["GET","ctl"]"# } else { r#"[["GET","ctl"]]"# };
+        let (status, len) = get("upstash-response-format: resp2\r\n", path, body);
+        assert_eq!(status, "HTTP/1.1 200", "resp2 {path}");
+        assert!(len > 400_000 && len < 400_100, "{len}");
+        let (status, len) = get("upstash-encoding: base64\r\n", path, body);
+        assert_eq!(status, "HTTP/1.1 200", "base64 {path}");
+        assert!(len > 533_000, "{len}");
+        let (status, _) = get("", path, body);
+        assert_eq!(status, "HTTP/1.1 400", "JSON {path}: 2.4 MB once escaped");
+    }
+}
