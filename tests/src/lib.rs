@@ -46,6 +46,23 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
+        self.spawn_only();
+        // Accepting connections is not enough: wait until it answers PING.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = redis::Client::open(self.url()).unwrap();
+        loop {
+            if let Ok(mut c) = client.get_connection()
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server on port {} did not answer PING", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the process and waits for its port only (it may still be loading its data).
+    fn spawn_only(&mut self) {
         let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let mut cmd = Command::new(&bin);
         cmd.arg("--port")
@@ -67,18 +84,6 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("cannot start {bin} (run `cargo xtask test`, which installs it): {e}"));
         self.child = Some(child);
         wait_for_port(self.port, Duration::from_secs(10));
-        // Accepting connections is not enough: wait until it answers PING.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let client = redis::Client::open(self.url()).unwrap();
-        loop {
-            if let Ok(mut c) = client.get_connection()
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "redis-server on port {} did not answer PING", self.port);
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     /// Its URL.
@@ -110,6 +115,13 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Starts it again like [`restart`](Self::restart), returning as soon as it accepts
+    /// connections: while it loads its data it answers `LOADING` to every command.
+    pub fn restart_loading(&mut self) {
+        self.kill();
+        self.spawn_only();
     }
 
     /// Calls of `command` (e.g. "evalsha") since start, from INFO commandstats.

@@ -476,6 +476,22 @@ fn to_redis(cmd: &Cmd) -> redis::Cmd {
 
 /// Maps a failed call to a status: Redis's error replies are 400, an unreachable Redis 503,
 /// a timeout 504.
+/// The status for a Redis error reply: 503 when Redis cannot serve now and ran nothing
+/// (`LOADING` after a restart, `BUSY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`), so clients
+/// retry; 400 for the rest, as Upstash answers a command's error.
+fn reply_status(code: &str) -> StatusCode {
+    match redcount_core::ErrorReply::new(code).kind {
+        redcount_core::ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// True for an error reply that says Redis ran nothing and will serve again soon without
+/// anyone's help: a script being killed (`BUSY`), a restart loading its data (`LOADING`).
+fn ran_nothing_wait(msg: &str) -> bool {
+    msg.starts_with("BUSY") || msg.starts_with("LOADING")
+}
+
 fn failure(st: &State, e: &redis::RedisError) -> Failure {
     if e.is_timeout() {
         return error(
@@ -515,8 +531,8 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
             StatusCode::BAD_REQUEST,
             "EXECABORT Transaction discarded because of previous errors: Redis refused a queued command (unknown command or wrong number of arguments)",
         ),
-        (Some(code), Some(detail)) => error(StatusCode::BAD_REQUEST, format!("{code} {detail}")),
-        (Some(code), None) => error(StatusCode::BAD_REQUEST, code.to_string()),
+        (Some(code), Some(detail)) => error(reply_status(code), format!("{code} {detail}")),
+        (Some(code), None) => error(reply_status(code), code.to_string()),
         _ => error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis request failed: {e}")),
     }
 }
@@ -643,7 +659,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
                 attempt += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(15 * attempt)).await;
             }
-            Err(Failure(_, msg)) if msg.starts_with("BUSY") && started.elapsed() < st.timeout => {
+            Err(Failure(_, msg)) if ran_nothing_wait(msg) && started.elapsed() < st.timeout => {
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
             _ => break,
@@ -663,7 +679,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
     };
     fixup.apply(st, &mut value);
     if let Value::ServerError(e) = &value {
-        return Err(error(StatusCode::BAD_REQUEST, reply::server_error_text(e)));
+        return Err(error(reply_status(e.code()), reply::server_error_text(e)));
     }
     encodable(st, &value, reply::encoding(base64, resp2))?;
     if resp2 {
@@ -701,11 +717,13 @@ async fn run_many(
     let started = Instant::now();
     let mut items = loop {
         let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe, lane))).await;
-        // Every entry refused BUSY (a script past its bound, about to be killed): none ran,
-        // so the whole pipeline may run again.
+        // Every entry refused BUSY (a script past its bound, about to be killed) or LOADING
+        // (a restart): none ran, so the whole pipeline may run again.
         let all_busy = match &value {
-            Err(Failure(_, msg)) => msg.starts_with("BUSY"),
-            Ok(Value::Array(items)) => items.iter().all(|v| matches!(v, Value::ServerError(e) if e.code() == "BUSY")),
+            Err(Failure(_, msg)) => ran_nothing_wait(msg),
+            Ok(Value::Array(items)) => {
+                items.iter().all(|v| matches!(v, Value::ServerError(e) if ran_nothing_wait(e.code())))
+            }
             _ => false,
         };
         if all_busy && started.elapsed() < st.timeout {

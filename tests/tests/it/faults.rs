@@ -180,3 +180,53 @@ async fn a_redis_that_stops_answering_times_out_within_the_bound() {
     let (status, _) = post(&http, format!("{}/api/quotas/daily-prize/slow", worker.url()), "{}".into()).await;
     assert_eq!(status, 200);
 }
+
+/// A Redis restarting with a large dataset answers LOADING to everything while it loads: the
+/// front waits for it within its timeout, then says 503 (try again), not 400 (your command
+/// is wrong); the native server says 503 too. Once loaded, both serve again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
+    // Loading sleeps 1 ms per key: 5,000 keys take about 5 s, answering LOADING meanwhile
+    // (Redis looks at its clients every 1 KiB of the file read here).
+    let mut redis = RedisServer::start_with(&[
+        "--key-load-delay",
+        "1000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+        "--enable-debug-command",
+        "local",
+    ]);
+    let mut c = redis.conn();
+    let _: () = redis::cmd("DEBUG").arg("POPULATE").arg(5000).query(&mut c).unwrap();
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "800"]);
+    let native = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        &secret("admin"),
+        TEST_POLICIES,
+        &["--timeout-ms", "800"],
+    );
+    redis.restart_loading();
+    let http = reqwest::Client::new();
+    let through_front = || async {
+        let r = http.post(front.url()).bearer_auth(&front.token).body(r#"["INCR","n"]"#).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let t = Instant::now();
+    let (status, body) = through_front().await;
+    assert_eq!(status, 503, "{body} {}", front.log());
+    assert!(body.contains("LOADING"), "{body}");
+    assert!(t.elapsed() >= Duration::from_millis(700), "it waited for the load within its timeout: {:?}", t.elapsed());
+    let (status, j) = post(&http, format!("{}/api/quotas/daily-prize/loading", native.url()), "{}".into()).await;
+    assert_eq!(status, 503, "{j}");
+    // Loaded: both serve again, and nothing was counted by the refused calls.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(through_front().await.0 == 200) {
+        assert!(Instant::now() < deadline, "the front never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let n: i64 = redis::cmd("GET").arg("n").query(&mut redis.conn()).unwrap();
+    assert_eq!(n, 1, "the call answered 503 did not run");
+    let (status, j) = post(&http, format!("{}/api/quotas/daily-prize/loading", native.url()), "{}".into()).await;
+    assert_eq!((status, j["remaining"].as_i64()), (200, Some(1)), "{j}");
+}

@@ -466,7 +466,10 @@ fn cap_evicts_parked_and_slow_body_connections(port: u16, request_head: &str, bo
     let mut newer = Vec::new();
     for i in 0..5u8 {
         let (_, answer) = send([127, 0, 5, i], false);
-        assert!(answer.starts_with("HTTP/1.1 200"), "request {i} while the cap is full of parked connections: {answer}");
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "request {i} while the cap is full of parked connections: {answer}"
+        );
         // A newcomer takes the freed place, so the cap stays full.
         newer.extend(hold_from([127, 0, 8, i], port, 1));
         std::thread::sleep(Duration::from_millis(100));
