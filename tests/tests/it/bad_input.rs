@@ -37,8 +37,11 @@ const BAD_NUMBERS: &[&str] = &[
 
 const BAD_IDS: &[&str] = &["", "a{b", "a}b", "a:b", "{rp:x}", "a b", "a/b", "../x", "a\nb", "ünïcødé", "a\0b", "%2F"];
 
+/// A named input check: the case's name and the constructor it feeds.
+type Case = (&'static str, Box<dyn Fn(&str) -> Result<(), InputError>>);
+
 /// Parses a numeric field the way the HTTP layer does, then builds the operation.
-fn numeric_cases() -> Vec<(&'static str, Box<dyn Fn(&str) -> Result<(), InputError>>)> {
+fn numeric_cases() -> Vec<Case> {
     let mut rng = rand::rng();
     let _ = &mut rng;
     vec![
@@ -115,7 +118,7 @@ fn numeric_cases() -> Vec<(&'static str, Box<dyn Fn(&str) -> Result<(), InputErr
     ]
 }
 
-fn id_cases() -> Vec<(&'static str, Box<dyn Fn(&str) -> Result<(), InputError>>)> {
+fn id_cases() -> Vec<Case> {
     let fw = Algorithm::FixedWindow { limit: 10, window_ms: 1000 };
     vec![
         ("policy", Box::new(move |s| Quota::take(s, "s", fw, 1).map(drop))),
