@@ -309,9 +309,16 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts and joins the cluster, waiting until every slot is served.
     pub fn start(masters: usize) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
+        Self::start_with(masters, &[])
+    }
+
+    /// Starts and joins the cluster, each node with extra `redis-server` arguments.
+    pub fn start_with(masters: usize, extra: &[&str]) -> Self {
+        let args: Vec<&str> = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
+            .into_iter()
+            .chain(extra.iter().copied())
             .collect();
+        let nodes: Vec<RedisServer> = (0..masters).map(|_| RedisServer::start_with(&args)).collect();
         let mut cmd = Command::new("redis-cli");
         cmd.arg("--cluster").arg("create");
         for n in &nodes {

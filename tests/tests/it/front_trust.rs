@@ -495,3 +495,122 @@ async fn administrative_commands_need_a_flag() {
     let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory-samples").query(&mut redis.conn()).unwrap();
     assert_eq!(got[1], "7");
 }
+
+/// The same boundary with the front on a 3-master Cluster (`--cluster`): commands and scripts
+/// are routed to every node by their keys, and each node's ACL users (made by the front on
+/// every node) must refuse what the front lets through. Every command and subcommand of the
+/// `COMMAND` table by the read-only token, directly and inside scripts; every administrative
+/// one inside EVAL and FCALL by the full token; on every node nothing changes, and the
+/// cluster keeps every slot.
+#[tokio::test]
+async fn the_boundary_holds_on_a_cluster() {
+    let cluster = redcount_tests::RedisCluster::start_with(3, &["--enable-debug-command", "local"]);
+    // One hash tag per node, and the seeded keys under it.
+    let mut tags = Vec::new();
+    for node in &cluster.nodes {
+        let mut c = node.conn();
+        let tag = (0..)
+            .map(|i| format!("{{t{i}}}"))
+            .find(|t| redis::cmd("SET").arg(format!("{t}s")).arg("10").query::<()>(&mut c).is_ok())
+            .unwrap();
+        let cmds: Vec<Vec<String>> = vec![
+            vec!["HSET".into(), format!("{tag}h"), "f".into(), "1".into()],
+            vec!["RPUSH".into(), format!("{tag}l"), "a".into(), "b".into()],
+            vec!["SADD".into(), format!("{tag}st"), "a".into()],
+            vec!["ZADD".into(), format!("{tag}z"), "1".into(), "a".into()],
+            vec!["PFADD".into(), format!("{tag}hll"), "a".into()],
+            vec!["CONFIG".into(), "SET".into(), "slowlog-log-slower-than".into(), "0".into()],
+            vec!["CONFIG".into(), "SET".into(), "slowlog-max-len".into(), "1000000".into()],
+        ];
+        for a in cmds {
+            let _: R = redis::cmd(&a[0]).arg(&a[1..]).query(&mut c).unwrap();
+        }
+        let lib = "#!lua name=rclib\n\
+            redis.register_function('rc_w', function(keys, args) return redis.call(unpack(args)) end)";
+        let _: R = redis::cmd("FUNCTION").arg("LOAD").arg(lib).query(&mut c).unwrap();
+        tags.push(tag);
+    }
+    let front = RestFront::start(&cluster.urls(), true);
+    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let table = entries(&cluster.nodes[0]);
+    let ro = &front.readonly_token;
+    let generic = "return redis.call(unpack(ARGV))";
+    let flagged = format!("#!lua flags=allow-key-locking\n{generic}");
+    let mut shas = Vec::new();
+    for src in [generic.to_string(), flagged.clone()] {
+        let (s, v) = c.send(&front.token, "/", Some(json!(["SCRIPT", "LOAD", src])), false).await;
+        assert_eq!(s, 200, "{v}");
+        shas.push(v["result"].as_str().unwrap().to_string());
+    }
+    for tag in &tags {
+        // Loaded on every node, and the full token may write through them.
+        let key = format!("{tag}s");
+        let (s, v) = c.send(&front.token, "/", Some(json!(["EVALSHA", shas[1], "1", key, "GET", key])), false).await;
+        assert_eq!((s, v["result"].as_str()), (200, Some("10")), "{v}");
+    }
+    let before: Vec<Snapshot> = cluster.nodes.iter().map(snapshot).collect();
+    let mut sent = 0usize;
+
+    for tag in &tags {
+        let key = format!("{tag}s");
+        let mut all: Vec<Vec<String>> = Vec::new();
+        for e in &table {
+            all.extend(argument_lists(e, &key, "1"));
+        }
+        for (i, words) in all.iter().enumerate() {
+            c.send(ro, "/", Some(json!(words)), i % 2 == 0).await;
+            sent += 1;
+        }
+        for chunk in all.chunks(40) {
+            c.send(ro, "/pipeline", Some(json!(chunk)), false).await;
+            sent += 1;
+        }
+        for e in
+            table.iter().filter(|e| !e.flags.iter().any(|f| f == "readonly") || e.flags.iter().any(|f| f == "write"))
+        {
+            for words in argument_lists(e, &key, "1") {
+                let tail: Vec<String> = ["1".to_string(), key.clone()].into_iter().chain(words).collect();
+                for way in [
+                    [vec!["EVAL_RO".to_string(), generic.to_string()], tail.clone()].concat(),
+                    [vec!["EVAL_RO".to_string(), flagged.clone()], tail.clone()].concat(),
+                    [vec!["EVALSHA_RO".to_string(), shas[0].clone()], tail.clone()].concat(),
+                    [vec!["EVALSHA_RO".to_string(), shas[1].clone()], tail.clone()].concat(),
+                    [vec!["FCALL_RO".to_string(), "rc_w".to_string()], tail.clone()].concat(),
+                ] {
+                    c.send(ro, "/", Some(json!(way)), false).await;
+                    sent += 1;
+                }
+            }
+        }
+        // The full token, administration inside scripts on this node (CLUSTER RESET,
+        // DELSLOTSRANGE, FORGET, SETSLOT...; CONFIG SET; SLOWLOG RESET).
+        for e in table.iter().filter(|e| e.is_admin()) {
+            for words in argument_lists(e, &key, "1") {
+                let tail: Vec<String> = ["1".to_string(), key.clone()].into_iter().chain(words).collect();
+                for way in [
+                    [vec!["EVAL".to_string(), generic.to_string()], tail.clone()].concat(),
+                    [vec!["FCALL".to_string(), "rc_w".to_string()], tail.clone()].concat(),
+                ] {
+                    let (s, v) = c.send(&front.token, "/", Some(json!(way)), false).await;
+                    assert_ne!(s, 200, "{way:?} ran inside a script: {v}");
+                    sent += 1;
+                }
+            }
+        }
+    }
+    let after: Vec<Snapshot> = cluster.nodes.iter().map(snapshot).collect();
+    println!("{sent} requests over {} nodes", tags.len());
+    assert!(sent > 3000, "{sent}");
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(b.values, a.values, "node {i}: the data changed");
+        assert_eq!((&b.digest, b.dbsize), (&a.digest, a.dbsize), "node {i}: the data changed");
+        assert_eq!(b.config, a.config, "node {i}: the configuration changed");
+        assert_eq!(b.acl, a.acl, "node {i}: the ACL users changed");
+        assert_eq!(b.functions, a.functions, "node {i}: the function libraries changed");
+        assert!(a.slowlog_len >= b.slowlog_len, "node {i}: the slow log was reset");
+    }
+    for node in &cluster.nodes {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut node.conn()).unwrap();
+        assert!(info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384"), "{info}");
+    }
+}
