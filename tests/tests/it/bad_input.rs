@@ -136,10 +136,11 @@ fn id_cases() -> Vec<Case> {
     ]
 }
 
+/// Every row is refused by its constructor, naming the field: a refused input leaves no
+/// operation to send, so it cannot reach Redis (the HTTP side of that claim, with Redis's
+/// own call counts, is the hostile-input part of `worker::route_contract_*`).
 #[test]
-fn the_table_is_refused_before_any_redis_call() {
-    let redis = RedisServer::start();
-    let before = redis.total_calls();
+fn the_table_is_refused_by_the_constructors() {
     let mut rows = 0;
     for (field, case) in numeric_cases() {
         for bad in BAD_NUMBERS {
@@ -182,7 +183,6 @@ fn the_table_is_refused_before_any_redis_call() {
         rows += 1;
     }
     assert!(rows > 300, "{rows} rows");
-    assert_eq!(redis.total_calls(), before, "nothing reached Redis");
 }
 
 #[test]

@@ -263,8 +263,9 @@ fn bad_flags_and_unreachable_redis_fail_at_start() {
 }
 
 /// Moves `slot` from the node that serves it to another, the way `redis-cli --cluster
-/// reshard` does: IMPORTING / MIGRATING, MIGRATE key by key, then NODE everywhere.
-fn migrate_slot(cluster: &RedisCluster, slot: i64) {
+/// reshard` does: IMPORTING / MIGRATING, MIGRATE key by key, then NODE everywhere. Returns
+/// the indexes of the old and the new owner, and when the first key moved.
+fn migrate_slot(cluster: &RedisCluster, slot: i64) -> (usize, usize, std::time::Instant) {
     let id_of = |n: &RedisServer| -> String { redis::cmd("CLUSTER").arg("MYID").query(&mut n.conn()).unwrap() };
     let owner = cluster
         .nodes
@@ -279,6 +280,7 @@ fn migrate_slot(cluster: &RedisCluster, slot: i64) {
     let (src_id, dst_id) = (id_of(src), id_of(dst));
     redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&src_id).query::<()>(&mut dst.conn()).unwrap();
     redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&dst_id).query::<()>(&mut src.conn()).unwrap();
+    let started = std::time::Instant::now();
     loop {
         let keys: Vec<String> =
             redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
@@ -302,6 +304,7 @@ fn migrate_slot(cluster: &RedisCluster, slot: i64) {
     for n in &cluster.nodes {
         redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
     }
+    (owner, to, started)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -325,7 +328,7 @@ async fn a_slot_migrated_in_the_middle_of_a_storm() {
                 let mut transient = 0;
                 loop {
                     match d.run(&Grab::new(&id, &format!("u{i}")).unwrap()).await {
-                        Ok(o) => return (i, o, transient),
+                        Ok(o) => return (i, o, transient, std::time::Instant::now()),
                         // Mid-migration the script's keys can be split across two nodes:
                         // Redis says TRYAGAIN; a grab is idempotent per user, so retry.
                         Err(e) => {
@@ -349,9 +352,11 @@ async fn a_slot_migrated_in_the_middle_of_a_storm() {
     };
     let mut won = std::collections::BTreeMap::new();
     let (mut empty, mut retried) = (0, 0);
+    let mut answered = Vec::new();
     for t in storm {
-        let (i, o, transient) = t.await.unwrap();
+        let (i, o, transient, at) = t.await.unwrap();
         retried += transient;
+        answered.push(at);
         match o {
             GrabOutcome::Won { amount, index, .. } | GrabOutcome::Already { amount, index } => {
                 assert!(won.insert(i, (amount, index)).is_none());
@@ -360,18 +365,44 @@ async fn a_slot_migrated_in_the_middle_of_a_storm() {
             GrabOutcome::NotFound => panic!("the packet vanished during the migration"),
         }
     }
-    mover.await.unwrap();
+    let (from, to, moving) = mover.await.unwrap();
     assert_eq!((won.len(), empty), (shares as usize, users - shares as usize));
     let indexes: std::collections::BTreeSet<i64> = won.values().map(|(_, i)| *i).collect();
     assert_eq!(indexes.len(), shares as usize, "no share issued twice");
     assert_eq!(won.values().map(|(a, _)| a).sum::<i64>(), total);
     let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
     assert_eq!((st.claimed, st.claimed_sum, st.remaining), (shares, total, 0));
-    // The slot really moved while the storm ran.
-    let served_by_new_owner = c2.nodes.iter().any(|n| {
-        let keys: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap();
-        keys >= 3
-    });
-    assert!(served_by_new_owner);
+    // The slot really moved, while the storm ran: its keys are on the new owner only, every
+    // node says so, and grabs were answered both before the first key moved and after.
+    let count = |n: &RedisServer| -> i64 {
+        redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap()
+    };
+    assert_ne!(from, to);
+    assert_eq!(count(&c2.nodes[from]), 0, "the old owner keeps none of the slot's keys");
+    assert!(count(&c2.nodes[to]) >= 3, "the packet's keys (meta, shares, claims) are on the new owner");
+    let to_port = c2.nodes[to].port() as i64;
+    for n in &c2.nodes {
+        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut n.conn()).unwrap();
+        let owner_port = match &slots {
+            redis::Value::Array(ranges) => ranges.iter().find_map(|r| match r {
+                redis::Value::Array(r) => match (&r[0], &r[1], &r[2]) {
+                    (redis::Value::Int(lo), redis::Value::Int(hi), redis::Value::Array(master))
+                        if (*lo..=*hi).contains(&slot) =>
+                    {
+                        match master.get(1) {
+                            Some(redis::Value::Int(p)) => Some(*p),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                },
+                _ => None,
+            }),
+            _ => None,
+        };
+        assert_eq!(owner_port, Some(to_port), "node {} still routes slot {slot} elsewhere", n.port());
+    }
+    assert!(answered.iter().any(|at| *at < moving), "grabs answered before the slot moved");
+    assert!(answered.iter().any(|at| *at > moving + Duration::from_millis(200)), "and after");
     println!("slot {slot} migrated mid-storm; {retried} transient errors retried; counts exact");
 }
