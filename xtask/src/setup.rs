@@ -177,3 +177,19 @@ pub fn nostd_check() -> Result<(), String> {
     eprintln!("xtask: no_std proof passed");
     Ok(())
 }
+
+/// The code checks `cargo xtask test` runs before the tests: formatting, clippy and rustdoc,
+/// warnings denied. rustfmt and clippy are added with rustup when missing (where rustup runs
+/// the toolchain).
+pub fn lint() -> Result<(), String> {
+    for (tool, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
+        let present = cargo().args([tool, "--version"]).output().is_ok_and(|o| o.status.success());
+        if !present && have("rustup") {
+            let _ = run(Command::new("rustup").args(["component", "add", component]));
+        }
+    }
+    run(cargo().args(["fmt", "--all", "--check"]))
+        .map_err(|e| format!("{e}: the code is not formatted; run `cargo fmt --all`"))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"))
+}

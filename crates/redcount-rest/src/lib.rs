@@ -36,7 +36,7 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_LISTEN", default_value = "127.0.0.1:8079")]
     pub listen: SocketAddr,
 
-    /// Redis URL (redis://[:password@]host:port[/db]); with --cluster, a comma-separated list
+    /// Redis URL (redis://host:port, or redis://user:password@host:port/db); with --cluster, a comma-separated list
     /// of seed nodes.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis: String,
