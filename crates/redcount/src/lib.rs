@@ -2,18 +2,16 @@
 //! EVAL once on NOSCRIPT, over RESP ([`Direct`]) or an Upstash-compatible REST front ([`Rest`]).
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod direct;
-pub mod drain;
+#[cfg(feature = "rest")]
 pub mod rest;
-pub mod serve;
-pub mod suite;
 
 use std::future::Future;
 
 pub use direct::{Direct, Error};
 use redcount_core::{Command, Operation, Value};
 
+#[cfg(feature = "rest")]
 pub use rest::Rest;
 
 /// Something that can send one Redis command and return its reply.

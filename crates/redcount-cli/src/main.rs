@@ -33,7 +33,7 @@ enum Cmd {
         #[arg(long = "packet")]
         packets: Vec<String>,
         /// Claims per transaction.
-        #[arg(long, default_value_t = redcount::drain::DEFAULT_BATCH)]
+        #[arg(long, default_value_t = redcount_cli::drain::DEFAULT_BATCH)]
         batch: i64,
         /// Keep draining until stopped (Ctrl-C / SIGTERM), polling every --interval-ms.
         #[arg(long)]
@@ -209,17 +209,17 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             which: BenchCmd::All { redis, rest_url, worker_url, peer_url, ops, concurrency, out_md, out_svg },
         } => {
             let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-            let targets = redcount::suite::Targets {
+            let targets = redcount_bench::suite::Targets {
                 redis,
                 rest: rest_url.map(|u| (u, env("REDCOUNT_REST_TOKEN").unwrap_or_default())),
                 worker: worker_url.map(|u| (u, env("REDCOUNT_ADMIN_TOKEN").unwrap_or_default())),
                 peer: peer_url,
             };
-            let shape = redcount::suite::Shape { ops, concurrency };
-            match redcount::suite::run_all(&targets, shape).await {
+            let shape = redcount_bench::suite::Shape { ops, concurrency };
+            match redcount_bench::suite::run_all(&targets, shape).await {
                 Ok(rows) => {
-                    let mut md = redcount::suite::markdown(&rows, shape);
-                    match redcount::suite::redis_time(&targets.redis).await {
+                    let mut md = redcount_bench::suite::markdown(&rows, shape);
+                    match redcount_bench::suite::redis_time(&targets.redis).await {
                         Ok(section) => md.push_str(&section),
                         Err(e) => {
                             eprintln!("redcount: bench: Redis time per call: {e}");
@@ -231,7 +231,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                         Some(p) => std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display())),
                         None => Ok(()),
                     };
-                    if let Err(e) = write(&out_md, md).and(write(&out_svg, redcount::suite::svg(&rows))) {
+                    if let Err(e) = write(&out_md, md).and(write(&out_svg, redcount_bench::suite::svg(&rows))) {
                         eprintln!("redcount: bench: {e}");
                         return std::process::ExitCode::FAILURE;
                     }
@@ -260,7 +260,7 @@ async fn drain(
     follow: bool,
     interval_ms: u64,
 ) -> Result<(), redcount::Error> {
-    use redcount::drain;
+    use redcount_cli::drain;
     redcount_core::validate::range("batch", batch, 1, redcount_core::ops::redpacket::MAX_PAGE)?;
     for p in &packets {
         redcount_core::validate::id("packet", p)?;
@@ -310,7 +310,7 @@ async fn drain(
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    use redcount::serve::Backend;
+    use redcount_cli::serve::Backend;
     let policies = match args.policies.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--policies @{path}: {e}"))?,
         None => args.policies.clone(),
@@ -361,7 +361,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         header_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
         stall_timeout: timeout.max(std::time::Duration::from_secs(1)),
     };
-    redcount::serve::serve(listener, config, backend, args.www, limits, timeout, shutdown)
+    redcount_cli::serve::serve(listener, config, backend, args.www, limits, timeout, shutdown)
         .await
         .map_err(|e| e.to_string())
 }
@@ -374,7 +374,7 @@ async fn bench_rest(
     ops: usize,
     out: Option<std::path::PathBuf>,
 ) -> Result<(), redcount::Error> {
-    use redcount::bench::{self, Measurement, ms};
+    use redcount_bench::harness::{self as bench, Measurement, ms};
     let direct = || async {
         let mut v = Vec::new();
         for _ in 0..concurrency {

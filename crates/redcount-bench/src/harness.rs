@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redcount_core::ops::quota::{Algorithm, Quota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
 
-use crate::{Driver, Error};
+use redcount::{Driver, Error};
 
 /// What one run measured.
 #[derive(Debug, Clone)]

@@ -15,8 +15,8 @@ use redcount_core::ops::quota::{Algorithm, Quota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
 use redcount_core::{Command, Value};
 
-use crate::bench::{LeanHttp, LeanRest, ms};
-use crate::{Direct, Driver, Error};
+use crate::harness::{LeanHttp, LeanRest, ms};
+use redcount::{Direct, Driver, Error};
 use redcount_core::Operation;
 
 /// Where each variant sends its load.

@@ -11,7 +11,7 @@ use std::path::Path;
 use redcount_core::ops::redpacket::{ClaimRecord, Claims, Status};
 use rusqlite::{Connection, params};
 
-use crate::{Direct, Error};
+use redcount::{Direct, Error};
 
 /// Claims read from Redis per transaction.
 pub const DEFAULT_BATCH: i64 = 500;

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
 use redcount_core::api::{self, ApiRequest, ApiResponse, Config, Step};
 
-use crate::{Direct, Error, Rest};
+use redcount::{Direct, Error, Rest};
 
 /// Where the API's Redis calls go.
 #[derive(Debug, Clone)]
@@ -32,8 +32,36 @@ struct Server {
     body_timeout: std::time::Duration,
 }
 
-/// Serves until the future `shutdown` completes, holding clients within `limits` (connection
-/// cap, header/idle and stall timeouts); a request body must arrive within `body_timeout`.
+/// The server as a router: the API under `/api/`, the demo page from `www` otherwise; a
+/// request body must arrive within `body_timeout`. [`serve`] runs it within connection
+/// bounds; a test can call it in-process:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use tower::ServiceExt; // oneshot
+/// use redcount_cli::serve::{Backend, app};
+///
+/// let policies = r#"{"per-day": {"kind": "quota", "algorithm": "fixed", "limit": 100, "window_ms": 86400000}}"#;
+/// let config = redcount_core::api::Config::from_env_for(
+///     |name| (name == "REDCOUNT_POLICIES").then(|| policies.to_string()),
+///     false,
+/// )?;
+/// // A REST client connects on first use; listing the policies calls no backend.
+/// let backend = Backend::Rest(redcount::Rest::new("http://127.0.0.1:8079", "token", std::time::Duration::from_secs(5))?);
+/// let app = app(config, backend, "www".into(), std::time::Duration::from_secs(5));
+/// let request = axum::http::Request::get("/api/policies").body(axum::body::Body::empty())?;
+/// let response = app.oneshot(request).await?;
+/// assert_eq!(response.status(), 200);
+/// # Ok(()) }
+/// ```
+pub fn app(config: Config, backend: Backend, www: PathBuf, body_timeout: std::time::Duration) -> axum::Router {
+    let state = Arc::new(Server { config, backend, www, body_timeout });
+    axum::Router::new().fallback(handle).with_state(state)
+}
+
+/// Serves [`app`] until the future `shutdown` completes, holding clients within `limits`
+/// (connection cap, eviction at the cap, header/idle and stall timeouts).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: Config,
@@ -43,9 +71,7 @@ pub async fn serve(
     body_timeout: std::time::Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = Arc::new(Server { config, backend, www, body_timeout });
-    let app = axum::Router::new().fallback(handle).with_state(state);
-    redcount_http::serve(listener, app, limits, shutdown).await
+    redcount_http::serve(listener, app(config, backend, www, body_timeout), limits, shutdown).await
 }
 
 async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {

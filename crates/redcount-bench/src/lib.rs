@@ -1,0 +1,7 @@
+//! redcount's benchmark harness (`cargo xtask bench`, `redcount bench`): the same scenarios
+//! over direct RESP, a REST front and the worker, side by side in one run, each checked
+//! against its invariant, beside the naive client-side ways.
+#![warn(missing_docs)]
+
+pub mod harness;
+pub mod suite;
