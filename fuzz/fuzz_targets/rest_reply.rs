@@ -2,7 +2,6 @@
 //! parser: arbitrary bytes from the network never panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use redcount_core::Operation;
 use redcount_core::rest::{Encoding, decode_pipeline, decode_reply};
 
 fuzz_target!(|data: &[u8]| {
