@@ -1,27 +1,16 @@
-//! Test support: real servers started on free loopback ports, stopped on drop.
+//! Test support: real servers started on free loopback ports, stopped on drop (the process
+//! handling itself is `redcount-procs`, shared with `cargo xtask`).
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free TCP port on 127.0.0.1 (bound once, then released for the server to take).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().unwrap().port()
-}
-
-/// A scratch directory under the target dir, unique per call.
-pub fn scratch_dir(tag: &str) -> PathBuf {
-    let base = std::env::var_os("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("redcount-{tag}-{}-{}", std::process::id(), rand::random::<u32>()));
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
+pub use redcount_procs::{Proc, free_port, scratch_dir};
 
 /// A `redis-server` of our own, on a free port, with no persistence unless asked.
 #[derive(Debug)]
 pub struct RedisServer {
-    child: Option<Child>,
+    child: Option<Proc>,
     port: u16,
     dir: PathBuf,
     args: Vec<String>,
@@ -63,27 +52,12 @@ impl RedisServer {
 
     /// Starts the process and waits for its port only (it may still be loading its data).
     fn spawn_only(&mut self) {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let mut cmd = Command::new(&bin);
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--save")
-            .arg("")
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if !self.args.iter().any(|a| a == "--appendonly") {
-            cmd.arg("--appendonly").arg("no");
-        }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin} (run `cargo xtask test`, which installs it): {e}"));
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let mut cmd = redcount_procs::redis_command(self.port, &self.dir, &args);
+        let mut child = Proc::spawn("redis-server", &mut cmd)
+            .unwrap_or_else(|e| panic!("{e} (run `cargo xtask test`, which installs it)"));
+        redcount_procs::wait_port(self.port, Duration::from_secs(10), &mut child).unwrap();
         self.child = Some(child);
-        wait_for_port(self.port, Duration::from_secs(10));
     }
 
     /// Its URL.
@@ -108,7 +82,9 @@ impl RedisServer {
 
     /// Kills the server with SIGKILL (no shutdown save).
     pub fn kill(&mut self) {
-        kill(&mut self.child);
+        if let Some(mut c) = self.child.take() {
+            c.kill();
+        }
     }
 
     /// Starts it again on the same port, data dir and arguments.
@@ -161,14 +137,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// SIGKILLs a child we started, if it still runs, and reaps it.
-fn kill(child: &mut Option<Child>) {
-    if let Some(mut c) = child.take() {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
 /// Waits until something accepts connections on `port`.
 pub fn wait_for_port(port: u16, timeout: Duration) {
     let deadline = Instant::now() + timeout;
@@ -186,14 +154,18 @@ pub fn uid(tag: &str) -> String {
 /// Where the workspace's binaries are: `REDCOUNT_BIN_DIR` (set by `cargo xtask test`, which
 /// builds them first), else the target dir this test binary runs from.
 pub fn bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("REDCOUNT_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
+    let path = bin_dir().join(name);
+    assert!(path.exists(), "{} is missing: run `cargo xtask test` (it builds the binaries first)", path.display());
+    path
+}
+
+/// The directory of [`bin`].
+fn bin_dir() -> PathBuf {
+    std::env::var_os("REDCOUNT_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
         // target/debug/deps/it-xxxx -> target/debug
         let exe = std::env::current_exe().unwrap();
         exe.parent().and_then(|p| p.parent()).unwrap().to_path_buf()
-    });
-    let path = dir.join(name);
-    assert!(path.exists(), "{} is missing: run `cargo xtask test` (it builds the binaries first)", path.display());
-    path
+    })
 }
 
 /// The workspace root.
@@ -203,13 +175,14 @@ pub fn root() -> PathBuf {
 
 /// A random secret for a test run.
 pub fn secret(tag: &str) -> String {
-    format!("{tag}-{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
+    redcount_procs::secret(tag)
 }
 
 /// A running `redcount-rest` process.
 #[derive(Debug)]
 pub struct RestFront {
-    child: Option<Child>,
+    child: Option<Proc>,
+    redis_url: String,
     port: u16,
     /// Its full-access token.
     pub token: String,
@@ -227,13 +200,14 @@ impl RestFront {
 
     /// Starts it with extra flags.
     pub fn start_with(redis_url: &str, cluster: bool, extra: &[&str]) -> Self {
-        let mut args = vec!["--redis".to_string(), redis_url.to_string(), "--log".into(), "debug".into()];
+        let mut args = vec!["--log".to_string(), "debug".into()];
         if cluster {
             args.push("--cluster".into());
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut f = RestFront {
             child: None,
+            redis_url: redis_url.to_string(),
             port: free_port(),
             token: secret("tok"),
             readonly_token: secret("ro"),
@@ -246,19 +220,16 @@ impl RestFront {
 
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(bin("redcount-rest"))
-            .args(&self.args)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            // Secrets through the environment, not argv (argv is visible to every user).
-            .env("REDCOUNT_REST_TOKEN", &self.token)
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        bin("redcount-rest"); // says how to build it when it is missing
+        let mut cmd = redcount_procs::rest_front_command(&bin_dir(), self.port, &self.redis_url, &args);
+        cmd.env("REDCOUNT_REST_TOKEN", &self.token)
             .env("REDCOUNT_REST_READONLY_TOKEN", &self.readonly_token)
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start redcount-rest");
+            .stderr(log);
+        let mut child = Proc::spawn("redcount-rest", &mut cmd).unwrap();
+        redcount_procs::wait_port(self.port, Duration::from_secs(15), &mut child).unwrap();
         self.child = Some(child);
-        wait_for_port(self.port, Duration::from_secs(15));
     }
 
     /// Its base URL.
@@ -278,12 +249,14 @@ impl RestFront {
 
     /// Kills it (SIGKILL).
     pub fn kill(&mut self) {
-        kill(&mut self.child);
+        if let Some(mut c) = self.child.take() {
+            c.kill();
+        }
     }
 
     /// Its peak resident memory so far (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        peak_rss_kib(self.child.as_ref().expect("running").id())
+        peak_rss_kib(self.child.as_ref().and_then(Proc::id).expect("running"))
     }
 
     /// Starts it again on the same port with the same tokens.
@@ -295,6 +268,7 @@ impl RestFront {
 
 impl Drop for RestFront {
     fn drop(&mut self) {
+        // A fast stop: nothing of the front's outlives it.
         self.kill();
     }
 }
@@ -314,18 +288,10 @@ impl RedisCluster {
 
     /// Starts and joins the cluster, each node with extra `redis-server` arguments.
     pub fn start_with(masters: usize, extra: &[&str]) -> Self {
-        let args: Vec<&str> = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
-            .into_iter()
-            .chain(extra.iter().copied())
-            .collect();
+        let args: Vec<&str> = redcount_procs::CLUSTER_NODE.into_iter().chain(extra.iter().copied()).collect();
         let nodes: Vec<RedisServer> = (0..masters).map(|_| RedisServer::start_with(&args)).collect();
-        let mut cmd = Command::new("redis-cli");
-        cmd.arg("--cluster").arg("create");
-        for n in &nodes {
-            cmd.arg(format!("127.0.0.1:{}", n.port()));
-        }
-        let out = cmd.arg("--cluster-yes").output().expect("run redis-cli --cluster create");
-        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
+        redcount_procs::cluster_create(&ports).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         for n in &nodes {
             loop {
@@ -361,7 +327,7 @@ pub const TEST_POLICIES: &str = r#"{
 /// The real worker (the wasm that `cargo xtask build-worker` built) under `wrangler dev`.
 #[derive(Debug)]
 pub struct Wrangler {
-    child: Option<Child>,
+    child: Option<Proc>,
     port: u16,
     dir: PathBuf,
     log: PathBuf,
@@ -374,8 +340,10 @@ impl Wrangler {
         let root = root();
         let main = root.join("crates/redcount-worker/build/index.js");
         assert!(main.exists(), "{} is missing: run `cargo xtask test` (it builds the worker first)", main.display());
-        let wrangler = root.join("node_modules/.bin/wrangler");
-        assert!(wrangler.exists(), "wrangler is missing: run `cargo xtask test` (it runs npm ci)");
+        assert!(
+            root.join("node_modules/.bin/wrangler").exists(),
+            "wrangler is missing: run `cargo xtask test` (it runs npm ci)"
+        );
         let dir = scratch_dir("wrangler");
         let mut toml = format!(
             "name = \"redcount-test\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n\n[assets]\ndirectory = \"{}\"\n\n[vars]\n",
@@ -397,7 +365,7 @@ impl Wrangler {
         // wrangler's boot has once hung after its banner (seen once in many runs, not
         // reproduced): give it one more try on fresh ports rather than fail the suite.
         for attempt in 1..=2 {
-            w.spawn(&wrangler);
+            w.spawn();
             if w.wait_ready(Duration::from_secs(90)) {
                 return w;
             }
@@ -407,25 +375,10 @@ impl Wrangler {
         panic!("wrangler dev did not serve the worker:\n{}", w.log());
     }
 
-    fn spawn(&mut self, wrangler: &Path) {
+    fn spawn(&mut self) {
         self.port = free_port();
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let mut cmd = Command::new(wrangler);
-        cmd.args(["dev", "--ip", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--inspector-port", &free_port().to_string()])
-            .arg("--config")
-            .arg(self.dir.join("wrangler.toml"))
-            .current_dir(&self.dir)
-            .env("WRANGLER_SEND_METRICS", "false")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
-        {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0); // wrangler starts workerd: stop them as one group
-        }
-        self.child = Some(cmd.spawn().expect("start wrangler dev"));
+        let mut cmd = redcount_procs::wrangler_command(&root(), &self.dir, self.port).unwrap();
+        self.child = Some(Proc::spawn("wrangler dev", &mut cmd).unwrap());
     }
 
     fn wait_ready(&self, timeout: Duration) -> bool {
@@ -463,14 +416,7 @@ impl Wrangler {
     /// Stops wrangler and workerd (the whole process group).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let group = format!("-{}", c.id());
-            let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-            let _ = c.wait();
+            c.stop(Duration::from_secs(5));
         }
     }
 }
@@ -485,7 +431,7 @@ impl Drop for Wrangler {
 /// A running `redcount serve` (the native shell of the HTTP API).
 #[derive(Debug)]
 pub struct NativeServer {
-    child: Option<Child>,
+    child: Option<Proc>,
     port: u16,
     log: PathBuf,
 }
@@ -516,10 +462,9 @@ impl NativeServer {
         for (k, v) in backend {
             cmd.env(k, v); // secrets through the environment, not argv
         }
-        let child = cmd.spawn().expect("start redcount serve");
-        let s = NativeServer { child: Some(child), port, log };
-        wait_for_port(port, Duration::from_secs(15));
-        s
+        let mut child = Proc::spawn("redcount serve", &mut cmd).unwrap();
+        redcount_procs::wait_port(port, Duration::from_secs(15), &mut child).unwrap();
+        NativeServer { child: Some(child), port, log }
     }
 
     /// Its base URL.
@@ -539,23 +484,20 @@ impl NativeServer {
 
     /// Its peak resident memory so far (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        peak_rss_kib(self.child.as_ref().expect("running").id())
+        peak_rss_kib(self.child.as_ref().and_then(Proc::id).expect("running"))
     }
 }
 
 /// A process's peak resident memory (VmHWM from /proc), in KiB.
 pub fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status")
+    redcount_procs::peak_rss_kib(pid).expect("VmHWM in /proc/<pid>/status")
 }
 
 impl Drop for NativeServer {
     fn drop(&mut self) {
-        kill(&mut self.child);
+        if let Some(mut c) = self.child.take() {
+            c.kill();
+        }
     }
 }
 

@@ -37,10 +37,10 @@ pub fn dev() -> Result<(), String> {
     write_dev_vars(&root().join(".dev.vars"), &format!("http://127.0.0.1:{front_port}"), &rest_token, &admin_token)?;
 
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8787);
-    let inspector = procs::free_port()?;
+    let inspector = procs::free_port();
     let mut wrangler = Guard::spawn(
         "wrangler dev",
-        Command::new(root().join("node_modules/.bin/wrangler"))
+        &mut Command::new(root().join("node_modules/.bin/wrangler"))
             .args(["dev", "--ip", "127.0.0.1", "--port", &port.to_string(), "--inspector-port", &inspector.to_string()])
             .current_dir(root())
             .env("WRANGLER_SEND_METRICS", "false"),
@@ -54,7 +54,7 @@ pub fn dev() -> Result<(), String> {
     println!("  Tokens (REST, admin) are in .dev.vars (gitignored). Ctrl-C stops everything.");
     println!();
     while !stop.load(Ordering::SeqCst) {
-        if let Some(name) = guards.iter_mut().find_map(|g| (!g.alive()).then_some(g.name)) {
+        if let Some(name) = guards.iter_mut().find_map(|g| (!g.alive()).then(|| g.name.clone())) {
             drop(guards);
             return Err(format!("{name} exited; everything was stopped"));
         }

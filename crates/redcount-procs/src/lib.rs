@@ -1,0 +1,221 @@
+//! Real processes for redcount's tests and `cargo xtask`: one place that knows how to start
+//! redis-server, a local Redis Cluster, redcount-rest and `wrangler dev` on free loopback
+//! ports, and how to stop them.
+//!
+//! Every [`Proc`] runs in a process group of its own (wrangler starts workerd; both go
+//! together) and is stopped with its group when dropped. The first spawn also installs a
+//! Ctrl-C / SIGTERM handler that stops every group still running before the process exits,
+//! so an interrupted `cargo xtask bench` or test run leaves nothing behind.
+//!
+//! ```
+//! let port = redcount_procs::free_port();
+//! let dir = redcount_procs::scratch_dir("doc");
+//! let mut redis = redcount_procs::Proc::spawn("redis-server", &mut redcount_procs::redis_command(port, &dir, &[]))
+//!     .expect("redis-server is installed");
+//! redcount_procs::wait_port(port, std::time::Duration::from_secs(10), &mut redis).unwrap();
+//! drop(redis); // stopped (SIGTERM to its group, SIGKILL if it lingers)
+//! ```
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// Process groups started and not yet reaped: what Ctrl-C stops.
+static GROUPS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+static HANDLER: Once = Once::new();
+
+fn groups() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
+    GROUPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sends `signal` (`TERM`, `KILL`) to process group `pgid`.
+fn signal_group(pgid: u32, signal: &str) {
+    let _ =
+        Command::new("kill").args([&format!("-{signal}"), "--", &format!("-{pgid}")]).stderr(Stdio::null()).status();
+}
+
+/// A child process in a process group of its own, stopped with its group when dropped.
+#[derive(Debug)]
+pub struct Proc {
+    /// What it is, for messages.
+    pub name: String,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// Spawns `cmd` in a new process group.
+    pub fn spawn(name: &str, cmd: &mut Command) -> Result<Proc, String> {
+        use std::os::unix::process::CommandExt;
+        HANDLER.call_once(|| {
+            // Not fatal if another handler is installed already: drops still stop children.
+            let _ = ctrlc::set_handler(|| {
+                let all: Vec<u32> = groups().iter().copied().collect();
+                for g in &all {
+                    signal_group(*g, "TERM");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                for g in &all {
+                    signal_group(*g, "KILL");
+                }
+                std::process::exit(130);
+            });
+        });
+        cmd.process_group(0);
+        let child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+        groups().insert(child.id());
+        Ok(Proc { name: name.to_string(), child: Some(child) })
+    }
+
+    /// Its process id (also its group's), while it has not been reaped.
+    pub fn id(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// True while it runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILLs its group at once and reaps it (a crash, for fault tests).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal_group(c.id(), "KILL");
+            let _ = c.wait();
+            groups().remove(&c.id());
+        }
+    }
+
+    /// SIGTERMs its group, waits up to `grace` for it to exit, then SIGKILLs it.
+    pub fn stop(&mut self, grace: Duration) {
+        if let Some(c) = self.child.as_mut() {
+            signal_group(c.id(), "TERM");
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        }
+        self.kill();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(3));
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound once, then released for a server to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
+}
+
+/// Waits until something accepts connections on `port`, failing early if `proc` exits.
+pub fn wait_port(port: u16, timeout: Duration, proc: &mut Proc) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if !proc.alive() {
+            return Err(format!("{} exited before listening on port {port}", proc.name));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} did not listen on port {port} within {timeout:?}", proc.name));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// A random secret, `tag-` and 128 bits from the OS as hex.
+pub fn secret(tag: &str) -> String {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).expect("read /dev/urandom");
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    if tag.is_empty() { hex } else { format!("{tag}-{hex}") }
+}
+
+/// A new scratch directory (under `CARGO_TARGET_TMPDIR` in tests, else the system's).
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("redcount-{tag}-{}-{}", std::process::id(), &secret("")[..8]));
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
+/// A process's peak resident memory (VmHWM from /proc), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// `redis-server` on `port` (loopback only), data in `dir`, no persistence unless `extra`
+/// asks for it (`--appendonly yes`, `--save ...`). The binary is `REDIS_SERVER` if set.
+pub fn redis_command(port: u16, dir: &Path, extra: &[&str]) -> Command {
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if !extra.contains(&"--appendonly") {
+        cmd.args(["--appendonly", "no"]);
+    }
+    cmd
+}
+
+/// The `redis-server` arguments of a Cluster node.
+pub const CLUSTER_NODE: [&str; 4] = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+
+/// Joins the nodes listening on `ports` into a Cluster of masters (`redis-cli --cluster
+/// create`); the caller waits for `cluster_state:ok`.
+pub fn cluster_create(ports: &[u16]) -> Result<(), String> {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["--cluster", "create"]);
+    for p in ports {
+        cmd.arg(format!("127.0.0.1:{p}"));
+    }
+    let out = cmd.arg("--cluster-yes").output().map_err(|e| format!("cannot run redis-cli: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("cluster create failed: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// `redcount-rest` from `bin_dir` on `port` before `redis_url`; the tokens go in through the
+/// environment (`REDCOUNT_REST_TOKEN`, `REDCOUNT_REST_READONLY_TOKEN`), never argv, which
+/// every user of the machine can read.
+pub fn rest_front_command(bin_dir: &Path, port: u16, redis_url: &str, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(bin_dir.join("redcount-rest"));
+    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--redis", redis_url]).args(extra);
+    cmd
+}
+
+/// `wrangler dev` (the npm package's binary under `root`) on `port`, with the config
+/// directory `dir` (its `wrangler.toml` and `.dev.vars`), output to `dir/wrangler.log`.
+pub fn wrangler_command(root: &Path, dir: &Path, port: u16) -> Result<Command, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("wrangler.log"))
+        .map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(root.join("node_modules/.bin/wrangler"));
+    cmd.args(["dev", "--ip", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--inspector-port", &free_port().to_string()])
+        .arg("--config")
+        .arg(dir.join("wrangler.toml"))
+        .current_dir(dir)
+        .env("WRANGLER_SEND_METRICS", "false")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    Ok(cmd)
+}
