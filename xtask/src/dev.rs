@@ -40,7 +40,7 @@ pub fn dev() -> Result<(), String> {
     let inspector = procs::free_port();
     let mut wrangler = Guard::spawn(
         "wrangler dev",
-        &mut Command::new(root().join("node_modules/.bin/wrangler"))
+        Command::new(root().join("node_modules/.bin/wrangler"))
             .args(["dev", "--ip", "127.0.0.1", "--port", &port.to_string(), "--inspector-port", &inspector.to_string()])
             .current_dir(root())
             .env("WRANGLER_SEND_METRICS", "false"),
