@@ -118,6 +118,24 @@ pub fn readonly_refusal(name: &str) -> Option<String> {
 }
 
 /// Why a command cannot run over REST, if it cannot.
+/// Why a command whose reply is certain to exceed `max_response` bytes is refused before it
+/// is sent: SRANDMEMBER, ZRANDMEMBER and HRANDFIELD with a negative count reply `|count|`
+/// elements (repeats allowed) of at least 4 bytes each, however small the key; Redis would
+/// spend seconds and gigabytes building a reply the front then refuses.
+pub fn oversized(name: &str, args: &[Vec<u8>], max_response: usize) -> Option<String> {
+    let upper = name.to_ascii_uppercase();
+    if !matches!(upper.as_str(), "SRANDMEMBER" | "ZRANDMEMBER" | "HRANDFIELD") {
+        return None;
+    }
+    let count: i64 = std::str::from_utf8(args.get(1)?).ok()?.parse().ok()?;
+    let least = count.unsigned_abs().saturating_mul(4);
+    (count < 0 && least > max_response as u64).then(|| {
+        format!(
+            "ERR {upper} with count {count} replies at least {least} bytes, over the front's --max-response-bytes ({max_response}): ask for fewer"
+        )
+    })
+}
+
 pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
     let upper = name.to_ascii_uppercase();
     let arg = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());

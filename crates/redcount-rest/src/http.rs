@@ -32,6 +32,43 @@ struct Cmd {
 
 struct Failure(StatusCode, String);
 
+/// How a request whose connection Redis closed before the answer fails.
+const LOST: &str = "ERR the connection to Redis ended before its answer";
+
+/// The run id of the Redis `backend` reaches (INFO server), if it answers within 500 ms.
+pub(crate) async fn run_id(backend: &crate::backend::Backend) -> Option<String> {
+    let info =
+        tokio::time::timeout(std::time::Duration::from_millis(500), backend.query(redis::cmd("INFO").arg("server")))
+            .await
+            .ok()?
+            .ok()?;
+    let text = match info {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        _ => return None,
+    };
+    text.lines().find_map(|l| l.strip_prefix("run_id:")).map(|id| id.trim().to_string())
+}
+
+/// A connection Redis closed in the middle of a request while Redis itself stayed up (same
+/// run id) was dropped on purpose, and with the front's output-buffer limit in force the
+/// reason is almost surely that the reply passed it: say so, as the client's error.
+async fn explain_lost(st: &State, f: Failure) -> Failure {
+    if !f.1.starts_with(LOST) || st.output_limit == 0 || st.run_id.is_none() {
+        return f;
+    }
+    if run_id(&st.killer).await != st.run_id {
+        return f;
+    }
+    error(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "ERR Redis closed the connection instead of answering: the reply passed its output-buffer limit for normal clients ({} bytes, --redis-output-limit-bytes); ask for less at once (a write in the same request may or may not have happened)",
+            st.output_limit
+        ),
+    )
+}
+
 fn error(status: StatusCode, msg: impl Into<String>) -> Failure {
     Failure(status, msg.into())
 }
@@ -191,14 +228,20 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             for c in &cmds {
                 check(st, c, access).map_err(|f| (f, what.clone()))?;
             }
-            let r = run_many(st, access, cmds, path == "/multi-exec", base64, resp2).await;
+            let r = match run_many(st, access, cmds, path == "/multi-exec", base64, resp2).await {
+                Err(f) => Err(explain_lost(st, f).await),
+                ok => ok,
+            };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
         }
         "/" if *method == Method::POST || *method == Method::PUT => {
             let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
-            let r = run_one(st, access, cmd, base64, resp2).await;
+            let r = match run_one(st, access, cmd, base64, resp2).await {
+                Err(f) => Err(explain_lost(st, f).await),
+                ok => ok,
+            };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
         }
         _ => {
@@ -220,7 +263,10 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let cmd = Cmd { name, args: parts };
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
-            let r = run_one(st, access, cmd, base64, resp2).await;
+            let r = match run_one(st, access, cmd, base64, resp2).await {
+                Err(f) => Err(explain_lost(st, f).await),
+                ok => ok,
+            };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
         }
     }
@@ -292,6 +338,9 @@ fn parse_many(bytes: &Bytes) -> Result<Vec<Cmd>, Failure> {
 /// reads under the read-only token.
 fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
     if let Some(why) = commands::refusal(&cmd.name, &cmd.args) {
+        return Err(error(StatusCode::BAD_REQUEST, why));
+    }
+    if let Some(why) = commands::oversized(&cmd.name, &cmd.args, st.max_response) {
         return Err(error(StatusCode::BAD_REQUEST, why));
     }
     if !st.allow_admin && st.commands.is_admin(&cmd.name, &cmd.args) {
@@ -521,10 +570,7 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
         // Sent, but the connection ended before the answer: it may have run, so it is not
         // sent again.
         log::error(&format!("redis connection lost: {e}"));
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("ERR the connection to Redis ended before its answer (a write may or may not have happened): {e}"),
-        );
+        return error(StatusCode::SERVICE_UNAVAILABLE, format!("{LOST} (a write may or may not have happened): {e}"));
     }
     match (e.code(), e.detail()) {
         (Some("EXECABORT"), _) => error(

@@ -78,6 +78,15 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_MAX_RESPONSE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_response_bytes: usize,
 
+    /// Redis's output-buffer limit for normal clients, in bytes, set at start and on every
+    /// new connection (`client-output-buffer-limit normal`): Redis stops building a reply
+    /// past it and closes that connection, so one request cannot make Redis itself hold
+    /// gigabytes (an MGET naming a large key 100,000 times). Default: --max-response-bytes
+    /// plus 1 MiB. 0 leaves Redis's setting alone. A Redis-wide setting: other normal clients
+    /// of the same Redis get it too.
+    #[arg(long, env = "REDCOUNT_REST_REDIS_OUTPUT_LIMIT_BYTES")]
+    pub redis_output_limit_bytes: Option<usize>,
+
     /// Longest wait for Redis to answer one request, in ms; then 504.
     #[arg(long, env = "REDCOUNT_REST_TIMEOUT_MS", default_value_t = 5_000)]
     pub timeout_ms: u64,
@@ -161,6 +170,11 @@ pub(crate) struct State {
     pub scripts: scripts::Scripts,
     pub commands: commands::Table,
     pub log: log::Level,
+    /// Redis's output-buffer limit for normal clients as the front set it (0: not set).
+    pub output_limit: usize,
+    /// The run id of the Redis the front started with (not on --cluster): a connection
+    /// closed while it stays the same was closed on purpose.
+    pub run_id: Option<String>,
 }
 
 /// Connects to Redis, then serves until SIGINT or SIGTERM.
@@ -221,12 +235,17 @@ pub async fn run(config: Config) -> Result<(), String> {
             }
         },
     };
-    // A restarted Redis has its own busy-reply-threshold again: set it on every new connection.
-    if let Some(set) = kill_setting {
-        killer.on_connect(vec![set.clone()], None);
-        backend.on_connect(vec![set.clone()], Some(&killer));
+    // A restarted Redis has its own settings again: set them on every new connection.
+    let output_limit = config.redis_output_limit_bytes.unwrap_or(config.max_response_bytes.max(1024) + (1 << 20));
+    let output_set = bound_output_buffers(&killer, output_limit, config.log).await;
+    let run_id = if config.cluster { None } else { http::run_id(&killer).await };
+    let output_limit = if output_set.is_some() { output_limit } else { 0 };
+    let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
+    if !settings.is_empty() {
+        killer.on_connect(settings.clone(), None);
+        backend.on_connect(settings.clone(), Some(&killer));
         if let Some(ro) = &readonly_backend {
-            ro.on_connect(vec![set], Some(&killer));
+            ro.on_connect(settings, Some(&killer));
         }
     }
     // One budget for large replies: charged while they are read, held until they are sent.
@@ -255,6 +274,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         scripts: scripts::Scripts::default(),
         commands,
         log: config.log,
+        output_limit,
+        run_id,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -275,6 +296,28 @@ pub async fn run(config: Config) -> Result<(), String> {
         stall_timeout: timeout.max(Duration::from_secs(1)),
     };
     redcount_http::serve(listener, router(state), limits, shutdown()).await.map_err(|e| e.to_string())
+}
+
+/// Sets Redis's output-buffer limit for normal clients to `bytes` (0: leaves it). Returns the
+/// command that did it, to send again to a restarted Redis.
+async fn bound_output_buffers(backend: &backend::Backend, bytes: usize, level: log::Level) -> Option<redis::Cmd> {
+    if bytes == 0 {
+        return None;
+    }
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET").arg("client-output-buffer-limit").arg(format!("normal {bytes} 0 0"));
+    match backend.query(&set).await {
+        Ok(_) => {
+            log::info(level, &format!("Redis drops a normal client whose pending reply passes {bytes} bytes"));
+            Some(set)
+        }
+        Err(e) => {
+            log::error(&format!(
+                "cannot set client-output-buffer-limit ({e}): a request for a huge reply makes Redis build it whole before the front refuses it"
+            ));
+            None
+        }
+    }
 }
 
 /// Redis only answers other clients (and so SCRIPT KILL) while a script runs once

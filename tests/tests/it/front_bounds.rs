@@ -238,7 +238,12 @@ fn huge_replies_are_cut_off_at_the_bound() {
             let path = if body.starts_with("[[") { "/pipeline" } else { "/" };
             let (status, body) = request(port, "POST", path, t, &body);
             assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
-            assert!(body.contains("--max-response-bytes"), "{}", &body[..body.len().min(300)]);
+            // Cut off by the front as it reads, or inside Redis by the limit the front set.
+            assert!(
+                body.contains("--max-response-bytes") || body.contains("--redis-output-limit-bytes"),
+                "{}",
+                &body[..body.len().min(300)]
+            );
         }
     }
     // The read-only token may PING (Redis does not flag it read-only).
@@ -563,4 +568,43 @@ fn the_response_bound_counts_the_encoding_asked_for() {
         let (status, _) = get("", path, body);
         assert_eq!(status, "HTTP/1.1 400", "JSON {path}: 2.4 MB once escaped");
     }
+}
+
+/// Redis's own memory is bounded too: a read-only MGET naming a 10 KB key 20,000 times (a
+/// 200 MB reply from a 140 KB request) is cut off inside Redis by the output-buffer limit the
+/// front sets, and a negative count that must reply more than the bound is refused before
+/// anything is sent.
+#[test]
+fn redis_does_not_build_replies_past_the_bound() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-response-bytes", "8388608"]);
+    let mut c = redis.conn();
+    let _: () = redis::cmd("SET").arg("k10k").arg(vec![b'v'; 10_000]).query(&mut c).unwrap();
+    let _: i64 = redis::cmd("SADD").arg("one").arg("m").query(&mut c).unwrap();
+    let limit: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("client-output-buffer-limit").query(&mut c).unwrap();
+    assert!(limit[1].starts_with(&format!("normal {} 0 0", 8_388_608 + (1 << 20))), "{limit:?}");
+    let used_peak = |c: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("used_memory_peak:")).unwrap().trim().parse().unwrap()
+    };
+    let before = used_peak(&mut c);
+    let mget = serde_json::Value::Array(
+        std::iter::once(serde_json::json!("MGET")).chain((0..20_000).map(|_| serde_json::json!("k10k"))).collect(),
+    );
+    let (status, body) = request(front.port(), "POST", "/", &front.readonly_token, &mget.to_string());
+    assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+    let grown = used_peak(&mut c).saturating_sub(before);
+    assert!(grown < 48 << 20, "Redis's peak memory grew by {} MiB for one request", grown >> 20);
+
+    let t = Instant::now();
+    for cmd in ["SRANDMEMBER", "ZRANDMEMBER", "HRANDFIELD"] {
+        let (status, body) =
+            request(front.port(), "POST", "/", &front.readonly_token, &format!(r#"["{cmd}","one","-200000000"]"#));
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("--max-response-bytes") && body.contains("-200000000"), "{body}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "refused before Redis spent seconds on it: {:?}", t.elapsed());
+    // Other clients are served, and a count within the bound still works.
+    let (status, body) = request(front.port(), "POST", "/", &front.token, r#"["SRANDMEMBER","one","-3"]"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"result":["m","m","m"]}"#));
 }
