@@ -42,7 +42,44 @@ fn idempotency(req: &ApiRequest<'_>) -> Result<Option<ops::Idempotency>, ApiResp
         Err(_) if req.body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
         Err(_) => req.body.to_vec(),
     };
-    Ok(Some(ops::Idempotency::new(k, req.method, req.path, &canonical)))
+    Ok(Some(ops::Idempotency::new(k, req.method, &canonical_path(req.path), &canonical)))
+}
+
+/// The path as routing sees it: every segment percent-decoded, then encoded one way (only
+/// bytes outside `A-Z a-z 0-9 - . _ ~` escaped, in upper-case hex). `/api/%72edpackets` and
+/// `/api/redpackets` are one route, so one scope for an idempotency key: a client or proxy
+/// that re-encodes the path between retries must not apply the request twice.
+fn canonical_path(path: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(path.len());
+    for (i, raw) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        let bytes = super::percent_decode(raw).unwrap_or_else(|| raw.as_bytes().to_vec());
+        for b in bytes {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(char::from(b));
+            } else {
+                out.push('%');
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 15)]));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod canonical_path_tests {
+    #[test]
+    fn one_route_one_scope() {
+        let p = super::canonical_path;
+        assert_eq!(p("/api/%72edpackets"), p("/api/redpackets"));
+        assert_eq!(p("/api/quot%61s/d%61ily/u%2d1"), p("/api/quotas/daily/u-1"));
+        assert_eq!(p("/api/inbox/a%2fb"), "/api/inbox/a%2Fb");
+        assert_ne!(p("/api/inbox/a%2fb"), p("/api/inbox/a/b"), "an encoded slash stays inside its segment");
+    }
 }
 
 /// Applies the idempotency key, if the request has one, to a write operation.
