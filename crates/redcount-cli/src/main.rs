@@ -85,6 +85,12 @@ struct ServeArgs {
     /// ones from that address get 503 and are closed.
     #[arg(long, env = "REDCOUNT_MAX_CONNECTIONS_PER_IP", default_value_t = 1_000)]
     max_connections_per_ip: usize,
+    /// Start although Redis may evict keys (`maxmemory` set and `maxmemory-policy` other than
+    /// `noeviction`): an evicted claim, quota window or idempotency record breaks redcount's
+    /// promises, so by default `--redis` refuses such a Redis. (Red-packet grabs refuse a
+    /// packet whose keys were evicted in part either way.)
+    #[arg(long, env = "REDCOUNT_ALLOW_EVICTION")]
+    allow_eviction: bool,
     /// Longest a client connection may take to send a complete request head, from its start
     /// or its previous response (so also the idle keep-alive time), in ms.
     #[arg(long, env = "REDCOUNT_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
@@ -336,6 +342,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         (None, Some(url)) => {
             let d =
                 redcount::Direct::connect_with(url, timeout).await.map_err(|e| format!("cannot reach Redis: {e}"))?;
+            if let Some(risk) = d.eviction_risk().await {
+                if !args.allow_eviction {
+                    return Err(format!(
+                        "{risk}; run Redis with maxmemory-policy noeviction (at maxmemory redcount's writes then fail closed with 507), or pass --allow-eviction"
+                    ));
+                }
+                eprintln!("redcount serve: warning: {risk} (--allow-eviction)");
+            }
             (Backend::Direct(d), String::from("Redis over RESP"))
         }
         (None, None) => return Err("give a backend: --rest-url (with --rest-token) or --redis".into()),

@@ -239,6 +239,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let output_limit = config.redis_output_limit_bytes.unwrap_or(config.max_response_bytes.max(1024) + (1 << 20));
     let output_set = bound_output_buffers(&killer, output_limit, config.log).await;
     let run_id = if config.cluster { None } else { http::run_id(&killer).await };
+    warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
     let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
     if !settings.is_empty() {
@@ -296,6 +297,31 @@ pub async fn run(config: Config) -> Result<(), String> {
         stall_timeout: timeout.max(Duration::from_secs(1)),
     };
     redcount_http::serve(listener, router(state), limits, shutdown()).await.map_err(|e| e.to_string())
+}
+
+/// Logs a warning when Redis may evict keys: redcount's counting primitives (through the
+/// worker or `redcount serve --rest-url`) need `maxmemory-policy noeviction`. The front
+/// serves other data too (a cache may want eviction), so it warns rather than refuses.
+async fn warn_if_evicting(killer: &backend::Backend) {
+    let get = |name: &'static str| async move {
+        match killer.query(redis::cmd("CONFIG").arg("GET").arg(name)).await {
+            Ok(redis::Value::Array(pair)) => {
+                pair.get(1).and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
+            }
+            Ok(redis::Value::Map(pairs)) => {
+                pairs.first().and_then(|(_, v)| redis::from_redis_value::<String>(v.clone()).ok())
+            }
+            _ => None,
+        }
+    };
+    if let (Some(policy), Some(max)) = (get("maxmemory-policy").await, get("maxmemory").await)
+        && max != "0"
+        && policy != "noeviction"
+    {
+        log::error(&format!(
+            "warning: Redis may evict keys (maxmemory-policy {policy}, maxmemory {max}): redcount's counters, quotas, claims and idempotency records need noeviction"
+        ));
+    }
 }
 
 /// Sets Redis's output-buffer limit for normal clients to `bytes` (0: leaves it). Returns the

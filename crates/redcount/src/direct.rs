@@ -155,3 +155,26 @@ pub fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
         other => Value::Bytes(format!("{other:?}").into_bytes()),
     })
 }
+
+impl Direct {
+    /// Whether Redis may evict redcount's keys: `Some(why)` when `maxmemory` is set and
+    /// `maxmemory-policy` is not `noeviction` (every redcount key has a TTL, so `volatile-*`
+    /// policies evict them too). An evicted claim, quota window or idempotency record breaks
+    /// redcount's promises. `None` also when Redis does not let this user read its
+    /// configuration (managed Redis): then it cannot be told.
+    pub async fn eviction_risk(&self) -> Option<String> {
+        let get = |name: &'static str| async move {
+            match self.send(&Command::new("CONFIG").arg("GET").arg(name)).await {
+                Ok(Value::Array(pair)) => match pair.get(1) {
+                    Some(Value::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        let policy = get("maxmemory-policy").await?;
+        let max = get("maxmemory").await?;
+        (max != "0" && policy != "noeviction")
+            .then(|| format!("maxmemory-policy is {policy} with maxmemory {max}: Redis may evict redcount's keys"))
+    }
+}

@@ -217,3 +217,83 @@ async fn redcount_serve_through_the_front_survives_a_redis_restart() {
         assert_eq!(status, 200, "request {i} after the restart: {}", r.text().await.unwrap());
     }
 }
+
+/// Redis run with an evicting `maxmemory-policy` (here `allkeys-random`, filled past its
+/// bound) drops some of a packet's keys: a user whose claim record was evicted must not win a
+/// second share. Each grab checks the packet's keys agree (claims recorded = shares claimed,
+/// shares left + claimed = count) and otherwise refuses, issuing nothing.
+#[tokio::test]
+async fn a_packet_with_evicted_keys_issues_no_second_share() {
+    use redcount_core::ops::redpacket::GrabOutcome;
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let mut rng = rand::rng();
+    let ids: Vec<String> = (0..300).map(|_| redpacket::new_id(&mut rng)).collect();
+    for id in &ids {
+        d.run(&Create::new(id, 1_000, 10, 1, 600_000, &mut rng).unwrap()).await.unwrap();
+        let first = d.run(&Grab::new(id, "alice").unwrap()).await.unwrap();
+        assert!(matches!(first, GrabOutcome::Won { .. }), "{first:?}");
+    }
+    // Evict: a tight maxmemory, random eviction, and junk written until Redis has evicted
+    // some 300 keys (about a quarter of the packets' 1,200).
+    let stat = |c: &mut redis::Connection, section: &str, field: &str| -> i64 {
+        let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
+        info.lines().find_map(|l| l.strip_prefix(field)).unwrap().trim().parse().unwrap()
+    };
+    let used = stat(&mut c, "memory", "used_memory:");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-random").query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used + 100_000).query(&mut c).unwrap();
+    let mut i = 0;
+    while stat(&mut c, "stats", "evicted_keys:") < 300 {
+        for _ in 0..20 {
+            let _: () = redis::cmd("SET").arg(format!("junk{i}")).arg(vec![b'j'; 200]).query(&mut c).unwrap();
+            i += 1;
+        }
+    }
+    let evicted = stat(&mut c, "stats", "evicted_keys:");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    let (mut refused, mut gone) = (0, 0);
+    for id in &ids {
+        match d.run(&Grab::new(id, "alice").unwrap()).await {
+            Ok(GrabOutcome::Won { .. }) => panic!("alice won a second share of {id}"),
+            Ok(GrabOutcome::NotFound) => gone += 1,
+            Ok(_) => {}
+            Err(Error::Redis(e)) => {
+                assert!(e.message.contains("state is incomplete"), "{e:?}");
+                refused += 1;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    println!("{evicted} keys evicted: {gone} packets gone, {refused} grabs refused as incomplete");
+    assert!(refused > 0, "some packets lost keys but not their meta");
+}
+
+/// A Redis that may evict keys breaks every promise (a claim, a quota window, an idempotency
+/// record gone): `redcount serve --redis` refuses it unless told `--allow-eviction`, and the
+/// REST front, which may serve a cache too, says so in its log.
+#[test]
+fn a_redis_that_may_evict_is_refused_or_named() {
+    let redis = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let out = std::process::Command::new(redcount_tests::bin("redcount"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", redcount_tests::free_port())])
+        .env("REDIS_URL", redis.url())
+        .env("REDCOUNT_POLICIES", redcount_tests::TEST_POLICIES)
+        .env("REDCOUNT_WWW", redcount_tests::root().join("www"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("allkeys-lru") && err.contains("--allow-eviction") && err.contains("noeviction"), "{err}");
+    let server = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        "admin-secret-0123456",
+        redcount_tests::TEST_POLICIES,
+        &["--allow-eviction"],
+    );
+    assert!(server.log().contains("may evict"), "{}", server.log());
+    let front = redcount_tests::RestFront::start(&redis.url(), false);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(front.log().contains("may evict keys (maxmemory-policy allkeys-lru"), "{}", front.log());
+}
