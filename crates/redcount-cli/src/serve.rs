@@ -140,14 +140,28 @@ fn to_response(r: ApiResponse) -> Response {
 
 /// The demo page's files; nothing outside `www` is reachable.
 async fn static_file(www: &Path, method: &Method, path: &str) -> Response {
+    // Outside /api/ only the demo page's files: say so in JSON, as the API's errors do.
+    let not_found = || {
+        let body = r#"{"error":"no such file (the API is under /api/)"}"#;
+        (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    };
     if method != Method::GET && method != Method::HEAD {
-        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "GET, HEAD")]).into_response();
+        let body = format!(
+            r#"{{"error":"method {} not allowed here: outside /api/ only the demo page's files are served (GET, HEAD)"}}"#,
+            method.as_str().escape_default()
+        );
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, HEAD"), (header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
     }
     let rel = path.trim_start_matches('/');
     let rel = if rel.is_empty() { "index.html" } else { rel };
     let rel = Path::new(rel);
     if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
-        return StatusCode::NOT_FOUND.into_response();
+        return not_found();
     }
     let file = www.join(rel);
     let kind = match file.extension().and_then(|e| e.to_str()) {
@@ -161,6 +175,6 @@ async fn static_file(www: &Path, method: &Method, path: &str) -> Response {
     };
     match tokio::fs::read(&file).await {
         Ok(bytes) => ([(header::CONTENT_TYPE, kind)], bytes).into_response(),
-        Err(_) => StatusCode::NOT_FOUND.into_response(),
+        Err(_) => not_found(),
     }
 }

@@ -169,6 +169,13 @@ fn redcount_serve_holds_against_idle_slow_and_too_many_connections() {
     drop(held);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(request(capped.port(), "GET", "/", "", "").0, 200);
+    // Outside /api/ (the demo page), errors are JSON too.
+    let (status, body) = request(capped.port(), "POST", "/API/counters/c/x", "", "{}");
+    assert_eq!(status, 405);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].as_str().unwrap().contains("/api/"));
+    let (status, body) = request(capped.port(), "GET", "/no-such-file", "", "");
+    assert_eq!(status, 404);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok(), "{body}");
 }
 
 /// One address cannot take every slot, and a client without a valid token cannot keep a

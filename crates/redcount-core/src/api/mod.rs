@@ -213,7 +213,7 @@ impl Exchange {
             // The scripts' shebang makes Redis refuse them whole at maxmemory: fail closed.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::OutOfMemory => ApiResponse::error(
                 507,
-                "Redis is out of memory (maxmemory reached): nothing was written; retry later",
+                "Redis is out of memory (maxmemory reached): this call wrote nothing (an earlier call with the same Idempotency-Key, if any, stands); retry later",
                 None,
             ),
             Err(RestError::Reply(e)) => ApiResponse::error(502, format!("Redis error: {e}"), None),
