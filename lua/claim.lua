@@ -12,8 +12,7 @@ local window = int('window', w, 1, 1000000000000)
 local replay, finish = idempotency(1)
 if replay then return replay end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local ok = redis.call('SET', KEYS[1], string.format('%.0f', now), 'NX', 'PX', w)
 if ok then return finish({1, window}) end
 return finish({0, redis.call('PTTL', KEYS[1])})

@@ -32,7 +32,7 @@ local function le(n, bytes) -- n as `bytes` little-endian bytes (exact below 2^5
   end
   return table.concat(out)
 end
-local now = tonumber(redis.call('TIME')[1])
+local now = now_s()
 redis.call('ZADD', key, ARGV[1], le(now, 4) .. le(id, 8) .. body)
 local left = redis.call('PTTL', key)
 if left < ttl then redis.call('PEXPIRE', key, s(ttl)) end

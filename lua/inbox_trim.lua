@@ -25,7 +25,7 @@ local function stamp(m) -- nil for a member too short to carry a stamp
   return a + b * 256 + c * 65536 + d * 16777216
 end
 
-local now = tonumber(redis.call('TIME')[1])
+local now = now_s()
 local cutoff = now - max_age
 local deleted = 0
 local oldest = redis.call('ZRANGE', key, 0, scan - 1)

@@ -17,6 +17,23 @@ end
 -- A number as the exact decimal text Redis expects (tostring would print 1e+15).
 local function s(n) return string.format('%.0f', n) end
 
+-- An id as the core checks it (validate::id): 1 to 64 of A-Z a-z 0-9 _ -. Ids are stored in
+-- records joined by ':' (a red packet's claim log), so a caller that skips the core must not
+-- get one through that the drain could not read back.
+local function id(name, v)
+  if type(v) ~= 'string' or #v < 1 or #v > 64 or not string.match(v, '^[%w_%-]+$') then
+    return error({err = 'ERR redcount: ' .. name .. ' must be 1 to 64 of A-Z a-z 0-9 _ -'})
+  end
+  return v
+end
+
+-- Redis's clock (not the caller's): milliseconds, and whole seconds, since the epoch.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function now_s() return tonumber(redis.call('TIME')[1]) end
+
 -- Optional idempotency, for a script that needs `need` keys: when the caller passes one key
 -- more (in the same slot), plus a TTL in ms and a request fingerprint as the last two
 -- arguments, the script's reply is stored there with its write. Returns the stored reply of

@@ -20,8 +20,7 @@ local step = int('interval', ARGV[3], 1, 1000000000000)
 local cost = int('cost', ARGV[4], 1, cap)
 local peek = ARGV[5] == '1'
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens, ts = cap, now
 if st[1] and st[2] then

@@ -18,8 +18,7 @@ local window = int('window', ARGV[2], 1, 1000000000000)
 local cost = int('cost', ARGV[3], 1, limit)
 local peek = ARGV[4] == '1'
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local w = math.floor(now / window)
 local st = redis.call('HMGET', KEYS[1], 'w', 'n')
 local used = 0

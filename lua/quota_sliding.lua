@@ -24,8 +24,7 @@ local window = int('window', ARGV[2], 1, 1000000000000)
 local cost = int('cost', ARGV[3], 1, limit)
 local peek = ARGV[4] == '1'
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local floor = now - window -- an entry at time x counts while x > now - window
 
 -- The running total and cost of an entry; no total for the earlier layout.

@@ -31,8 +31,7 @@ end
 local meta = redis.call('HGET', KEYS[1], 'expires_ms')
 if meta then return finish({0, tonumber(meta)}) end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local exp = now + ttl
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) -- leftovers of an expired packet of that id
 for i = 3, last, 500 do -- unpack() has a stack limit: push in chunks

@@ -6,10 +6,7 @@
 --   idempotent), 0 = empty (no share left), -1 = unknown or expired packet.
 --   index = the share's position in claim order (1-based); remaining = shares left.
 -- (Runs after prelude.lua: int, s, idempotency.)
-local user = ARGV[1]
-if type(user) ~= 'string' or user == '' then
-  return error({err = 'ERR redcount: user must not be empty'})
-end
+local user = id('user', ARGV[1])
 local exp = redis.call('HGET', KEYS[1], 'expires_ms')
 if not exp then return {-1, 0, 0, 0} end
 local prev = redis.call('HGET', KEYS[3], user)
@@ -28,8 +25,7 @@ end
 local share = redis.call('LPOP', KEYS[2])
 if not share then return {0, 0, 0, 0} end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local index = redis.call('HINCRBY', KEYS[1], 'claimed_n', 1)
 redis.call('HINCRBY', KEYS[1], 'claimed_sum', share)
 redis.call('HSET', KEYS[3], user, share .. ':' .. index)

@@ -18,18 +18,14 @@
 
 local replay, finish = idempotency(1)
 
-local key, op, holder = KEYS[1], ARGV[1], ARGV[2]
+local key, op, holder = KEYS[1], ARGV[1], id('holder', ARGV[2])
 if op ~= 'acquire' and op ~= 'renew' and op ~= 'release' then
   return error({err = 'ERR redcount: op must be acquire, renew or release'})
-end
-if type(holder) ~= 'string' or holder == '' then
-  return error({err = 'ERR redcount: holder must not be empty'})
 end
 local limit = int('limit', ARGV[3], 1, 1000000)
 local lease = int('lease', ARGV[4], 1, 10000000000)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now))
 local held = redis.call('ZSCORE', key, holder)
 

@@ -235,4 +235,31 @@ async fn scripts_refuse_hostile_arguments_without_writing() {
     assert!(matches!(d.send(&inv.eval()).await, Err(redcount::Error::Redis(e)) if e.kind == ErrorKind::Rejected));
     let n: i64 = redis::cmd("EXISTS").arg(&keys::redpacket("pk")).query(&mut redis.conn()).unwrap();
     assert_eq!(n, 0);
+
+    // Ids stored inside records (a grab's user, a semaphore's holder): the scripts accept
+    // exactly what the core's validate::id accepts, so a caller that skips the core cannot
+    // store a `:` the drain would then fail to read back.
+    let create = Create::new("pk2", 100, 3, 1, 60_000, &mut rand::rng()).unwrap();
+    d.run(&create).await.unwrap();
+    let long = "a".repeat(64);
+    let longer = "a".repeat(65);
+    for candidate in ["a", "A-b_9", long.as_str(), longer.as_str(), "a:b", "a{b}", "a b", "é", "", "a\nb", "a|b"] {
+        let rust = validate::id("user", candidate).is_ok();
+        let grab = Grab::new("pk2", "u").unwrap();
+        let redcount_core::Request::Script(mut g) = grab.request() else { unreachable!() };
+        g.args[0] = candidate.to_string();
+        let sem = Semaphore::new("p", "n", Action::Acquire, "h", 5, 60_000).unwrap();
+        let redcount_core::Request::Script(mut h) = sem.request() else { unreachable!() };
+        h.args[1] = candidate.to_string();
+        for (what, inv) in [("grab user", g), ("semaphore holder", h)] {
+            let lua = match d.send(&inv.eval()).await {
+                Ok(_) => true,
+                Err(redcount::Error::Redis(e)) if e.kind == ErrorKind::Rejected => false,
+                Err(e) => panic!("{what} {candidate:?}: {e:?}"),
+            };
+            assert_eq!(lua, rust, "{what} {candidate:?}: Lua accepts {lua}, the core {rust}");
+        }
+    }
+    let claims: i64 = redis::cmd("HLEN").arg(&keys::redpacket("pk2")[2]).query(&mut redis.conn()).unwrap();
+    assert_eq!(claims, 3, "three valid users won (a, A-b_9, 64 a's), nothing else was stored");
 }
