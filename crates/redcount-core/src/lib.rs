@@ -11,7 +11,7 @@
 //!  caller ──▶ ops::X::new(..) ──▶ Request ──▶ Command ──▶ REST JSON body / RESP ──▶ (I/O: caller)
 //!                                    │                                               │
 //!  caller ◀── Outcome ◀── op.parse(Value) ◀── rest::decode_reply / RESP reader ◀────┘
-//!                                    └── on NOSCRIPT: Request::fallback() = EVAL, once
+//!                                    └── on NOSCRIPT: script::Call::retry() = EVAL, once
 //! ```
 //!
 //! `no_std` + `alloc`; the error types implement `core::error::Error`, so the default `std`

@@ -151,3 +151,56 @@ impl Request {
         }
     }
 }
+
+/// The one call machine of every transport: a request's first command (EVALSHA for a
+/// script), and after a NOSCRIPT reply the one EVAL, never more. Sans-IO: the shell sends
+/// [`Call::command`] and feeds error replies to [`Call::retry`].
+///
+/// ```
+/// use redcount_core::{ErrorReply, Operation, script::Call};
+/// use redcount_core::ops::claim::Claim;
+///
+/// let mut call = Call::new(Claim::new("bonus", "alice", 60_000).unwrap().request());
+/// assert_eq!(call.command().parts()[0], "EVALSHA");
+/// // Redis lost its script cache: one EVAL, with the source.
+/// assert!(call.retry(&ErrorReply::new("NOSCRIPT No matching script.")));
+/// assert_eq!(call.command().parts()[0], "EVAL");
+/// // A second NOSCRIPT (or any other error) is the answer.
+/// assert!(!call.retry(&ErrorReply::new("NOSCRIPT No matching script.")));
+/// ```
+#[must_use = "a call does nothing until its command is sent"]
+#[derive(Debug, Clone)]
+pub struct Call {
+    request: Request,
+    command: Command,
+    retried: bool,
+}
+
+impl Call {
+    /// The call of `request`, at its first command.
+    pub fn new(request: Request) -> Call {
+        let command = request.command();
+        Call { request, command, retried: false }
+    }
+
+    /// The command to send now.
+    pub fn command(&self) -> &Command {
+        &self.command
+    }
+
+    /// After the error reply `err`: true when the call goes on (send [`Call::command`] again,
+    /// now the EVAL fallback), false when `err` is the answer.
+    pub fn retry(&mut self, err: &ErrorReply) -> bool {
+        if self.retried {
+            return false;
+        }
+        match self.request.fallback(err) {
+            Some(eval) => {
+                self.command = eval;
+                self.retried = true;
+                true
+            }
+            None => false,
+        }
+    }
+}

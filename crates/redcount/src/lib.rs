@@ -26,13 +26,12 @@ pub trait Driver: Sync {
         O: Operation + Sync,
     {
         async move {
-            let request = op.request();
-            let mut reply = match self.send(&request.command()).await {
-                Err(Error::Redis(err)) => match request.fallback(&err) {
-                    Some(eval) => self.send(&eval).await?,
-                    None => return Err(Error::Redis(err)),
-                },
-                other => other?,
+            let mut call = redcount_core::script::Call::new(op.request());
+            let mut reply = loop {
+                match self.send(call.command()).await {
+                    Err(Error::Redis(err)) if call.retry(&err) => continue,
+                    other => break other?,
+                }
             };
             // A replay answers what the first call answered: same outcome for the caller.
             reply.take_replay_mark();

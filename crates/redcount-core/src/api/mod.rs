@@ -35,7 +35,7 @@ pub use config::{Config, ConfigError, Policy};
 
 use crate::error::{ErrorKind, InputError, ShapeError};
 use crate::rest::{self, Encoding, RestError};
-use crate::script::Request;
+use crate::script::Call;
 use crate::value::Value;
 
 /// Largest request body accepted, in bytes.
@@ -128,17 +128,15 @@ where
 
 /// One pending REST round trip and how to finish it.
 pub struct Exchange {
-    request: Request,
-    command: crate::Command,
+    call: Call,
     body: String,
-    retried: bool,
     render: Box<dyn Render + Send>,
     cors: Vec<(&'static str, String)>,
 }
 
 impl core::fmt::Debug for Exchange {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Exchange").field("body", &self.body).field("retried", &self.retried).finish_non_exhaustive()
+        f.debug_struct("Exchange").field("body", &self.body).finish_non_exhaustive()
     }
 }
 
@@ -152,15 +150,14 @@ impl Exchange {
         O: crate::Operation + Send + 'static,
         F: Fn(&O, O::Outcome) -> ApiResponse + Send + 'static,
     {
-        let request = op.request();
-        let command = request.command();
-        let body = command.to_rest_body();
-        Exchange { request, command, body, retried: false, render: Box::new(With { op, f }), cors: Vec::new() }
+        let call = Call::new(op.request());
+        let body = call.command().to_rest_body();
+        Exchange { call, body, render: Box::new(With { op, f }), cors: Vec::new() }
     }
 
     /// The command to send, for a shell that talks RESP instead of REST.
     pub fn command(&self) -> &crate::Command {
-        &self.command
+        self.call.command()
     }
 
     /// Reads a reply that arrived some other way than REST (e.g. RESP): the response, or
@@ -188,14 +185,9 @@ impl Exchange {
                 Ok(r) => r,
                 Err(e) => ApiResponse::error(502, format!("unexpected reply from Redis: {e}"), None),
             },
-            Err(RestError::Reply(e)) if e.kind == ErrorKind::NoScript && !self.retried => {
-                if let Some(eval) = self.request.fallback(&e) {
-                    self.body = eval.to_rest_body();
-                    self.command = eval;
-                    self.retried = true;
-                    return Step::Send(self);
-                }
-                ApiResponse::error(502, format!("Redis error: {e}"), None)
+            Err(RestError::Reply(e)) if self.call.retry(&e) => {
+                self.body = self.call.command().to_rest_body();
+                return Step::Send(self);
             }
             Err(RestError::Reply(e))
                 if e.kind == ErrorKind::Rejected && e.message.contains("idempotency key reused") =>

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!   op.request().command() ──send──▶ reply
-//!        │ error NOSCRIPT? ──▶ request().fallback(&err) ──send──▶ reply
+//!        │ error NOSCRIPT? ──▶ script::Call::retry(&err) ──send──▶ reply
 //!   op.parse(reply) ──▶ Outcome
 //! ```
 
