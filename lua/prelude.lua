@@ -48,7 +48,8 @@ local function idempotency(need)
   if prev then
     local was, body = string.match(prev, '^([^|]*)|(.*)$')
     if was ~= fp then
-      return error({err = 'ERR redcount: idempotency key reused for a different request'})
+      -- Its own first word, so every client tells this conflict from other errors by code.
+      return error({err = 'IDEMPOTENCY_CONFLICT this Idempotency-Key was already used for a different request'})
     end
     local out = {}
     -- At most 16 numbers (replies have 6 at most): the reply stays small whatever is stored.

@@ -85,6 +85,9 @@ pub enum ErrorKind {
     Denied,
     /// `OOM`: Redis is at `maxmemory` and refused the write as a whole (nothing written).
     OutOfMemory,
+    /// `IDEMPOTENCY_CONFLICT`: the idempotency key was used before for a different request
+    /// (nothing written; the first request's answer stands).
+    IdempotencyConflict,
     /// Anything else.
     Other,
 }
@@ -111,6 +114,7 @@ impl ErrorReply {
             "BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" => ErrorKind::Unavailable,
             "READONLY" | "NOPERM" | "NOAUTH" => ErrorKind::Denied,
             "OOM" => ErrorKind::OutOfMemory,
+            "IDEMPOTENCY_CONFLICT" => ErrorKind::IdempotencyConflict,
             _ if message.starts_with("ERR redcount:") => ErrorKind::Rejected,
             _ if message.contains("NOSCRIPT") => ErrorKind::NoScript,
             _ => ErrorKind::Other,

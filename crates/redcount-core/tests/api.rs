@@ -222,9 +222,10 @@ fn idempotency_keys_add_one_key_in_the_same_slot() {
     }
     // The same key with another request: 422.
     let Step::Send(ex) = step(with("order-42")) else { panic!() };
-    let Step::Respond(r) =
-        ex.receive(400, br#"{"error":"ERR redcount: idempotency key reused for a different request script: x"}"#)
-    else {
+    let Step::Respond(r) = ex.receive(
+        400,
+        br#"{"error":"IDEMPOTENCY_CONFLICT this Idempotency-Key was already used for a different request script: x"}"#,
+    ) else {
         panic!()
     };
     assert_eq!((r.status, json_of(&r)["field"].as_str()), (422, Some("Idempotency-Key")));

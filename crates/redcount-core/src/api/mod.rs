@@ -189,15 +189,11 @@ impl Exchange {
                 self.body = self.call.command().to_rest_body();
                 return Step::Send(self);
             }
-            Err(RestError::Reply(e))
-                if e.kind == ErrorKind::Rejected && e.message.contains("idempotency key reused") =>
-            {
-                ApiResponse::error(
-                    422,
-                    "this Idempotency-Key was already used for a different request",
-                    Some("Idempotency-Key"),
-                )
-            }
+            Err(RestError::Reply(e)) if e.kind == ErrorKind::IdempotencyConflict => ApiResponse::error(
+                422,
+                "this Idempotency-Key was already used for a different request",
+                Some("Idempotency-Key"),
+            ),
             // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN: retryable, so 503 rather than 502.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {
                 ApiResponse::error(503, format!("Redis is unavailable for now: {e}"), None)
