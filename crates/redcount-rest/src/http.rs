@@ -627,53 +627,13 @@ fn script_kind(name: &str) -> Option<&'static str> {
     }
 }
 
-/// Runs `call`; when it runs scripts and is still running after the script bound, kills
-/// the running script from the front's own connection until the call ends.
+/// Runs `call`; when it runs scripts, the watchdog kills any that passes its bound, during
+/// the call and after it (see [`crate::watchdog`]).
 async fn watched<T>(st: &State, kinds: &[&'static str], call: impl std::future::Future<Output = T>) -> T {
-    if kinds.is_empty() {
-        return call.await;
+    if !kinds.is_empty() {
+        st.watchdog.arm(kinds.len(), st.timeout);
     }
-    tokio::pin!(call);
-    tokio::select! {
-        r = &mut call => return r,
-        _ = tokio::time::sleep(st.script_timeout) => {}
-    }
-    let mut kinds = kinds.to_vec();
-    kinds.sort_unstable();
-    kinds.dedup();
-    log::info(
-        st.log,
-        &format!("a script ran past --script-timeout-ms ({} ms): killing it", st.script_timeout.as_millis()),
-    );
-    let killing = async {
-        loop {
-            for kind in &kinds {
-                let mut kill = redis::cmd(kind);
-                kill.arg("KILL");
-                match st.killer.query(&kill).await {
-                    Ok(_) => log::info(
-                        st.log,
-                        &format!(
-                            "killed a script that ran past --script-timeout-ms ({} ms)",
-                            st.script_timeout.as_millis()
-                        ),
-                    ),
-                    Err(e) if e.code() == Some("UNKILLABLE") => {
-                        log::error(&format!(
-                            "a script has run past --script-timeout-ms but has written, so Redis cannot kill it: {e}"
-                        ));
-                        return;
-                    }
-                    Err(_) => {}
-                }
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    };
-    tokio::select! {
-        r = &mut call => r,
-        _ = killing => call.await,
-    }
+    call.await
 }
 
 async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {

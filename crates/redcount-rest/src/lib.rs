@@ -13,6 +13,7 @@ mod http;
 mod log;
 mod reply;
 mod scripts;
+mod watchdog;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -156,7 +157,6 @@ pub(crate) struct State {
     /// A connection kept free for SCRIPT KILL / FUNCTION KILL.
     pub killer: backend::Backend,
     pub allow_admin: bool,
-    pub script_timeout: Duration,
     pub token: String,
     pub readonly_token: Option<String>,
     pub max_body: usize,
@@ -172,6 +172,8 @@ pub(crate) struct State {
     pub log: log::Level,
     /// Redis's output-buffer limit for normal clients as the front set it (0: not set).
     pub output_limit: usize,
+    /// Kills runaway scripts the front sent.
+    pub watchdog: Arc<watchdog::Watchdog>,
     /// The run id of the Redis the front started with (not on --cluster): a connection
     /// closed while it stays the same was closed on purpose.
     pub run_id: Option<String>,
@@ -257,12 +259,15 @@ pub async fn run(config: Config) -> Result<(), String> {
     if let Some(ro) = &readonly_backend {
         ro.charge_replies(&response_budget);
     }
+    // Its own connection: a SCRIPT KILL may wait for a script to reach its bound.
+    let watchdog = watchdog::Watchdog::new(script_timeout);
+    tokio::spawn(watchdog.clone().run(connect(None, 1).await.map_err(unreachable)?, config.log));
     let state = Arc::new(State {
+        watchdog,
         backend,
         readonly_backend,
         killer,
         allow_admin: config.allow_admin_commands,
-        script_timeout,
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
         max_body: config.max_body_bytes,

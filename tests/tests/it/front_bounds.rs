@@ -434,6 +434,38 @@ fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
     assert!(status == 400 && body.contains("killed"), "{status} {body}");
 }
 
+/// Several runaway scripts in one `/multi-exec` or `/pipeline` keep Redis busy script after
+/// script, long after their request has timed out: every one is still killed at its bound,
+/// and Redis answers again with no operator.
+#[test]
+fn runaway_scripts_in_a_batch_are_all_killed() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--script-timeout-ms", "300", "--timeout-ms", "1000"]);
+    let port = front.port();
+    for (path, n) in [("/multi-exec", 7), ("/pipeline", 10)] {
+        let batch =
+            serde_json::Value::Array((0..n).map(|_| serde_json::json!(["EVAL", "while true do end", "0"])).collect());
+        let t = Instant::now();
+        let (status, _) = request(port, "POST", path, &front.token, &batch.to_string());
+        assert!(status == 504 || status == 200, "{path}: {status}");
+        // Every script is killed within its bound: all of them within n × 300 ms and a margin.
+        let deadline = t + Duration::from_millis(300 * n + 3_000);
+        loop {
+            let mut c = redis.conn();
+            match redis::cmd("PING").query::<String>(&mut c) {
+                Ok(pong) if pong == "PONG" => break,
+                other => {
+                    assert!(Instant::now() < deadline, "{path}: Redis still busy after {:?}: {other:?}", t.elapsed())
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (status, body) = request(port, "POST", "/", &front.token, r#"["SET", "k", "v"]"#);
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    assert!(front.log().contains("killed a script"), "{}", front.log());
+}
+
 #[test]
 fn remembered_script_rewrites_stay_within_their_byte_bound() {
     let redis = RedisServer::start();
