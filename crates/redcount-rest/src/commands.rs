@@ -150,6 +150,12 @@ pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
         "SELECT" | "AUTH" | "HELLO" | "QUIT" | "RESET" | "SWAPDB" => {
             Some(format!("ERR {upper} would change the shared connection and is not available over REST"))
         }
+        // O(N×M) time and a (N+1)×(M+1) table in Redis for strings of N and M bytes: two
+        // 100 KB values would take seconds and 40 GB, and Redis cannot be stopped inside it.
+        "LCS" => Some(
+            "ERR LCS is not available over REST: Redis's time and memory for it grow with the product of the two strings' lengths, which the front cannot bound"
+                .into(),
+        ),
         "SCRIPT" if arg(0).as_deref() == Some("DEBUG") => Some(
             "ERR SCRIPT DEBUG is not available over REST: the debugger holds the connection (and in SYNC mode all of Redis)"
                 .into(),

@@ -223,6 +223,13 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
                 return Err((error(StatusCode::METHOD_NOT_ALLOWED, format!("ERR {path} takes POST")), none()));
             }
             let cmds = parse_many(&bytes).map_err(|f| (f, none()))?;
+            if path == "/multi-exec" && cmds.len() > st.max_transaction {
+                let why = format!(
+                    "ERR a transaction runs in Redis at once, with no stop after --timeout-ms: at most {} commands (--max-transaction-commands); send more as a /pipeline",
+                    st.max_transaction
+                );
+                return Err((error(StatusCode::BAD_REQUEST, why), none()));
+            }
             let what =
                 format!("{}x{}", cmds.len(), cmds.first().map(|c| c.name.to_ascii_uppercase()).unwrap_or_default());
             for c in &cmds {
@@ -584,7 +591,16 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
 }
 
 async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, Failure> {
-    match tokio::time::timeout(st.timeout, f).await {
+    timed_within(st, st.timeout, f).await
+}
+
+/// [`timed`] with `limit` instead of the whole request timeout (what is left of it).
+async fn timed_within<T>(
+    st: &State,
+    limit: std::time::Duration,
+    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(limit, f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(failure(st, &e)),
         Err(_) => Err(error(
@@ -706,41 +722,80 @@ async fn run_many(
     base64: bool,
     resp2: bool,
 ) -> Result<Response, Failure> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    if atomic {
-        pipe.atomic();
-    }
     let mut fixups = Vec::with_capacity(cmds.len());
-    let mut kinds = Vec::new();
     for c in &mut cmds {
         fixups.push(prepare(st, access, c));
-        kinds.extend(script_kind(&c.name));
-        pipe.add_command(to_redis(c));
     }
     vetted(st, &fixups).await?;
     let lane = if atomic { Lane::Bounded } else { lane(&cmds.iter().collect::<Vec<_>>()) };
     let started = Instant::now();
-    let mut items = loop {
-        let value = watched(st, &kinds, timed(st, backend(st, access).pipeline(&pipe, lane))).await;
-        // Every entry refused BUSY (a script past its bound, about to be killed) or LOADING
-        // (a restart): none ran, so the whole pipeline may run again.
-        let all_busy = match &value {
-            Err(Failure(_, msg)) => ran_nothing_wait(msg),
-            Ok(Value::Array(items)) => {
-                items.iter().all(|v| matches!(v, Value::ServerError(e) if ran_nothing_wait(e.code())))
+    let mut items: Vec<Value> = Vec::with_capacity(cmds.len());
+    // A transaction goes at once. A pipeline goes in chunks sized from what the previous one
+    // cost, so that Redis stops receiving it once the request's time is spent: a pipeline of
+    // slow reads (each cheap to send, costly to run) cannot hold Redis for hours.
+    let mut chunk = if atomic { cmds.len() } else { 8 };
+    let mut held = 0usize;
+    while items.len() < cmds.len() {
+        let from = items.len();
+        if from > 0 && started.elapsed() >= st.timeout {
+            return Err(error(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "ERR the pipeline ran past --timeout-ms ({} ms): its first {from} of {} commands ran, the rest were not sent",
+                    st.timeout.as_millis(),
+                    cmds.len()
+                ),
+            ));
+        }
+        let part = &cmds[from..(from + chunk).min(cmds.len())];
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        if atomic {
+            pipe.atomic();
+        }
+        for c in part {
+            pipe.add_command(to_redis(c));
+        }
+        let kinds: Vec<&'static str> = part.iter().filter_map(|c| script_kind(&c.name)).collect();
+        let sent = Instant::now();
+        let got = loop {
+            let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
+            let value = watched(st, &kinds, timed_within(st, left, backend(st, access).pipeline(&pipe, lane))).await;
+            // Every entry refused BUSY (a script past its bound, about to be killed) or
+            // LOADING (a restart): none ran, so the whole chunk may run again.
+            let all_busy = match &value {
+                Err(Failure(_, msg)) => ran_nothing_wait(msg),
+                Ok(Value::Array(items)) => {
+                    items.iter().all(|v| matches!(v, Value::ServerError(e) if ran_nothing_wait(e.code())))
+                }
+                _ => false,
+            };
+            if all_busy && started.elapsed() < st.timeout {
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                continue;
             }
-            _ => false,
+            match value? {
+                Value::Array(got) if got.len() == part.len() => break got,
+                _ => return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis")),
+            }
         };
-        if all_busy && started.elapsed() < st.timeout {
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-            continue;
+        // The chunks' replies together stay within the reply bound, as one call's would.
+        held += got.iter().map(|v| reply::encoded_len_bound(v, reply::Encoding::Resp2)).sum::<usize>();
+        if held > st.max_response {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "ERR {} ({} bytes): ask for less at once (fewer commands per pipeline)",
+                    crate::backend::TOO_LARGE,
+                    st.max_response
+                ),
+            ));
         }
-        match value? {
-            Value::Array(items) => break items,
-            _ => return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis")),
-        }
-    };
+        items.extend(got);
+        let per_command = sent.elapsed() / u32::try_from(part.len()).unwrap_or(u32::MAX).max(1);
+        let left = st.timeout.saturating_sub(started.elapsed());
+        chunk = usize::try_from(left.as_nanos() / per_command.as_nanos().max(1)).unwrap_or(usize::MAX).clamp(1, 256);
+    }
     // A pipeline does not reload a lost script (its NOSCRIPT reaches the client, whose
     // own fallback sends the source).
     for (item, fix) in items.iter_mut().zip(fixups) {

@@ -88,6 +88,12 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_REDIS_OUTPUT_LIMIT_BYTES")]
     pub redis_output_limit_bytes: Option<usize>,
 
+    /// Most commands in one `/multi-exec`. A transaction runs in Redis as one step that the
+    /// front cannot stop when --timeout-ms has passed (a `/pipeline` is sent in chunks and
+    /// stops there), so its size bounds the Redis time one request may take.
+    #[arg(long, env = "REDCOUNT_REST_MAX_TRANSACTION_COMMANDS", default_value_t = 100)]
+    pub max_transaction_commands: usize,
+
     /// Longest wait for Redis to answer one request, in ms; then 504.
     #[arg(long, env = "REDCOUNT_REST_TIMEOUT_MS", default_value_t = 5_000)]
     pub timeout_ms: u64,
@@ -160,6 +166,8 @@ pub(crate) struct State {
     pub token: String,
     pub readonly_token: Option<String>,
     pub max_body: usize,
+    /// `--max-transaction-commands`.
+    pub max_transaction: usize,
     /// KiB of request bodies that may be in flight at once.
     pub body_budget: tokio::sync::Semaphore,
     /// KiB of large responses that may be in flight at once.
@@ -271,6 +279,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
         max_body: config.max_body_bytes,
+        max_transaction: config.max_transaction_commands.max(1),
         body_budget: tokio::sync::Semaphore::new(
             (config.max_inflight_body_bytes / 1024).clamp(config.max_body_bytes.div_ceil(1024).max(1), 1 << 30),
         ),
@@ -405,6 +414,7 @@ async fn restricted_login(
                 "-keys",
                 "-scan",
                 "-pfcount",
+                "-lcs",
                 "-memory|purge",
                 "-script|debug",
             ],

@@ -647,3 +647,48 @@ fn redis_does_not_build_replies_past_the_bound() {
     let (status, body) = request(front.port(), "POST", "/", &front.token, r#"["SRANDMEMBER","one","-3"]"#);
     assert_eq!((status, body.as_str()), (200, r#"{"result":["m","m","m"]}"#));
 }
+
+/// Redis time per request is bounded too, not only reply size: a `/pipeline` of slow reads
+/// that reply little (each SORT_RO of a 200,000-element list, LIMIT 0 1) is sent
+/// in chunks and stops once `--timeout-ms` is spent, so Redis is free again right after; a
+/// `/multi-exec` (which cannot stop) is bounded by `--max-transaction-commands`; LCS, whose
+/// cost is the product of two lengths, is refused.
+#[test]
+fn slow_commands_cannot_hold_redis_past_the_timeout() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "1000"]);
+    let _: () = redis::cmd("EVAL")
+        .arg("for i = 1, 200000 do redis.call('RPUSH', KEYS[1], (i * 7919) % 1000003) end")
+        .arg(1)
+        .arg("big")
+        .query(&mut redis.conn())
+        .unwrap();
+    let one = Instant::now();
+    let _: Vec<String> = redis::cmd("SORT_RO").arg("big").arg("LIMIT").arg(0).arg(1).query(&mut redis.conn()).unwrap();
+    let cost = one.elapsed();
+    let n = (4_000 / cost.as_millis().max(1) as usize).clamp(20, 2_000);
+    let pipeline =
+        serde_json::Value::Array((0..n).map(|_| serde_json::json!(["SORT_RO", "big", "LIMIT", "0", "1"])).collect());
+    let t = Instant::now();
+    let (status, body) = request(front.port(), "POST", "/pipeline", &front.token, &pipeline.to_string());
+    assert_eq!(status, 504, "{}", &body[..body.len().min(300)]);
+    // Stopped between chunks, or while the last chunk sent was running.
+    assert!(body.contains("the rest were not sent") || body.contains("did not answer within 1000 ms"), "{body}");
+    // Redis answers another client right after: what was sent ran, the rest never reached it.
+    let pong: String = redis::cmd("PING").query(&mut redis.conn()).unwrap();
+    let free = t.elapsed();
+    assert_eq!(pong, "PONG");
+    println!("{n} SORT_RO of {cost:?} each ({:?} in all): Redis free after {free:?}", cost * n as u32);
+    assert!(free < Duration::from_millis(1_000) + cost * 10, "Redis was held {free:?}");
+
+    let tx = |k: usize| serde_json::Value::Array((0..k).map(|_| serde_json::json!(["GET", "x"])).collect()).to_string();
+    let (status, body) = request(front.port(), "POST", "/multi-exec", &front.readonly_token, &tx(101));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("--max-transaction-commands"), "{body}");
+    assert_eq!(request(front.port(), "POST", "/multi-exec", &front.readonly_token, &tx(100)).0, 200);
+    for token in [&front.token, &front.readonly_token] {
+        let (status, body) = request(front.port(), "POST", "/", token, r#"["LCS", "a", "b", "LEN"]"#);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("LCS"), "{body}");
+    }
+}
