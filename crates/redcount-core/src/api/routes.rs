@@ -142,7 +142,10 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
         ["claims", policy, subject] => {
             allow(m, &["POST"])?;
             body(req, &[])?;
-            let Policy::Claim { window_ms } = *find(config, policy, "claim")? else { unreachable!() };
+            let window_ms = find(config, policy, "claim", |p| match *p {
+                Policy::Claim { window_ms } => Some(window_ms),
+                _ => None,
+            })?;
             let op = replayable!(req, Claim::new(policy, subject, window_ms).map_err(|e| ApiResponse::input(&e))?);
             Ok(Step::Send(Exchange::new(op, |_, o| {
                 ApiResponse::json(200, json!({"claimed": o.claimed, "retry_after_ms": o.window_left_ms}))
@@ -159,7 +162,10 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             };
             let b = body(req, &["holder"])?;
             let holder = b.string("holder")?;
-            let Policy::Semaphore { limit, lease_ms } = *find(config, policy, "semaphore")? else { unreachable!() };
+            let (limit, lease_ms) = find(config, policy, "semaphore", |p| match *p {
+                Policy::Semaphore { limit, lease_ms } => Some((limit, lease_ms)),
+                _ => None,
+            })?;
             let op = replayable!(
                 req,
                 Semaphore::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?
@@ -303,16 +309,26 @@ fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
     r
 }
 
-fn find<'c>(config: &'c Config, name: &str, kind: &str) -> Result<&'c Policy, ApiResponse> {
+/// The policy `name`, read by `pick` as the kind `kind` it must be: 404 naming what it is
+/// otherwise. (`pick` matches the one variant it wants, so no kind string is checked apart
+/// from the data.)
+fn find<T>(config: &Config, name: &str, kind: &str, pick: impl Fn(&Policy) -> Option<T>) -> Result<T, ApiResponse> {
     validate::id("policy", name).map_err(|e| ApiResponse::input(&e))?;
-    match config.policy(name) {
-        Some(p) if p.kind() == kind => Ok(p),
-        Some(p) => Err(ApiResponse::error(
-            404,
-            format!("policy {name} is a {} policy, not a {kind} policy", p.kind()),
-            Some("policy"),
-        )),
-        None => Err(ApiResponse::error(404, format!("no policy named {name}"), Some("policy"))),
+    let Some(p) = config.policy(name) else {
+        return Err(ApiResponse::error(404, format!("no policy named {name}"), Some("policy")));
+    };
+    pick(p).ok_or_else(|| {
+        ApiResponse::error(404, format!("policy {name} is a {} policy, not a {kind} policy", p.kind()), Some("policy"))
+    })
+}
+
+/// A red-packet policy's settings.
+fn red_packets(p: &Policy) -> Option<(i64, i64, i64, i64)> {
+    match *p {
+        Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => {
+            Some((max_shares, max_total_cents, min_cents, ttl_ms))
+        }
+        _ => None,
     }
 }
 
@@ -441,7 +457,10 @@ fn beyond(field: &'static str, what: String) -> ApiResponse {
 
 fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
     allow(req.method, &["GET", "HEAD", "POST"])?;
-    let Policy::Counter { bounds, storage, max_step } = *find(config, policy, "counter")? else { unreachable!() };
+    let (bounds, storage, max_step) = find(config, policy, "counter", |p| match *p {
+        Policy::Counter { bounds, storage, max_step } => Some((bounds, storage, max_step)),
+        _ => None,
+    })?;
     if req.method == "POST" {
         let b = body(req, &["delta"])?;
         let delta = b.int("delta", -ops::counter::MAX_VALUE, ops::counter::MAX_VALUE, None)?;
@@ -468,7 +487,10 @@ fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str,
 
 fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
     allow(req.method, &["GET", "HEAD", "POST", "DELETE"])?;
-    let Policy::Quota { algorithm, max_cost } = *find(config, policy, "quota")? else { unreachable!() };
+    let (algorithm, max_cost) = find(config, policy, "quota", |p| match *p {
+        Policy::Quota { algorithm, max_cost } => Some((algorithm, max_cost)),
+        _ => None,
+    })?;
     let render = |_: &Quota, o: ops::quota::QuotaOutcome| {
         let mut r = ApiResponse::json(
             200,
@@ -554,17 +576,16 @@ fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest
 
 fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, caller: Caller, rng: &mut R) -> Routed {
     let b = body(req, &["total_cents", "count", "policy", "min_cents"])?;
-    let (name, policy) = match b.opt_string("policy")? {
+    let (name, (max_shares, max_total_cents, min_cents, ttl_ms)) = match b.opt_string("policy")? {
         Some(name) => {
-            let p = find(config, &name, "redpackets")?;
+            let p = find(config, &name, "redpackets", red_packets)?;
             (name, p)
         }
-        None => match config.first_of("redpackets") {
-            Some((n, p)) => (n.to_owned(), p),
+        None => match config.first_of("redpackets").and_then(|(n, p)| Some((n.to_owned(), red_packets(p)?))) {
+            Some(found) => found,
             None => return Err(ApiResponse::error(404, "no redpackets policy is configured", Some("policy"))),
         },
     };
-    let &Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } = policy else { unreachable!() };
     let total = b.int("total_cents", 1, split::MAX_TOTAL, None)?;
     let count = b.int("count", 1, split::MAX_COUNT, None)?;
     let min = b.int("min_cents", 1, split::MAX_TOTAL, Some(min_cents))?;
