@@ -151,9 +151,9 @@ $("#storm").addEventListener("click", async () => {
       const g = await api("POST", `/api/redpackets/${state.id}/grab`, { user });
       if (g.outcome === "won") {
         state.won += 1;
-        state.sum += g.amount;
-        state.bars.push({ index: g.index, amount: g.amount, user });
-        addClaim(user, g.amount, g.index);
+        state.sum += g.amount_cents;
+        state.bars.push({ index: g.index, amount: g.amount_cents, user });
+        addClaim(user, g.amount_cents, g.index);
         renderChart();
         renderStats(g.remaining);
       } else if (g.outcome === "empty") {

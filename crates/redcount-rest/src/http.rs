@@ -616,13 +616,30 @@ async fn timed_within<T>(
 /// The shared connections for requests that only run redcount's own scripts (their replies
 /// are a few integers), a bounded connection of its own for anything else.
 fn lane(cmds: &[&Cmd]) -> Lane {
+    if !cmds.is_empty() && cmds.iter().all(|c| runs_our_script(c, false)) { Lane::Small } else { Lane::Bounded }
+}
+
+/// True when `c` runs one of redcount's own scripts: EVALSHA of its SHA-1, or (with `source`)
+/// EVAL of its source, the fallback after NOSCRIPT. Those are bounded by design (validated
+/// arguments, bounded work per call): the watchdog need not watch them.
+fn runs_our_script(c: &Cmd, source: bool) -> bool {
     static OURS: std::sync::LazyLock<std::collections::HashSet<&'static str>> =
         std::sync::LazyLock::new(|| redcount_core::script::ALL.iter().map(|s| s.sha1()).collect());
-    let ours = |c: &&Cmd| {
-        matches!(c.name.to_ascii_uppercase().as_str(), "EVALSHA" | "EVALSHA_RO")
-            && c.args.first().is_some_and(|sha| std::str::from_utf8(sha).is_ok_and(|s| OURS.contains(s)))
-    };
-    if !cmds.is_empty() && cmds.iter().all(ours) { Lane::Small } else { Lane::Bounded }
+    let Some(first) = c.args.first() else { return false };
+    match c.name.to_ascii_uppercase().as_str() {
+        "EVALSHA" | "EVALSHA_RO" => std::str::from_utf8(first).is_ok_and(|s| OURS.contains(s)),
+        "EVAL" | "EVAL_RO" if source && first.len() <= 64 * 1024 => {
+            let sha = redcount_core::sha1::hex(redcount_core::sha1::digest(first));
+            std::str::from_utf8(&sha).is_ok_and(|s| OURS.contains(s))
+        }
+        _ => false,
+    }
+}
+
+/// What the watchdog must watch `c` for: the kind of script it runs, unless it is one of
+/// redcount's own.
+fn watch_kind(c: &Cmd) -> Option<&'static str> {
+    script_kind(&c.name).filter(|_| !runs_our_script(c, true))
 }
 
 /// The connections a request runs on.
@@ -663,7 +680,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
         ("SCRIPT" | "FUNCTION", Some(b"KILL")) => &st.killer,
         _ => backend(st, access),
     };
-    let kinds: Vec<&'static str> = script_kind(&cmd.name).into_iter().collect();
+    let kinds: Vec<&'static str> = watch_kind(&cmd).into_iter().collect();
     let lane = lane(&[&cmd]);
     let mut first = watched(st, &kinds, timed(st, be.query_in(&redis_cmd, lane))).await;
     // A cluster slot in migration answers TRYAGAIN while a multi-key call's keys are split
@@ -756,7 +773,7 @@ async fn run_many(
         for c in part {
             pipe.add_command(to_redis(c));
         }
-        let kinds: Vec<&'static str> = part.iter().filter_map(|c| script_kind(&c.name)).collect();
+        let kinds: Vec<&'static str> = part.iter().filter_map(watch_kind).collect();
         let sent = Instant::now();
         let got = loop {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));

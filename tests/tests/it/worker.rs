@@ -228,6 +228,9 @@ async fn route_contract(kind: Kind) {
     let id = made.json["id"].as_str().unwrap().to_string();
     let g = api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u1"}"#).await;
     assert_eq!(g.json["outcome"], json!("won"));
+    // Amounts are in cents and say so, as total_cents does (`amount` stays as an alias).
+    assert!(g.json["amount_cents"].as_i64().is_some_and(|a| a > 0), "{}", g.json);
+    assert_eq!(g.json["amount_cents"], g.json["amount"]);
     let again = api.post(&format!("/api/redpackets/{id}/grab"), r#"{"user":"u1"}"#).await;
     assert_eq!((&again.json["outcome"], &again.json["amount"]), (&json!("already"), &g.json["amount"]));
     let st = api.get(&format!("/api/redpackets/{id}")).await;

@@ -218,11 +218,12 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             Ok(Step::Send(Exchange::new(op, |_, o| match o {
                 GrabOutcome::Won { amount, index, remaining } => ApiResponse::json(
                     200,
-                    json!({"outcome": "won", "amount": amount, "index": index, "remaining": remaining}),
+                    json!({"outcome": "won", "amount_cents": amount, "amount": amount, "index": index, "remaining": remaining}),
                 ),
-                GrabOutcome::Already { amount, index } => {
-                    ApiResponse::json(200, json!({"outcome": "already", "amount": amount, "index": index}))
-                }
+                GrabOutcome::Already { amount, index } => ApiResponse::json(
+                    200,
+                    json!({"outcome": "already", "amount_cents": amount, "amount": amount, "index": index}),
+                ),
                 GrabOutcome::Empty => ApiResponse::json(200, json!({"outcome": "empty", "remaining": 0})),
                 GrabOutcome::NotFound => not_found_packet(),
             })))
@@ -236,7 +237,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             Ok(Step::Send(Exchange::new(op, |_, claims| {
                 let list: Vec<Json> = claims
                     .into_iter()
-                    .map(|c| json!({"user": c.user, "amount": c.amount, "index": c.index, "at_ms": c.at_ms}))
+                    .map(|c| json!({"user": c.user, "amount_cents": c.amount, "amount": c.amount, "index": c.index, "at_ms": c.at_ms}))
                     .collect();
                 ApiResponse::json(200, json!({ "claims": list }))
             })))
