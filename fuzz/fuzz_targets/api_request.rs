@@ -3,7 +3,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use rand::SeedableRng;
-use redcount_core::api::{self, ApiRequest, Config, Step};
+use redcount_api::{self as api, ApiRequest, Config, Step};
 
 const POLICIES: &str = r#"{
   "q": {"kind": "quota", "algorithm": "sliding", "limit": 5, "window_ms": 1000, "max_cost": 2},

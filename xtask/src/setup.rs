@@ -151,11 +151,11 @@ fn build_std_toolchain() -> Result<BuildStd, String> {
     Ok(BuildStd { cargo: PathBuf::from("/usr/bin/cargo"), path: format!("/usr/bin:{path}") })
 }
 
-/// Proves redcount-core is `no_std`: builds it for wasm32 where only `core` and `alloc`
-/// exist, so any use of std, by the crate or a dependency, fails to compile.
+/// Proves redcount-core and redcount-api are `no_std`: builds them for wasm32 where only
+/// `core` and `alloc` exist, so any use of std, by the crates or a dependency, fails to compile.
 pub fn nostd_check() -> Result<(), String> {
     let tc = build_std_toolchain()?;
-    eprintln!("xtask: no_std proof: redcount-core for wasm32-unknown-unknown with core + alloc only");
+    eprintln!("xtask: no_std proof: redcount-core and redcount-api for wasm32-unknown-unknown with core + alloc only");
     run(Command::new(&tc.cargo)
         .current_dir(root())
         .env("PATH", &tc.path)
@@ -170,6 +170,8 @@ pub fn nostd_check() -> Result<(), String> {
             "--quiet",
             "-p",
             "redcount-core",
+            "-p",
+            "redcount-api",
             "--target",
             "wasm32-unknown-unknown",
             "--no-default-features",

@@ -332,7 +332,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             _ => None,
         }
     };
-    let config = redcount_core::api::Config::from_env_for(var, rest).map_err(|e| e.to_string())?;
+    let config = redcount_api::Config::from_env_for(var, rest).map_err(|e| e.to_string())?;
     let timeout = std::time::Duration::from_millis(args.timeout_ms.max(1));
     let (backend, what) = match (&args.rest_url, &args.redis) {
         (Some(url), _) => {

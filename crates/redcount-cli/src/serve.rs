@@ -1,6 +1,6 @@
 //! `redcount serve`: the HTTP API and the demo page, natively.
 //!
-//! The same `redcount_core::api` functions as the worker; this module only does I/O:
+//! The same `redcount_api` functions as the worker; this module only does I/O:
 //! HTTP in (axum), one call out per step (REST or RESP), static files.
 
 use std::path::{Component, Path, PathBuf};
@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
-use redcount_core::api::{self, ApiRequest, ApiResponse, Config, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, Step};
 
 use redcount::{Direct, Error, Rest};
 
@@ -43,7 +43,7 @@ struct Server {
 /// use redcount_cli::serve::{Backend, app};
 ///
 /// let policies = r#"{"per-day": {"kind": "quota", "algorithm": "fixed", "limit": 100, "window_ms": 86400000}}"#;
-/// let config = redcount_core::api::Config::from_env_for(
+/// let config = redcount_api::Config::from_env_for(
 ///     |name| (name == "REDCOUNT_POLICIES").then(|| policies.to_string()),
 ///     false,
 /// )?;

@@ -22,7 +22,6 @@
 
 extern crate alloc;
 
-pub mod api;
 pub mod command;
 pub mod error;
 pub mod keys;
@@ -31,6 +30,7 @@ pub mod rest;
 pub mod script;
 pub mod sha1;
 pub mod split;
+pub mod text;
 pub mod validate;
 pub mod value;
 

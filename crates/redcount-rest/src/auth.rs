@@ -1,7 +1,7 @@
 //! Bearer token checks, in constant time.
 
 // The core's constant-time comparison, so the API and the front check tokens alike.
-use redcount_core::api::same_secret as same;
+use redcount_core::text::same_secret as same;
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

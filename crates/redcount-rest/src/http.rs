@@ -284,7 +284,7 @@ fn header_is(headers: &HeaderMap, name: &str, want: &str) -> bool {
 }
 
 fn percent_decode(seg: &str) -> Result<Vec<u8>, Failure> {
-    redcount_core::api::percent_decode(seg)
+    redcount_core::text::percent_decode(seg)
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, "ERR malformed percent-encoding in the path"))
 }
 

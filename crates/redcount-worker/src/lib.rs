@@ -1,4 +1,4 @@
-//! redcount's Cloudflare Worker: a thin I/O shell around `redcount_core::api`.
+//! redcount's Cloudflare Worker: a thin I/O shell around `redcount_api`.
 //!
 //! It reads the environment, hands each request to the core, makes the REST calls the core
 //! asks for, and writes the core's response. No routing, validation or reply parsing
@@ -6,7 +6,7 @@
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use redcount_core::api::{self, ApiRequest, ApiResponse, Config, REST_HEADERS, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, REST_HEADERS, Step};
 use worker::{
     Context, Env, Fetch, Headers, Method, Request, RequestInit, Response, Result, event, js_sys, wasm_bindgen,
 };

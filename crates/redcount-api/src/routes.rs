@@ -8,19 +8,19 @@ use rand_core::RngCore;
 use serde_json::{Map, Value as Json, json};
 
 use super::{ApiRequest, ApiResponse, Config, Exchange, MAX_BODY, Policy, Step, same_secret};
-use crate::command::Command;
-use crate::error::{InputError, ShapeError};
-use crate::ops::claim::Claim;
-use crate::ops::counter::{AddCounter, CounterStatus, GetCounter};
-use crate::ops::inbox::{Append, Read, Trim};
-use crate::ops::quota::{Quota, ResetQuota};
-use crate::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
-use crate::ops::semaphore::{Action, Semaphore, SemaphoreResult};
-use crate::script::Request;
-use crate::split;
-use crate::validate;
-use crate::value::Value;
-use crate::{Operation, ops};
+use redcount_core::command::Command;
+use redcount_core::error::{InputError, ShapeError};
+use redcount_core::ops::claim::Claim;
+use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
+use redcount_core::ops::inbox::{Append, Read, Trim};
+use redcount_core::ops::quota::{Quota, ResetQuota};
+use redcount_core::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
+use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use redcount_core::script::Request;
+use redcount_core::split;
+use redcount_core::validate;
+use redcount_core::value::Value;
+use redcount_core::{Operation, ops};
 
 type Routed = Result<Step, ApiResponse>;
 
@@ -56,7 +56,7 @@ fn canonical_path(path: &str) -> String {
         if i > 0 {
             out.push('/');
         }
-        let bytes = super::percent_decode(raw).unwrap_or_else(|| raw.as_bytes().to_vec());
+        let bytes = redcount_core::text::percent_decode(raw).unwrap_or_else(|| raw.as_bytes().to_vec());
         for b in bytes {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
                 out.push(char::from(b));
@@ -262,7 +262,7 @@ fn segments(rest: &str) -> Result<Vec<String>, ApiResponse> {
         if raw.len() > 3 * MAX_SEGMENT {
             return Err(bad("a segment is too long"));
         }
-        let bytes = super::percent_decode(raw).ok_or_else(|| bad("malformed percent-encoding"))?;
+        let bytes = redcount_core::text::percent_decode(raw).ok_or_else(|| bad("malformed percent-encoding"))?;
         let s = String::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
         if s.len() > MAX_SEGMENT {
             return Err(bad("a segment is too long"));
@@ -390,7 +390,7 @@ impl Body {
     fn int(&self, field: &'static str, min: i64, max: i64, default: Option<i64>) -> Result<i64, ApiResponse> {
         match (self.0.get(field), default) {
             (None, Some(d)) => Ok(d),
-            (None, None) => Err(ApiResponse::input(&InputError::new(field, crate::error::Problem::Missing))),
+            (None, None) => Err(ApiResponse::input(&InputError::new(field, redcount_core::error::Problem::Missing))),
             (Some(v), _) => validate::int_json(field, v, min, max).map_err(|e| ApiResponse::input(&e)),
         }
     }
@@ -398,8 +398,12 @@ impl Body {
     fn string(&self, field: &'static str) -> Result<String, ApiResponse> {
         match self.0.get(field) {
             Some(Json::String(s)) => Ok(s.clone()),
-            None | Some(Json::Null) => Err(ApiResponse::input(&InputError::new(field, crate::error::Problem::Missing))),
-            Some(_) => Err(ApiResponse::input(&InputError::new(field, crate::error::Problem::WrongType("a string")))),
+            None | Some(Json::Null) => {
+                Err(ApiResponse::input(&InputError::new(field, redcount_core::error::Problem::Missing)))
+            }
+            Some(_) => {
+                Err(ApiResponse::input(&InputError::new(field, redcount_core::error::Problem::WrongType("a string"))))
+            }
         }
     }
 
@@ -501,7 +505,7 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
             }),
         );
         if !o.allowed {
-            r.headers.push(("Retry-After", crate::command::itoa_i(((o.retry_after_ms + 999) / 1000).max(1))));
+            r.headers.push(("Retry-After", redcount_core::command::itoa_i(((o.retry_after_ms + 999) / 1000).max(1))));
         }
         r
     };

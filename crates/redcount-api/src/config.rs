@@ -10,9 +10,9 @@ use alloc::vec::Vec;
 use core::fmt;
 use serde_json::{Map, Value as Json, json};
 
-use crate::ops::counter::{self, Bounds, Mode, Storage};
-use crate::ops::quota::Algorithm;
-use crate::validate;
+use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
+use redcount_core::ops::quota::Algorithm;
+use redcount_core::validate;
 
 /// A configuration that cannot be used, with the variable and the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,7 +297,7 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
     if let Some(extra) = s.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(err(format!("{at}.{extra}"), format!("is not a setting of a {kind} policy")));
     }
-    use crate::ops::{claim, inbox, quota, redpacket, semaphore};
+    use redcount_core::ops::{claim, inbox, quota, redpacket, semaphore};
     let policy = match kind {
         "quota" => {
             let algorithm = match word("algorithm", "fixed")?.as_str() {
@@ -353,11 +353,11 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
         }
         "claim" => Policy::Claim { window_ms: int("window_ms", 1, claim::MAX_WINDOW_MS, None)? },
         "redpackets" => {
-            let max_shares = int("max_shares", 1, crate::split::MAX_COUNT, None)?;
-            let min_cents = int("min_cents", 1, crate::split::MAX_TOTAL, Some(1))?;
+            let max_shares = int("max_shares", 1, redcount_core::split::MAX_COUNT, None)?;
+            let min_cents = int("min_cents", 1, redcount_core::split::MAX_TOTAL, Some(1))?;
             Policy::RedPackets {
                 max_shares,
-                max_total_cents: int("max_total_cents", min_cents, crate::split::MAX_TOTAL, None)?,
+                max_total_cents: int("max_total_cents", min_cents, redcount_core::split::MAX_TOTAL, None)?,
                 min_cents,
                 ttl_ms: int("ttl_ms", 1, redpacket::MAX_TTL_MS, Some(86_400_000))?,
             }

@@ -2,7 +2,7 @@
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use redcount_core::api::{self, ApiRequest, ApiResponse, Config, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, Step};
 use redcount_core::script;
 use serde_json::{Value, json};
 
@@ -107,7 +107,10 @@ fn replies_become_responses_and_noscript_retries_once() {
     let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
     // [1, 250, 3, 7] base64-free integers.
     let Step::Respond(r) = ex.receive(200, br#"{"result":[1,250,3,7]}"#) else { panic!() };
-    assert_eq!((r.status, json_of(&r)), (200, json!({"outcome": "won", "amount": 250, "index": 3, "remaining": 7})));
+    assert_eq!(
+        (r.status, json_of(&r)),
+        (200, json!({"outcome": "won", "amount_cents": 250, "amount": 250, "index": 3, "remaining": 7}))
+    );
 
     let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
     let Step::Respond(r) = ex.receive(200, br#"{"result":[-1,0,0,0]}"#) else { panic!() };

@@ -3,7 +3,7 @@
 //! A shell (the Cloudflare Worker, the native server) drives it:
 //!
 //! ```text
-//!   let mut step = api::handle(&config, &request, &mut rng);
+//!   let mut step = redcount_api::handle(&config, &request, &mut rng);
 //!   loop {
 //!       match step {
 //!           Step::Respond(response) => return response,             // write it out
@@ -19,6 +19,13 @@
 //!
 //! Every operation costs one REST round trip (EVALSHA), two only when the script cache
 //! lost the script (then EVAL, once). Nothing is sent for a request that fails validation.
+//!
+//! `no_std` + `alloc`, like redcount-core under it: the worker runs it in wasm.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs)]
+#![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
+
+extern crate alloc;
 
 pub mod config;
 mod routes;
@@ -33,10 +40,10 @@ use serde_json::{Value as Json, json};
 
 pub use config::{Config, ConfigError, Policy};
 
-use crate::error::{ErrorKind, InputError, ShapeError};
-use crate::rest::{self, Encoding, RestError};
-use crate::script::Call;
-use crate::value::Value;
+use redcount_core::error::{ErrorKind, InputError, ShapeError};
+use redcount_core::rest::{self, Encoding, RestError};
+use redcount_core::script::Call;
+use redcount_core::value::Value;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -112,7 +119,7 @@ struct With<O, F> {
 
 impl<O, F> Render for With<O, F>
 where
-    O: crate::Operation,
+    O: redcount_core::Operation,
     F: Fn(&O, O::Outcome) -> ApiResponse,
 {
     fn render(&self, mut reply: Value) -> Result<ApiResponse, ShapeError> {
@@ -147,7 +154,7 @@ pub const REST_HEADERS: &[(&str, &str)] =
 impl Exchange {
     fn new<O, F>(op: O, f: F) -> Exchange
     where
-        O: crate::Operation + Send + 'static,
+        O: redcount_core::Operation + Send + 'static,
         F: Fn(&O, O::Outcome) -> ApiResponse + Send + 'static,
     {
         let call = Call::new(op.request());
@@ -156,13 +163,13 @@ impl Exchange {
     }
 
     /// The command to send, for a shell that talks RESP instead of REST.
-    pub fn command(&self) -> &crate::Command {
+    pub fn command(&self) -> &redcount_core::Command {
         self.call.command()
     }
 
     /// Reads a reply that arrived some other way than REST (e.g. RESP): the response, or
     /// one more call (EVAL after NOSCRIPT).
-    pub fn receive_value(self, reply: Result<Value, crate::ErrorReply>) -> Step {
+    pub fn receive_value(self, reply: Result<Value, redcount_core::ErrorReply>) -> Step {
         match reply {
             Ok(v) => self.receive_result(Ok(v)),
             Err(e) => self.receive_result(Err(RestError::Reply(e))),
@@ -272,33 +279,4 @@ fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, Str
     }
 }
 
-/// Decodes `%XX` escapes of a URL path segment into bytes; `None` for a malformed escape.
-/// Shared by the API and the REST front's path-style commands.
-pub fn percent_decode(segment: &str) -> Option<Vec<u8>> {
-    let b = segment.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let v = b
-                .get(i + 1..i + 3)
-                .and_then(|h| core::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())?;
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
-/// Compares secrets without an early exit (the time does not reveal a matching prefix).
-pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
-    }
-    core::hint::black_box(diff) == 0
-}
+pub use redcount_core::text::{percent_decode, same_secret};
