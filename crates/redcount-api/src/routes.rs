@@ -42,7 +42,19 @@ fn idempotency(req: &ApiRequest<'_>) -> Result<Option<ops::Idempotency>, ApiResp
         Err(_) if req.body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
         Err(_) => req.body.to_vec(),
     };
-    Ok(Some(ops::Idempotency::new(k, req.method, &canonical_path(req.path), &canonical)))
+    Ok(Some(ops::Idempotency::new(&scope(k, req.method, &canonical_path(req.path)), &canonical)))
+}
+
+/// What makes two uses of one `Idempotency-Key` the same request: the method, the route
+/// and the key (the layout is part of the stored data: red-packet ids derive from it).
+fn scope(key: &str, method: &str, path: &str) -> Vec<u8> {
+    let mut scope = Vec::with_capacity(method.len() + path.len() + key.len() + 2);
+    scope.extend_from_slice(method.as_bytes());
+    scope.push(b'\n');
+    scope.extend_from_slice(path.as_bytes());
+    scope.push(b'\n');
+    scope.extend_from_slice(key.as_bytes());
+    scope
 }
 
 /// The path as routing sees it: every segment percent-decoded, then encoded one way (only

@@ -273,7 +273,7 @@ fn huge_replies_are_cut_off_at_the_bound() {
     // small even when the stored answer of an idempotent call was replaced by a huge one.
     use redcount_core::Operation;
     use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
-    let idem = redcount_core::ops::Idempotency::new("k", "POST", "/x", b"{}");
+    let idem = redcount_core::ops::Idempotency::new(b"POST\n/x\nk", b"{}");
     let op = AddCounter::new("c", "s", Storage::Key, 1, Bounds::default()).unwrap().idempotent(idem.clone());
     let parts = op.request().command().parts().to_vec();
     let keys: usize = parts[2].parse().unwrap();

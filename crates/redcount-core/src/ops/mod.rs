@@ -51,19 +51,14 @@ pub struct Idempotency {
 pub const IDEMPOTENCY_TTL_MS: i64 = 86_400_000;
 
 impl Idempotency {
-    /// From a client's `Idempotency-Key`, the request's method and path, and its body (in a
-    /// canonical form: the fingerprint is a SHA-1 of these bytes).
-    pub fn new(client_key: &str, method: &str, path: &str, body: &[u8]) -> Self {
-        let mut scope = alloc::vec::Vec::with_capacity(method.len() + path.len() + client_key.len() + 2);
-        scope.extend_from_slice(method.as_bytes());
-        scope.push(b'\n');
-        scope.extend_from_slice(path.as_bytes());
-        scope.push(b'\n');
-        scope.extend_from_slice(client_key.as_bytes());
+    /// From the key's `scope` (what makes two uses of one client key the same request: for
+    /// the HTTP API its method, route and the key itself; any bytes the caller chooses) and
+    /// the request's body in a canonical form (the fingerprint is a SHA-1 of these bytes).
+    pub fn new(scope: &[u8], body: &[u8]) -> Self {
         // A digest, not the body itself: the fingerprint is stored with every reply.
         let digest = crate::sha1::hex(crate::sha1::digest(body));
         let fingerprint = alloc::string::String::from_utf8(digest.to_vec()).unwrap_or_default();
-        Idempotency { suffix: hex(&scope), fingerprint, ttl_ms: IDEMPOTENCY_TTL_MS }
+        Idempotency { suffix: hex(scope), fingerprint, ttl_ms: IDEMPOTENCY_TTL_MS }
     }
 
     /// Adds the reply key (after the script's own keys) and the TTL and fingerprint (after its
