@@ -543,9 +543,16 @@ fn reply_status(code: &str) -> StatusCode {
 }
 
 /// True for an error reply that says Redis ran nothing and will serve again soon without
-/// anyone's help: a script being killed (`BUSY`), a restart loading its data (`LOADING`).
+/// anyone's help (the core's one classification, [`redcount_core::ErrorKind::Unavailable`]):
+/// a script being killed (`BUSY`), a restart loading its data (`LOADING`), a slot in
+/// migration (`TRYAGAIN`), a cluster or replica not ready (`CLUSTERDOWN`, `MASTERDOWN`).
 fn ran_nothing_wait(msg: &str) -> bool {
-    msg.starts_with("BUSY") || msg.starts_with("LOADING")
+    redcount_core::ErrorReply::new(msg).kind == redcount_core::ErrorKind::Unavailable
+}
+
+/// True for a cluster redirection the client library's own redirect budget did not follow.
+fn redirected(msg: &str) -> bool {
+    redcount_core::ErrorReply::new(msg).kind == redcount_core::ErrorKind::Redirect
 }
 
 fn failure(st: &State, e: &redis::RedisError) -> Failure {
@@ -683,18 +690,16 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
     let kinds: Vec<&'static str> = watch_kind(&cmd).into_iter().collect();
     let lane = lane(&[&cmd]);
     let mut first = watched(st, &kinds, timed(st, be.query_in(&redis_cmd, lane))).await;
-    // A cluster slot in migration answers TRYAGAIN while a multi-key call's keys are split
-    // between two nodes, and ASK/MOVED once the client's own redirect budget is spent; the
-    // migration of one slot takes milliseconds, so wait a little (at most ~0.5 s in all).
-    // A script past its bound makes Redis answer BUSY (running nothing) until the front has
-    // killed it: wait for that rather than fail, within the request timeout.
+    // A cluster slot in migration answers ASK/MOVED once the client's own redirect budget is
+    // spent; the migration of one slot takes milliseconds, so follow a little (at most ~0.5 s
+    // in all). Replies that ran nothing and clear by themselves (BUSY while the watchdog
+    // kills a script, LOADING after a restart, TRYAGAIN while a multi-key call's keys are
+    // split between two nodes) are waited out within the request timeout.
     let started = Instant::now();
     let mut attempt = 0u64;
     loop {
         match &first {
-            Err(Failure(_, msg))
-                if ["TRYAGAIN", "ASK ", "MOVED "].iter().any(|p| msg.starts_with(p)) && attempt < 8 =>
-            {
+            Err(Failure(_, msg)) if redirected(msg) && attempt < 8 => {
                 attempt += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(15 * attempt)).await;
             }
