@@ -20,6 +20,29 @@
 //! Every operation costs one REST round trip (EVALSHA), two only when the script cache
 //! lost the script (then EVAL, once). Nothing is sent for a request that fails validation.
 //!
+//! A claim, answered by a REST reply the test makes up (a shell would POST the body):
+//!
+//! ```
+//! use redcount_api::{ApiRequest, Config, Step};
+//!
+//! let policies = r#"{"bonus": {"kind": "claim", "window_ms": 86400000}}"#;
+//! let config = Config::from_env_for(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string()), false).unwrap();
+//! let request = ApiRequest {
+//!     method: "POST",
+//!     path: "/api/claims/bonus/alice",
+//!     query: "",
+//!     authorization: None,
+//!     origin: None,
+//!     idempotency_key: None,
+//!     body: b"",
+//! };
+//! let Step::Send(exchange) = redcount_api::handle(&config, &request, &mut rand::rng()) else { panic!() };
+//! assert!(exchange.body().starts_with(r#"["EVALSHA","#));
+//! // The front's reply: claimed, nothing left to wait.
+//! let Step::Respond(response) = exchange.receive(200, br#"{"result":[1,0]}"#) else { panic!() };
+//! assert_eq!((response.status, response.body.as_str()), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
+//! ```
+//!
 //! `no_std` + `alloc`, like redcount-core under it: the worker runs it in wasm.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]

@@ -14,6 +14,20 @@
 //!                                    └── on NOSCRIPT: script::Call::retry() = EVAL, once
 //! ```
 //!
+//! ```
+//! use redcount_core::{Operation, Value};
+//! use redcount_core::ops::redpacket::{Grab, GrabOutcome};
+//!
+//! let grab = Grab::new("packet-1", "alice").unwrap(); // validated: bad ids never reach Redis
+//! let command = grab.request().command();             // EVALSHA <sha> 4 <keys…> alice
+//! assert_eq!(command.parts()[0], "EVALSHA");
+//! let body = command.to_rest_body();                  // or the same as RESP, by the caller
+//! assert!(body.starts_with(r#"["EVALSHA","#));
+//! // Redis answered {1, 250, 3, 7}: won 250 cents, third claim, 7 shares left.
+//! let reply = Value::Array(vec![Value::Int(1), Value::Int(250), Value::Int(3), Value::Int(7)]);
+//! assert_eq!(grab.parse(reply).unwrap(), GrabOutcome::Won { amount: 250, index: 3, remaining: 7 });
+//! ```
+//!
 //! `no_std` + `alloc`; the error types implement `core::error::Error`, so the default `std`
 //! feature adds nothing today.
 #![cfg_attr(not(feature = "std"), no_std)]

@@ -1,5 +1,39 @@
 //! Native drivers of redcount-core: run an operation in one round trip, falling back to
-//! EVAL once on NOSCRIPT, over RESP ([`Direct`]) or an Upstash-compatible REST front ([`Rest`]).
+//! EVAL once on NOSCRIPT, over RESP ([`Direct`]) or, with feature `rest`, an
+//! Upstash-compatible REST front (`Rest`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redcount::Error> {
+//! use redcount_core::ops::redpacket::Grab;
+//! let redis = redcount::Direct::connect("redis://127.0.0.1:6379").await?;
+//! let outcome = redis.run(&Grab::new("packet-1", "alice")?).await?;
+//! println!("{outcome:?}");
+//! # Ok(()) }
+//! ```
+//!
+//! Any transport is a [`Driver`]: it sends one command; the trait's `run` does the rest.
+//! Here one that has lost its script cache once:
+//!
+//! ```
+//! use redcount::{Driver, Error};
+//! use redcount_core::{Command, ErrorReply, Value, ops::claim::Claim};
+//!
+//! struct Forgetful(std::sync::atomic::AtomicBool);
+//! impl Driver for Forgetful {
+//!     async fn send(&self, command: &Command) -> Result<Value, Error> {
+//!         if command.parts()[0] == "EVALSHA" && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+//!             return Err(Error::Redis(ErrorReply::new("NOSCRIPT No matching script.")));
+//!         }
+//!         assert_eq!(command.parts()[0], "EVAL"); // the one fallback, with the source
+//!         Ok(Value::Array(vec![Value::Int(1), Value::Int(0)]))
+//!     }
+//! }
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let driver = Forgetful(Default::default());
+//! let claimed = driver.run(&Claim::new("bonus", "alice", 60_000).unwrap()).await.unwrap();
+//! assert!(claimed.claimed);
+//! # });
+//! ```
 #![warn(missing_docs)]
 
 pub mod direct;
