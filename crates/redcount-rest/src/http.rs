@@ -110,16 +110,19 @@ fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<
     Ok(r)
 }
 
+/// A reply past `--max-response-bytes`: 400 naming the bound, then `how` to ask instead.
+fn too_large(st: &State, how: &str) -> Failure {
+    error(StatusCode::BAD_REQUEST, format!("ERR {} ({} bytes){how}", crate::backend::TOO_LARGE, st.max_response))
+}
+
 /// Refuses a reply that would be larger than `--max-response-bytes` once encoded.
 fn encodable(st: &State, value: &Value, encoding: reply::Encoding) -> Result<(), Failure> {
     let bound = reply::encoded_len_bound(value, encoding);
     if bound > st.max_response {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "ERR {} ({} bytes) once encoded (up to {bound}): ask for less at once, or with Upstash-Encoding: base64 for binary values",
-                crate::backend::TOO_LARGE,
-                st.max_response
+        return Err(too_large(
+            st,
+            &format!(
+                " once encoded (up to {bound}): ask for less at once, or with Upstash-Encoding: base64 for binary values"
             ),
         ));
     }
@@ -804,14 +807,7 @@ async fn run_many(
         // The chunks' replies together stay within the reply bound, as one call's would.
         held += got.iter().map(|v| reply::encoded_len_bound(v, reply::Encoding::Resp2)).sum::<usize>();
         if held > st.max_response {
-            return Err(error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "ERR {} ({} bytes): ask for less at once (fewer commands per pipeline)",
-                    crate::backend::TOO_LARGE,
-                    st.max_response
-                ),
-            ));
+            return Err(too_large(st, ": ask for less at once (fewer commands per pipeline)"));
         }
         items.extend(got);
         let per_command = sent.elapsed() / u32::try_from(part.len()).unwrap_or(u32::MAX).max(1);
