@@ -14,9 +14,6 @@
 -- (Runs after prelude.lua: int, s, idempotency.)
 local LIM = 1000000000000000 -- 10^15, far below 2^53 so every sum stays exact
 
-local replay, finish = idempotency(1)
-if replay then return replay end
-
 local key, field = KEYS[1], ARGV[1]
 local delta = int('delta', ARGV[2], -LIM, LIM)
 local min = int('min', ARGV[3], -LIM, LIM)
@@ -28,6 +25,9 @@ if mode ~= 'clamp' and mode ~= 'reject' then
   return error({err = 'ERR redcount: mode must be clamp or reject'})
 end
 local ttl = int('ttl', ARGV[6], 0, LIM)
+
+local replay, finish = idempotency(1)
+if replay then return replay end
 
 local raw
 if field == '' then raw = redis.call('GET', key) else raw = redis.call('HGET', key, field) end

@@ -12,14 +12,14 @@
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local replay, finish = idempotency(1)
-if replay then return replay end
-
 local key = KEYS[1]
 local id = int('id', ARGV[1], 0, 9007199254740991)
 local body = ARGV[2]
 local ttl = int('ttl', ARGV[3], 1, 100000000000)
 local max_len = int('max_len', ARGV[4], 1, 1000000)
+
+local replay, finish = idempotency(1)
+if replay then return replay end
 
 if #redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1], 'LIMIT', 0, 1) > 0 then
   return finish({0, redis.call('ZCARD', key)})

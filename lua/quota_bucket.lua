@@ -11,14 +11,14 @@
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local replay, finish = idempotency(1)
-if replay then return replay end
-
 local cap = int('capacity', ARGV[1], 1, 1000000000)
 local refill = int('refill', ARGV[2], 1, cap)
 local step = int('interval', ARGV[3], 1, 1000000000000)
 local cost = int('cost', ARGV[4], 1, cap)
 local peek = ARGV[5] == '1'
+
+local replay, finish = idempotency(1)
+if replay then return replay end
 
 local now = now_ms()
 local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')

@@ -15,14 +15,14 @@
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local replay, finish = idempotency(1)
-if replay then return replay end
-
 local key = KEYS[1]
 local limit = int('limit', ARGV[1], 1, 10000)
 local window = int('window', ARGV[2], 1, 1000000000000)
 local cost = int('cost', ARGV[3], 1, limit)
 local peek = ARGV[4] == '1'
+
+local replay, finish = idempotency(1)
+if replay then return replay end
 
 local now = now_ms()
 local floor = now - window -- an entry at time x counts while x > now - window

@@ -12,9 +12,6 @@
 -- Optional: KEYS[5] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local replay, finish = idempotency(4)
-if replay then return replay end
-
 local ttl = int('ttl', ARGV[1], 1, 10000000000)
 local total = int('total', ARGV[2], 1, 10000000000000)
 local last = #ARGV -- the last share (two idempotency arguments follow it when KEYS[5] is given)
@@ -28,6 +25,9 @@ for i = 3, last do sum = sum + int('share', ARGV[i], 1, total) end
 if sum ~= total then
   return error({err = 'ERR redcount: shares do not sum to the total'})
 end
+local replay, finish = idempotency(4)
+if replay then return replay end
+
 local meta = redis.call('HGET', KEYS[1], 'expires_ms')
 if meta then return finish({0, tonumber(meta)}) end
 

@@ -16,14 +16,14 @@
 -- a replay never grants a slot that is not held.
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local replay, finish = idempotency(1)
-
 local key, op, holder = KEYS[1], ARGV[1], id('holder', ARGV[2])
 if op ~= 'acquire' and op ~= 'renew' and op ~= 'release' then
   return error({err = 'ERR redcount: op must be acquire, renew or release'})
 end
 local limit = int('limit', ARGV[3], 1, 1000000)
 local lease = int('lease', ARGV[4], 1, 10000000000)
+
+local replay, finish = idempotency(1)
 
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now))

@@ -187,3 +187,33 @@ fn every_position_has_the_same_mean() {
     let sd = (squares / (packets * count) as f64).sqrt();
     assert!((400.0..800.0).contains(&sd), "standard deviation {sd}");
 }
+
+/// Every script keeps one order: validate its arguments, then answer a replay, then act. A
+/// replay is read only for a request that passed the checks, and no write comes before them.
+#[test]
+fn scripts_validate_then_replay_then_act() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lua");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name == "prelude.lua" || !name.ends_with(".lua") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        // Top-level lines only: helpers defined in the script are not steps.
+        let top: Vec<&str> = src.lines().filter(|l| !l.starts_with(' ') && !l.starts_with("--")).collect();
+        let first = |pat: &str| top.iter().position(|l| l.contains(pat));
+        let last_check = top.iter().rposition(|l| l.contains("int('") || l.contains("id('"));
+        let replay = first("idempotency(");
+        let act = top.iter().position(|l| l.contains("redis.call(") && !l.trim_start().starts_with("local function"));
+        if let (Some(check), Some(replay)) = (last_check, replay) {
+            assert!(check < replay, "{name}: a check after the replay");
+        }
+        if let (Some(replay), Some(act)) = (replay, act) {
+            assert!(replay < act, "{name}: Redis is called before the replay is answered");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} scripts");
+}
