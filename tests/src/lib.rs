@@ -114,14 +114,17 @@ impl RedisServer {
     /// Calls of every command together (INFO commandstats), less the INFO calls themselves.
     pub fn total_calls(&self) -> u64 {
         let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
-        // INFO (ours), CLUSTER (a cluster client refreshing its slot map) and PING (health
-        // checks) are not traffic of the requests under test.
+        // INFO (ours), CLUSTER (a cluster client refreshing its slot map), PING (health
+        // checks) and SCRIPT/FUNCTION KILL (the REST front's script watchdog polls with them)
+        // are not traffic of the requests under test.
         info.lines()
             .filter(|l| {
                 l.starts_with("cmdstat_")
                     && !l.starts_with("cmdstat_info:")
                     && !l.starts_with("cmdstat_cluster")
                     && !l.starts_with("cmdstat_ping:")
+                    && !l.starts_with("cmdstat_script|kill:")
+                    && !l.starts_with("cmdstat_function|kill:")
             })
             .filter_map(|l| l.split("calls=").nth(1))
             .filter_map(|r| r.split(',').next())

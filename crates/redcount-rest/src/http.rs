@@ -626,30 +626,16 @@ async fn timed_within<T>(
 /// The shared connections for requests that only run redcount's own scripts (their replies
 /// are a few integers), a bounded connection of its own for anything else.
 fn lane(cmds: &[&Cmd]) -> Lane {
-    if !cmds.is_empty() && cmds.iter().all(|c| runs_our_script(c, false)) { Lane::Small } else { Lane::Bounded }
+    if !cmds.is_empty() && cmds.iter().all(|c| runs_our_script(c)) { Lane::Small } else { Lane::Bounded }
 }
 
-/// True when `c` runs one of redcount's own scripts: EVALSHA of its SHA-1, or (with `source`)
-/// EVAL of its source, the fallback after NOSCRIPT. Those are bounded by design (validated
-/// arguments, bounded work per call): the watchdog need not watch them.
-fn runs_our_script(c: &Cmd, source: bool) -> bool {
+/// True when `c` runs one of redcount's own scripts (EVALSHA of its SHA-1): those reply a few
+/// integers by design.
+fn runs_our_script(c: &Cmd) -> bool {
     static OURS: std::sync::LazyLock<std::collections::HashSet<&'static str>> =
         std::sync::LazyLock::new(|| redcount_core::script::ALL.iter().map(|s| s.sha1()).collect());
-    let Some(first) = c.args.first() else { return false };
-    match c.name.to_ascii_uppercase().as_str() {
-        "EVALSHA" | "EVALSHA_RO" => std::str::from_utf8(first).is_ok_and(|s| OURS.contains(s)),
-        "EVAL" | "EVAL_RO" if source && first.len() <= 64 * 1024 => {
-            let sha = redcount_core::sha1::hex(redcount_core::sha1::digest(first));
-            std::str::from_utf8(&sha).is_ok_and(|s| OURS.contains(s))
-        }
-        _ => false,
-    }
-}
-
-/// What the watchdog must watch `c` for: the kind of script it runs, unless it is one of
-/// redcount's own.
-fn watch_kind(c: &Cmd) -> Option<&'static str> {
-    script_kind(&c.name).filter(|_| !runs_our_script(c, true))
+    matches!(c.name.to_ascii_uppercase().as_str(), "EVALSHA" | "EVALSHA_RO")
+        && c.args.first().is_some_and(|sha| std::str::from_utf8(sha).is_ok_and(|s| OURS.contains(s)))
 }
 
 /// The connections a request runs on.
@@ -658,25 +644,6 @@ fn backend(st: &State, access: Access) -> &Backend {
         (Access::ReadOnly, Some(ro)) => ro,
         _ => &st.backend,
     }
-}
-
-/// What kind of script a command runs, for the kill after `--script-timeout-ms`.
-fn script_kind(name: &str) -> Option<&'static str> {
-    let upper = name.to_ascii_uppercase();
-    match upper.as_str() {
-        "EVAL" | "EVAL_RO" | "EVALSHA" | "EVALSHA_RO" => Some("SCRIPT"),
-        "FCALL" | "FCALL_RO" => Some("FUNCTION"),
-        _ => None,
-    }
-}
-
-/// Runs `call`; when it runs scripts, the watchdog kills any that passes its bound, during
-/// the call and after it (see [`crate::watchdog`]).
-async fn watched<T>(st: &State, kinds: &[&'static str], call: impl std::future::Future<Output = T>) -> T {
-    if !kinds.is_empty() {
-        st.watchdog.arm(kinds.len(), st.timeout);
-    }
-    call.await
 }
 
 async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
@@ -690,9 +657,8 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
         ("SCRIPT" | "FUNCTION", Some(b"KILL")) => &st.killer,
         _ => backend(st, access),
     };
-    let kinds: Vec<&'static str> = watch_kind(&cmd).into_iter().collect();
     let lane = lane(&[&cmd]);
-    let mut first = watched(st, &kinds, timed(st, be.query_in(&redis_cmd, lane))).await;
+    let mut first = (timed(st, be.query_in(&redis_cmd, lane))).await;
     // A cluster slot in migration answers ASK/MOVED once the client's own redirect budget is
     // spent; the migration of one slot takes milliseconds, so follow a little (at most ~0.5 s
     // in all). Replies that ran nothing and clear by themselves (BUSY while the watchdog
@@ -711,7 +677,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
             }
             _ => break,
         }
-        first = watched(st, &kinds, timed(st, be.query_in(&redis_cmd, lane))).await;
+        first = (timed(st, be.query_in(&redis_cmd, lane))).await;
     }
     let mut value = match (first, &fixup) {
         (Err(Failure(_, msg)), Fixup::Reload { rw, readonly }) if msg.starts_with("NOSCRIPT") => {
@@ -720,7 +686,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
             let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
             eval.args[0] = rw.source.clone();
             check(st, &eval, access)?;
-            watched(st, &kinds, timed(st, be.query(&to_redis(&eval)))).await?
+            (timed(st, be.query(&to_redis(&eval)))).await?
         }
         (r, _) => r?,
     };
@@ -758,7 +724,8 @@ async fn run_many(
     // A transaction goes at once. A pipeline goes in chunks sized from what the previous one
     // cost, so that Redis stops receiving it once the request's time is spent: a pipeline of
     // slow reads (each cheap to send, costly to run) cannot hold Redis for hours.
-    let mut chunk = if atomic { cmds.len() } else { 8 };
+    // The first chunk is one command: nothing is known yet of what they cost.
+    let mut chunk = if atomic { cmds.len() } else { 1 };
     let mut held = 0usize;
     while items.len() < cmds.len() {
         let from = items.len();
@@ -781,11 +748,10 @@ async fn run_many(
         for c in part {
             pipe.add_command(to_redis(c));
         }
-        let kinds: Vec<&'static str> = part.iter().filter_map(watch_kind).collect();
         let sent = Instant::now();
         let got = loop {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
-            let value = watched(st, &kinds, timed_within(st, left, backend(st, access).pipeline(&pipe, lane))).await;
+            let value = (timed_within(st, left, backend(st, access).pipeline(&pipe, lane))).await;
             // Every entry refused BUSY (a script past its bound, about to be killed) or
             // LOADING (a restart): none ran, so the whole chunk may run again.
             let all_busy = match &value {

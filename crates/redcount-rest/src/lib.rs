@@ -90,8 +90,8 @@ pub struct Config {
 
     /// Most commands in one `/multi-exec`. A transaction runs in Redis as one step that the
     /// front cannot stop when --timeout-ms has passed (a `/pipeline` is sent in chunks and
-    /// stops there), so its size bounds the Redis time one request may take.
-    #[arg(long, env = "REDCOUNT_REST_MAX_TRANSACTION_COMMANDS", default_value_t = 100)]
+    /// stops there), so its Redis time is the sum of its commands': this bounds how many.
+    #[arg(long, env = "REDCOUNT_REST_MAX_TRANSACTION_COMMANDS", default_value_t = 32)]
     pub max_transaction_commands: usize,
 
     /// Longest wait for Redis to answer one request, in ms; then 504.
@@ -180,8 +180,6 @@ pub(crate) struct State {
     pub log: log::Level,
     /// Redis's output-buffer limit for normal clients as the front set it (0: not set).
     pub output_limit: usize,
-    /// Kills runaway scripts the front sent.
-    pub watchdog: Arc<watchdog::Watchdog>,
     /// The run id of the Redis the front started with (not on --cluster): a connection
     /// closed while it stays the same was closed on purpose.
     pub run_id: Option<String>,
@@ -251,6 +249,8 @@ pub async fn run(config: Config) -> Result<(), String> {
     let run_id = if config.cluster { None } else { http::run_id(&killer).await };
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
+    // Without the lowered threshold Redis would not take a SCRIPT KILL before its own (5 s).
+    let kill_bound_set = kill_setting.is_some();
     let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
     if !settings.is_empty() {
         killer.on_connect(settings.clone(), None);
@@ -268,10 +268,10 @@ pub async fn run(config: Config) -> Result<(), String> {
         ro.charge_replies(&response_budget);
     }
     // Its own connection: a SCRIPT KILL may wait for a script to reach its bound.
-    let watchdog = watchdog::Watchdog::new(script_timeout);
-    tokio::spawn(watchdog.clone().run(connect(None, 1).await.map_err(unreachable)?, config.log));
+    if kill_bound_set {
+        tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout, config.log));
+    }
     let state = Arc::new(State {
-        watchdog,
         backend,
         readonly_backend,
         killer,

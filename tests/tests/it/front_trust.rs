@@ -261,7 +261,7 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
         let (s, _) = c.send(ro, &path_of(words), None, !b64).await;
         tally(s);
     }
-    for chunk in all.chunks(40) {
+    for chunk in all.chunks(32) {
         let (s, _) = c.send(ro, "/pipeline", Some(json!(chunk)), false).await;
         tally(s);
         let (s, _) = c.send(ro, "/multi-exec", Some(json!(chunk)), true).await;
@@ -561,7 +561,7 @@ async fn the_boundary_holds_on_a_cluster() {
             c.send(ro, "/", Some(json!(words)), i % 2 == 0).await;
             sent += 1;
         }
-        for chunk in all.chunks(40) {
+        for chunk in all.chunks(32) {
             c.send(ro, "/pipeline", Some(json!(chunk)), false).await;
             sent += 1;
         }
