@@ -15,11 +15,13 @@ if prev then
   return {2, tonumber(amount), tonumber(index), redis.call('LLEN', KEYS[2])}
 end
 -- A packet whose keys Redis evicted in part (a maxmemory-policy other than noeviction)
--- could give a share to a user whose claim is gone: refuse rather than issue. Shares left
--- plus shares claimed make the count, and every claim has its record.
+-- could give a share to a user whose claim is gone, or one the drain never sees: refuse
+-- rather than issue. Shares left plus shares claimed make the count, and every claim has its
+-- record and its entry in the append-only claim log.
 local claimed_n = tonumber(redis.call('HGET', KEYS[1], 'claimed_n') or '0')
 local count = tonumber(redis.call('HGET', KEYS[1], 'count') or '0')
-if redis.call('HLEN', KEYS[3]) ~= claimed_n or redis.call('LLEN', KEYS[2]) + claimed_n ~= count then
+if redis.call('HLEN', KEYS[3]) ~= claimed_n or redis.call('LLEN', KEYS[4]) ~= claimed_n
+  or redis.call('LLEN', KEYS[2]) + claimed_n ~= count then
   return error({err = 'ERR red packet state is incomplete (were its keys evicted? redcount needs maxmemory-policy noeviction): no share issued'})
 end
 local share = redis.call('LPOP', KEYS[2])

@@ -353,6 +353,9 @@ fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
     if let Some(why) = commands::oversized(&cmd.name, &cmd.args, st.max_response) {
         return Err(error(StatusCode::BAD_REQUEST, why));
     }
+    if let Some(why) = commands::repeated_keys(&cmd.name, &cmd.args) {
+        return Err(error(StatusCode::BAD_REQUEST, why));
+    }
     if !st.allow_admin && st.commands.is_admin(&cmd.name, &cmd.args) {
         return Err(error(
             StatusCode::FORBIDDEN,
@@ -658,7 +661,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
         _ => backend(st, access),
     };
     let lane = lane(&[&cmd]);
-    let mut first = (timed(st, be.query_in(&redis_cmd, lane))).await;
+    let mut first = timed(st, be.query_in(&redis_cmd, lane)).await;
     // A cluster slot in migration answers ASK/MOVED once the client's own redirect budget is
     // spent; the migration of one slot takes milliseconds, so follow a little (at most ~0.5 s
     // in all). Replies that ran nothing and clear by themselves (BUSY while the watchdog
@@ -677,7 +680,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
             }
             _ => break,
         }
-        first = (timed(st, be.query_in(&redis_cmd, lane))).await;
+        first = timed(st, be.query_in(&redis_cmd, lane)).await;
     }
     let mut value = match (first, &fixup) {
         (Err(Failure(_, msg)), Fixup::Reload { rw, readonly }) if msg.starts_with("NOSCRIPT") => {
@@ -686,7 +689,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
             let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
             eval.args[0] = rw.source.clone();
             check(st, &eval, access)?;
-            (timed(st, be.query(&to_redis(&eval)))).await?
+            timed(st, be.query(&to_redis(&eval))).await?
         }
         (r, _) => r?,
     };
@@ -726,6 +729,7 @@ async fn run_many(
     // slow reads (each cheap to send, costly to run) cannot hold Redis for hours.
     // The first chunk is one command: nothing is known yet of what they cost.
     let mut chunk = if atomic { cmds.len() } else { 1 };
+    let mut dearest = std::time::Duration::ZERO;
     let mut held = 0usize;
     while items.len() < cmds.len() {
         let from = items.len();
@@ -751,7 +755,20 @@ async fn run_many(
         let sent = Instant::now();
         let got = loop {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
-            let value = (timed_within(st, left, backend(st, access).pipeline(&pipe, lane))).await;
+            let value = timed_within(st, left, backend(st, access).pipeline(&pipe, lane)).await.map_err(|f| {
+                if f.0 != StatusCode::GATEWAY_TIMEOUT || atomic {
+                    return f;
+                }
+                error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "ERR the pipeline ran past --timeout-ms ({} ms): its first {from} of {} commands ran, the {} sent after them may or may not have, the rest were not sent",
+                        st.timeout.as_millis(),
+                        cmds.len(),
+                        part.len()
+                    ),
+                )
+            });
             // Every entry refused BUSY (a script past its bound, about to be killed) or
             // LOADING (a restart): none ran, so the whole chunk may run again.
             let all_busy = match &value {
@@ -776,9 +793,13 @@ async fn run_many(
             return Err(too_large(st, ": ask for less at once (fewer commands per pipeline)"));
         }
         items.extend(got);
+        // The next chunk fits what is left at the dearest rate seen so far, and at most doubles
+        // (up to 32): cheap commands first cannot buy a large chunk of dear ones after them.
         let per_command = sent.elapsed() / u32::try_from(part.len()).unwrap_or(u32::MAX).max(1);
+        dearest = dearest.max(per_command);
         let left = st.timeout.saturating_sub(started.elapsed());
-        chunk = usize::try_from(left.as_nanos() / per_command.as_nanos().max(1)).unwrap_or(usize::MAX).clamp(1, 256);
+        let fits = usize::try_from(left.as_nanos() / dearest.as_nanos().max(1)).unwrap_or(usize::MAX);
+        chunk = fits.min(part.len().saturating_mul(2)).clamp(1, 32);
     }
     // A pipeline does not reload a lost script (its NOSCRIPT reaches the client, whose
     // own fallback sends the source).

@@ -401,7 +401,7 @@ async fn restricted_login(
     kind: Restriction,
 ) -> Result<(backend::Login, redis::Cmd), String> {
     let (tag, rules): (&str, &[&str]) = match kind {
-        Restriction::Full => ("full", &["+@all", "-@admin", "-migrate", "-script|debug"]),
+        Restriction::Full => ("full", &["+@all", "-@admin", "-migrate", "-script|debug", "-lcs"]),
         Restriction::ReadOnly => (
             "ro",
             &[

@@ -723,4 +723,23 @@ fn slow_commands_cannot_hold_redis_past_the_timeout() {
         assert_eq!(status, 400, "{body}");
         assert!(body.contains("LCS"), "{body}");
     }
+    // Nor inside the full token's scripts (its Redis user may not).
+    let (status, body) = request(
+        front.port(),
+        "POST",
+        "/",
+        &front.token,
+        r#"["EVAL", "return redis.call('lcs', KEYS[1], KEYS[2])", "2", "a", "b"]"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("NOPERM") || body.contains("can't run this command"), "{body}");
+    // One set named many times would make Redis redo the work for every copy.
+    let _: i64 = redis::cmd("SADD").arg("s").arg("m").query(&mut redis.conn()).unwrap();
+    for cmd in [r#"["SUNION","s","s"]"#, r#"["SINTERCARD","2","s","s"]"#, r#"["ZUNIONSTORE","d","3","z","y","z"]"#] {
+        let (status, body) = request(front.port(), "POST", "/", &front.token, cmd);
+        assert_eq!(status, 400, "{cmd}: {body}");
+        assert!(body.contains("more than once"), "{body}");
+    }
+    let (status, body) = request(front.port(), "POST", "/", &front.readonly_token, r#"["SUNION","s","t"]"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"result":["m"]}"#));
 }

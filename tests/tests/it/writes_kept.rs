@@ -268,6 +268,19 @@ async fn a_packet_with_evicted_keys_issues_no_second_share() {
     }
     println!("{evicted} keys evicted: {gone} packets gone, {refused} grabs refused as incomplete");
     assert!(refused > 0, "some packets lost keys but not their meta");
+
+    // Each key alone (the claim log too: the drain reads claims from it).
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction").query(&mut c).unwrap();
+    for (which, name) in [(1, "shares"), (2, "claims"), (3, "log")] {
+        let id = redpacket::new_id(&mut rng);
+        d.run(&Create::new(&id, 1_000, 5, 1, 600_000, &mut rng).unwrap()).await.unwrap();
+        d.run(&Grab::new(&id, "alice").unwrap()).await.unwrap();
+        let _: () = redis::cmd("DEL").arg(&keys::redpacket(&id)[which]).query(&mut c).unwrap();
+        match d.run(&Grab::new(&id, "bob").unwrap()).await {
+            Err(Error::Redis(e)) => assert!(e.message.contains("state is incomplete"), "{name}: {e:?}"),
+            other => panic!("the {name} key gone, bob's grab: {other:?}"),
+        }
+    }
 }
 
 /// A Redis that may evict keys breaks every promise (a claim, a quota window, an idempotency
