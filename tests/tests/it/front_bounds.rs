@@ -590,14 +590,16 @@ fn cap_evicts_parked_and_slow_body_connections(port: u16, request_head: &str, bo
 #[test]
 fn at_the_cap_parked_and_slow_body_connections_make_room() {
     let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-connections", "20"]);
+    // A long request timeout: the slow bodies must be closed by eviction only, not by their
+    // own 408 on a slow machine.
+    let front = RestFront::start_with(&redis.url(), false, &["--max-connections", "20", "--timeout-ms", "60000"]);
     let head = format!("POST / HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n", front.token);
     cap_evicts_parked_and_slow_body_connections(front.port(), &head, r#"["PING"]"#);
     let server = NativeServer::start_with(
         &[("REDIS_URL", &redis.url())],
         "admin-token-0123456789",
         TEST_POLICIES,
-        &["--max-connections", "20"],
+        &["--max-connections", "20", "--timeout-ms", "60000"],
     );
     cap_evicts_parked_and_slow_body_connections(
         server.port(),

@@ -358,8 +358,10 @@ async fn storm(api: &Api, redis: &Store, n: usize, shares: i64, flush: bool) {
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(r.status().as_u16(), 200);
-            (i, serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap())
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            assert_eq!(status, 200, "grab {i}: {text}");
+            (i, serde_json::from_str::<Value>(&text).unwrap())
         }));
     }
     barrier.wait().await;
