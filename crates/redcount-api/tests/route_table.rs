@@ -1,0 +1,285 @@
+//! The route contract as a table, run in-process: each row is a request, the script (or
+//! plain command) the API must send for it, the REST reply a scripted responder gives, and
+//! the response the API must make of it. One behaviour per row; the real-process pass through
+//! the worker and `redcount serve` (tests/it/worker.rs) is the complement.
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redcount_api::{self as api, ApiRequest, Config, Step};
+use redcount_core::script;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token-0123456789";
+
+fn config() -> Config {
+    let policies = r#"{
+      "daily": {"kind": "quota", "algorithm": "fixed", "limit": 2, "window_ms": 86400000},
+      "slots": {"kind": "semaphore", "limit": 60, "lease_ms": 300000},
+      "jobs": {"kind": "counter", "min": 0, "storage": "hash"},
+      "bonus": {"kind": "claim", "window_ms": 86400000},
+      "packets": {"kind": "redpackets", "max_shares": 100, "max_total_cents": 10000},
+      "inbox": {"kind": "inbox"}
+    }"#;
+    let vars = [("REDCOUNT_ADMIN_TOKEN", ADMIN), ("REDCOUNT_POLICIES", policies)];
+    Config::from_env_for(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()), false).unwrap()
+}
+
+/// What the API must send: a script by name, or a plain command.
+#[derive(Debug, Clone, Copy)]
+enum Sends {
+    Script(&'static str),
+    Command(&'static str),
+    Nothing,
+}
+
+struct Row {
+    method: &'static str,
+    path: &'static str,
+    body: &'static str,
+    admin: bool,
+    sends: Sends,
+    /// The REST reply's `result` (integers: no base64 needed).
+    reply: Value,
+    status: u16,
+    /// Fields the response must have, with these values.
+    expect: Value,
+}
+
+fn row(
+    method: &'static str,
+    path: &'static str,
+    body: &'static str,
+    sends: Sends,
+    reply: Value,
+    status: u16,
+    expect: Value,
+) -> Row {
+    Row { method, path, body, admin: false, sends, reply, status, expect }
+}
+
+/// The name of the script whose SHA-1 an EVALSHA body carries.
+fn script_named(sha: &str) -> &'static str {
+    script::ALL.iter().find(|s| s.sha1() == sha).map(|s| s.name()).unwrap_or("unknown")
+}
+
+fn table() -> Vec<Row> {
+    use Sends::*;
+    let mut admin_reset =
+        row("DELETE", "/api/quotas/daily/u1", "", Script("quota_reset"), json!([1]), 200, json!({"reset": true}));
+    admin_reset.admin = true;
+    let mut admin_packet = row(
+        "POST",
+        "/api/redpackets",
+        r#"{"total_cents":100000,"count":3}"#,
+        Script("redpacket_create"),
+        json!([1, 1]),
+        201,
+        json!({}),
+    );
+    admin_packet.admin = true;
+    vec![
+        row(
+            "POST",
+            "/api/counters/jobs/a",
+            r#"{"delta":1}"#,
+            Script("counter"),
+            json!([1, 1, 0]),
+            200,
+            json!({"value": 1, "applied": 1, "status": "applied"}),
+        ),
+        row("POST", "/api/counters/jobs/a", r#"{"delta":2}"#, Nothing, Value::Null, 403, json!({"field": "delta"})),
+        row(
+            "POST",
+            "/api/counters/jobs/a",
+            r#"{"delta":-1}"#,
+            Script("counter"),
+            json!([0, 0, 1]),
+            200,
+            json!({"value": 0, "applied": 0, "status": "clamped"}),
+        ),
+        row("GET", "/api/counters/jobs/a", "", Command("HGET"), json!(7), 200, json!({"value": 7})),
+        row("POST", "/api/counters/jobs/a", r#"{"delta":"x"}"#, Nothing, Value::Null, 400, json!({"field": "delta"})),
+        row("POST", "/api/counters/nope/a", r#"{"delta":1}"#, Nothing, Value::Null, 404, json!({"field": "policy"})),
+        row("POST", "/api/counters/daily/a", r#"{"delta":1}"#, Nothing, Value::Null, 404, json!({"field": "policy"})),
+        row("POST", "/api/claims/bonus/a", "", Script("claim"), json!([1, -1]), 200, json!({"claimed": true})),
+        row(
+            "POST",
+            "/api/claims/bonus/a",
+            "",
+            Script("claim"),
+            json!([0, 5000]),
+            200,
+            json!({"claimed": false, "retry_after_ms": 5000}),
+        ),
+        row(
+            "POST",
+            "/api/quotas/daily/u1",
+            r#"{"cost":1}"#,
+            Script("quota_fixed"),
+            json!([1, 2, 1, 1000, 0]),
+            200,
+            json!({"allowed": true, "remaining": 1}),
+        ),
+        row(
+            "POST",
+            "/api/quotas/daily/u1",
+            "",
+            Script("quota_fixed"),
+            json!([0, 2, 0, 1000, 1000]),
+            200,
+            json!({"allowed": false, "retry_after_ms": 1000}),
+        ),
+        row(
+            "GET",
+            "/api/quotas/daily/u1?cost=2",
+            "",
+            Script("quota_fixed"),
+            json!([1, 2, 2, 1000, 0]),
+            200,
+            json!({"remaining": 2}),
+        ),
+        row("POST", "/api/quotas/daily/u1", r#"{"cost":3}"#, Nothing, Value::Null, 400, json!({"field": "cost"})),
+        row("DELETE", "/api/quotas/daily/u1", "", Nothing, Value::Null, 401, json!({})),
+        admin_reset,
+        row(
+            "POST",
+            "/api/semaphores/slots/n/acquire",
+            r#"{"holder":"h1"}"#,
+            Script("semaphore"),
+            json!([1, 1, 60, 300000, 300000]),
+            200,
+            json!({"result": "acquired", "in_use": 1}),
+        ),
+        row(
+            "POST",
+            "/api/semaphores/slots/n/release",
+            r#"{"holder":"h1"}"#,
+            Script("semaphore"),
+            json!([3, 0, 60, -1, 0]),
+            200,
+            json!({"result": "released"}),
+        ),
+        row("POST", "/api/semaphores/slots/n/steal", r#"{"holder":"h1"}"#, Nothing, Value::Null, 404, json!({})),
+        row(
+            "POST",
+            "/api/semaphores/slots/n/acquire",
+            r#"{"holder":"a:b"}"#,
+            Nothing,
+            Value::Null,
+            400,
+            json!({"field": "holder"}),
+        ),
+        row(
+            "POST",
+            "/api/redpackets",
+            r#"{"total_cents":1000,"count":3}"#,
+            Script("redpacket_create"),
+            json!([1, 1]),
+            201,
+            json!({}),
+        ),
+        row(
+            "POST",
+            "/api/redpackets",
+            r#"{"total_cents":100000,"count":3}"#,
+            Nothing,
+            Value::Null,
+            403,
+            json!({"field": "total_cents"}),
+        ),
+        admin_packet,
+        row(
+            "POST",
+            "/api/redpackets/p1/grab",
+            r#"{"user":"alice"}"#,
+            Script("redpacket_grab"),
+            json!([1, 250, 1, 2]),
+            200,
+            json!({"outcome": "won", "amount_cents": 250, "index": 1}),
+        ),
+        row(
+            "POST",
+            "/api/redpackets/p1/grab",
+            r#"{"user":"alice"}"#,
+            Script("redpacket_grab"),
+            json!([2, 250, 1, 2]),
+            200,
+            json!({"outcome": "already", "amount_cents": 250}),
+        ),
+        row(
+            "POST",
+            "/api/redpackets/p1/grab",
+            r#"{"user":"bob"}"#,
+            Script("redpacket_grab"),
+            json!([0, 0, 0, 0]),
+            200,
+            json!({"outcome": "empty"}),
+        ),
+        row(
+            "POST",
+            "/api/redpackets/p1/grab",
+            r#"{"user":"bob"}"#,
+            Script("redpacket_grab"),
+            json!([-1, 0, 0, 0]),
+            404,
+            json!({"field": "id"}),
+        ),
+        row("POST", "/api/redpackets/p1/grab", r#"{}"#, Nothing, Value::Null, 400, json!({"field": "user"})),
+        row("POST", "/api/inbox/u1/messages", r#"{"id":1,"body":"hi"}"#, Nothing, Value::Null, 401, json!({})),
+        row("PUT", "/api/counters/jobs/a", r#"{"delta":1}"#, Nothing, Value::Null, 405, json!({})),
+        row("GET", "/api/nothing-here", "", Nothing, Value::Null, 404, json!({})),
+    ]
+}
+
+#[test]
+fn every_row_of_the_route_table() {
+    let config = config();
+    let auth = format!("Bearer {ADMIN}");
+    for (i, r) in table().into_iter().enumerate() {
+        let (path, query) = r.path.split_once('?').unwrap_or((r.path, ""));
+        let request = ApiRequest {
+            method: r.method,
+            path,
+            query,
+            authorization: r.admin.then_some(auth.as_str()),
+            origin: None,
+            idempotency_key: None,
+            body: r.body.as_bytes(),
+        };
+        let what = format!("row {i}: {} {}", r.method, r.path);
+        let response = match (api::handle(&config, &request, &mut StdRng::seed_from_u64(i as u64)), r.sends) {
+            (Step::Respond(resp), Sends::Nothing) => resp,
+            (Step::Send(ex), Sends::Script(name)) => {
+                let sent: Value = serde_json::from_str(ex.body()).unwrap();
+                assert_eq!(sent[0], json!("EVALSHA"), "{what}");
+                assert_eq!(script_named(sent[1].as_str().unwrap()), name, "{what}: which script");
+                let Step::Respond(resp) = ex.receive(200, json!({"result": r.reply}).to_string().as_bytes()) else {
+                    panic!("{what}: a second call after a plain reply")
+                };
+                resp
+            }
+            (Step::Send(ex), Sends::Command(name)) => {
+                let sent: Value = serde_json::from_str(ex.body()).unwrap();
+                assert_eq!(sent[0], json!(name), "{what}");
+                let Step::Respond(resp) = ex.receive(200, json!({"result": r.reply}).to_string().as_bytes()) else {
+                    panic!("{what}: a second call after a plain reply")
+                };
+                resp
+            }
+            (Step::Respond(resp), sends) => {
+                panic!("{what}: answered {} {} without sending {sends:?}", resp.status, resp.body)
+            }
+            (Step::Send(ex), Sends::Nothing) => panic!("{what}: sent {} though it must not", ex.body()),
+        };
+        assert_eq!(response.status, r.status, "{what}: {}", response.body);
+        if !response.body.is_empty() {
+            let got: Value = serde_json::from_str(&response.body).unwrap();
+            for (k, v) in r.expect.as_object().unwrap() {
+                assert_eq!(&got[k], v, "{what}: field {k} of {got}");
+            }
+            if r.status >= 400 {
+                assert!(got["error"].is_string(), "{what}: errors say why: {got}");
+            }
+        }
+    }
+}
