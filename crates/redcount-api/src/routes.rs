@@ -98,10 +98,7 @@ mod canonical_path_tests {
 macro_rules! replayable {
     ($req:expr, $op:expr) => {{
         let op = $op;
-        match idempotency($req)? {
-            Some(i) => op.idempotent(i),
-            None => op,
-        }
+        ops::Idempotent::new(op, idempotency($req)?)
     }};
 }
 
@@ -508,7 +505,7 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
         Policy::Quota { algorithm, max_cost } => Some((algorithm, max_cost)),
         _ => None,
     })?;
-    let render = |_: &Quota, o: ops::quota::QuotaOutcome| {
+    let render = |_: &ops::Idempotent<Quota>, o: ops::quota::QuotaOutcome| {
         let mut r = ApiResponse::json(
             200,
             json!({
@@ -539,7 +536,7 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
         _ => {
             let cost = Query::parse(req.query, &["cost"])?.int("cost", 1, algorithm.limit(), 1)?;
             let op = Quota::peek(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
-            Ok(Step::Send(Exchange::new(op, render)))
+            Ok(Step::Send(Exchange::new(ops::Idempotent::new(op, None), render)))
         }
     }
 }
@@ -624,10 +621,7 @@ fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, cal
         None => redpacket::new_id(rng),
     };
     let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;
-    let op = match idem {
-        Some(i) => op.idempotent(i),
-        None => op,
-    };
+    let op = ops::Idempotent::new(op, idem);
     Ok(Step::Send(Exchange::new(op, move |_, o| {
         if !o.created {
             return ApiResponse::error(409, "a packet with this id exists; try again", None);

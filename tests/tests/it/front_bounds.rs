@@ -274,7 +274,10 @@ fn huge_replies_are_cut_off_at_the_bound() {
     use redcount_core::Operation;
     use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
     let idem = redcount_core::ops::Idempotency::new(b"POST\n/x\nk", b"{}");
-    let op = AddCounter::new("c", "s", Storage::Key, 1, Bounds::default()).unwrap().idempotent(idem.clone());
+    let op = redcount_core::ops::Idempotent::new(
+        AddCounter::new("c", "s", Storage::Key, 1, Bounds::default()).unwrap(),
+        Some(idem.clone()),
+    );
     let parts = op.request().command().parts().to_vec();
     let keys: usize = parts[2].parse().unwrap();
     let stored = format!("{}|{}", idem.fingerprint, "1,".repeat(5_000_000));

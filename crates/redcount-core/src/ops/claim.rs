@@ -18,7 +18,6 @@ pub const MAX_WINDOW_MS: i64 = 1_000_000_000_000;
 pub struct Claim {
     key: String,
     window_ms: i64,
-    idem: Option<super::Idempotency>,
 }
 
 impl Claim {
@@ -27,7 +26,7 @@ impl Claim {
         let scope = validate::id("policy", scope)?;
         let subject = validate::id("subject", subject)?;
         validate::range("window_ms", window_ms, 1, MAX_WINDOW_MS)?;
-        Ok(Claim { key: keys::claim(scope, subject), window_ms, idem: None })
+        Ok(Claim { key: keys::claim(scope, subject), window_ms })
     }
 }
 
@@ -45,14 +44,11 @@ impl Operation for Claim {
     const NAME: &'static str = "claim";
 
     fn request(&self) -> Request {
-        super::script(
-            &self.idem,
-            Invocation {
-                script: &CLAIM,
-                keys: alloc::vec![self.key.clone()],
-                args: alloc::vec![itoa_i(self.window_ms)],
-            },
-        )
+        Request::Script(Invocation {
+            script: &CLAIM,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec![itoa_i(self.window_ms)],
+        })
     }
 
     fn parse(&self, reply: Value) -> Result<ClaimOutcome, ShapeError> {
@@ -61,10 +57,4 @@ impl Operation for Claim {
     }
 }
 
-impl Claim {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for Claim {}

@@ -92,7 +92,6 @@ pub struct AddCounter {
     field: String,
     delta: i64,
     bounds: Bounds,
-    idem: Option<super::Idempotency>,
 }
 
 impl AddCounter {
@@ -101,7 +100,7 @@ impl AddCounter {
         let (key, field) = target(scope, subject, storage)?;
         validate::range("delta", delta, -MAX_VALUE, MAX_VALUE)?;
         bounds.validate()?;
-        Ok(AddCounter { key, field, delta, bounds, idem: None })
+        Ok(AddCounter { key, field, delta, bounds })
     }
 }
 
@@ -133,21 +132,18 @@ impl Operation for AddCounter {
 
     fn request(&self) -> Request {
         let b = &self.bounds;
-        super::script(
-            &self.idem,
-            Invocation {
-                script: &COUNTER,
-                keys: alloc::vec![self.key.clone()],
-                args: alloc::vec![
-                    self.field.clone(),
-                    itoa_i(self.delta),
-                    itoa_i(b.min),
-                    b.max.map(itoa_i).unwrap_or_default(),
-                    String::from(b.mode.as_str()),
-                    itoa_i(b.ttl_ms),
-                ],
-            },
-        )
+        Request::Script(Invocation {
+            script: &COUNTER,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec![
+                self.field.clone(),
+                itoa_i(self.delta),
+                itoa_i(b.min),
+                b.max.map(itoa_i).unwrap_or_default(),
+                String::from(b.mode.as_str()),
+                itoa_i(b.ttl_ms),
+            ],
+        })
     }
 
     fn parse(&self, reply: Value) -> Result<CounterOutcome, ShapeError> {
@@ -197,10 +193,4 @@ impl Operation for GetCounter {
     }
 }
 
-impl AddCounter {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for AddCounter {}

@@ -31,7 +31,6 @@ pub struct Append {
     body: String,
     ttl_ms: i64,
     max_len: i64,
-    idem: Option<super::Idempotency>,
 }
 
 impl Append {
@@ -43,7 +42,7 @@ impl Append {
         let body = validate::text("body", body, MAX_BODY)?;
         validate::range("ttl_ms", ttl_ms, 1, MAX_TTL_MS)?;
         validate::range("max_len", max_len, 1, MAX_LEN)?;
-        Ok(Append { key: keys::inbox(user), id, body: String::from(body), ttl_ms, max_len, idem: None })
+        Ok(Append { key: keys::inbox(user), id, body: String::from(body), ttl_ms, max_len })
     }
 }
 
@@ -61,14 +60,11 @@ impl Operation for Append {
     const NAME: &'static str = "inbox_append";
 
     fn request(&self) -> Request {
-        super::script(
-            &self.idem,
-            Invocation {
-                script: &INBOX_APPEND,
-                keys: alloc::vec![self.key.clone()],
-                args: alloc::vec![itoa_i(self.id), self.body.clone(), itoa_i(self.ttl_ms), itoa_i(self.max_len)],
-            },
-        )
+        Request::Script(Invocation {
+            script: &INBOX_APPEND,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec![itoa_i(self.id), self.body.clone(), itoa_i(self.ttl_ms), itoa_i(self.max_len)],
+        })
     }
 
     fn parse(&self, reply: Value) -> Result<Appended, ShapeError> {
@@ -200,7 +196,6 @@ pub struct Trim {
     max_age_s: i64,
     max_len: i64,
     scan: i64,
-    idem: Option<super::Idempotency>,
 }
 
 /// Longest max age: about 31 years in s.
@@ -215,7 +210,7 @@ impl Trim {
         validate::range("max_age_s", max_age_s, 1, MAX_AGE_S)?;
         validate::range("max_len", max_len, 1, MAX_LEN)?;
         validate::range("scan", scan, 1, MAX_SCAN)?;
-        Ok(Trim { key: keys::inbox(user), max_age_s, max_len, scan, idem: None })
+        Ok(Trim { key: keys::inbox(user), max_age_s, max_len, scan })
     }
 }
 
@@ -233,14 +228,11 @@ impl Operation for Trim {
     const NAME: &'static str = "inbox_trim";
 
     fn request(&self) -> Request {
-        super::script(
-            &self.idem,
-            Invocation {
-                script: &INBOX_TRIM,
-                keys: alloc::vec![self.key.clone()],
-                args: alloc::vec![itoa_i(self.max_age_s), itoa_i(self.max_len), itoa_i(self.scan)],
-            },
-        )
+        Request::Script(Invocation {
+            script: &INBOX_TRIM,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec![itoa_i(self.max_age_s), itoa_i(self.max_len), itoa_i(self.scan)],
+        })
     }
 
     fn parse(&self, reply: Value) -> Result<Trimmed, ShapeError> {
@@ -249,18 +241,6 @@ impl Operation for Trim {
     }
 }
 
-impl Append {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for Append {}
 
-impl Trim {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for Trim {}

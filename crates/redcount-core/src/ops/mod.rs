@@ -71,12 +71,59 @@ impl Idempotency {
     }
 }
 
-/// A script call, with the idempotency key and arguments when there are.
-pub(crate) fn script(idem: &Option<Idempotency>, mut inv: crate::script::Invocation) -> Request {
-    if let Some(i) = idem {
-        i.apply(&mut inv);
+/// A write whose script can store its reply under an idempotency key (the scripts that call
+/// the prelude's `idempotency`): only these can be made [`Idempotent`].
+pub trait Replayable: Operation {}
+
+/// An operation made replayable with an idempotency key, or left as it is (`None`): its
+/// script gets the reply key after its own keys and the TTL and fingerprint after its own
+/// arguments (see [`Idempotency`]); the outcome is the operation's own.
+///
+/// ```
+/// use redcount_core::Operation;
+/// use redcount_core::ops::{Idempotency, Idempotent, claim::Claim};
+///
+/// let idem = Idempotency::new(b"POST\n/api/claims/bonus/alice\nkey-1", b"{}");
+/// let op = Idempotent::new(Claim::new("bonus", "alice", 60_000).unwrap(), Some(idem));
+/// let parts = op.request().command().parts().to_vec();
+/// assert_eq!(parts[2], "2"); // the claim's key and the reply key, in one slot
+/// assert!(parts[4].starts_with(&parts[3][..]), "the reply key shares the claim key's slot");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Idempotent<O> {
+    op: O,
+    idem: Option<Idempotency>,
+}
+
+impl<O: Replayable> Idempotent<O> {
+    /// `op`, replayable under `idem` when there is one.
+    pub fn new(op: O, idem: Option<Idempotency>) -> Self {
+        Idempotent { op, idem }
     }
-    Request::Script(inv)
+
+    /// The operation itself.
+    pub fn inner(&self) -> &O {
+        &self.op
+    }
+}
+
+impl<O: Replayable> Operation for Idempotent<O> {
+    type Outcome = O::Outcome;
+    const NAME: &'static str = O::NAME;
+
+    fn request(&self) -> Request {
+        match (self.op.request(), &self.idem) {
+            (Request::Script(mut inv), Some(i)) => {
+                i.apply(&mut inv);
+                Request::Script(inv)
+            }
+            (request, _) => request,
+        }
+    }
+
+    fn parse(&self, reply: Value) -> Result<Self::Outcome, ShapeError> {
+        self.op.parse(reply)
+    }
 }
 
 fn hex(data: &[u8]) -> alloc::string::String {

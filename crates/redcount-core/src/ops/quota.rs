@@ -90,7 +90,6 @@ pub struct Quota {
     algo: Algorithm,
     cost: i64,
     peek: bool,
-    idem: Option<super::Idempotency>,
 }
 
 impl Quota {
@@ -109,7 +108,7 @@ impl Quota {
         let subject = validate::id("subject", subject)?;
         algo.validate()?;
         validate::range("cost", cost, 1, algo.limit())?;
-        Ok(Quota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek, idem: None })
+        Ok(Quota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek })
     }
 }
 
@@ -146,7 +145,7 @@ impl Operation for Quota {
                 alloc::vec![itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms), itoa_i(self.cost), peek],
             ),
         };
-        super::script(&self.idem, Invocation { script, keys: alloc::vec![self.key.clone()], args })
+        Request::Script(Invocation { script, keys: alloc::vec![self.key.clone()], args })
     }
 
     fn parse(&self, reply: Value) -> Result<QuotaOutcome, ShapeError> {
@@ -159,7 +158,6 @@ impl Operation for Quota {
 #[derive(Debug, Clone)]
 pub struct ResetQuota {
     key: String,
-    idem: Option<super::Idempotency>,
 }
 
 impl ResetQuota {
@@ -167,7 +165,7 @@ impl ResetQuota {
     pub fn new(scope: &str, subject: &str, algo: Algorithm) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
         let subject = validate::id("subject", subject)?;
-        Ok(ResetQuota { key: keys::quota(scope, subject, algo.tag()), idem: None })
+        Ok(ResetQuota { key: keys::quota(scope, subject, algo.tag()) })
     }
 }
 
@@ -177,10 +175,11 @@ impl Operation for ResetQuota {
     const NAME: &'static str = "quota_reset";
 
     fn request(&self) -> Request {
-        super::script(
-            &self.idem,
-            Invocation { script: &QUOTA_RESET, keys: alloc::vec![self.key.clone()], args: alloc::vec::Vec::new() },
-        )
+        Request::Script(Invocation {
+            script: &QUOTA_RESET,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec::Vec::new(),
+        })
     }
 
     fn parse(&self, reply: Value) -> Result<bool, ShapeError> {
@@ -189,18 +188,6 @@ impl Operation for ResetQuota {
     }
 }
 
-impl Quota {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for Quota {}
 
-impl ResetQuota {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for ResetQuota {}

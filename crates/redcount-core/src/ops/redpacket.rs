@@ -41,7 +41,6 @@ pub struct Create {
     total: i64,
     shares: Vec<i64>,
     ttl_ms: i64,
-    idem: Option<super::Idempotency>,
 }
 
 impl Create {
@@ -57,7 +56,7 @@ impl Create {
         let id = validate::id("id", id)?;
         validate::range("ttl_ms", ttl_ms, 1, MAX_TTL_MS)?;
         let shares = split::split(total_cents, count, min_cents, rng)?;
-        Ok(Create { keys: keys::redpacket(id), total: total_cents, shares, ttl_ms, idem: None })
+        Ok(Create { keys: keys::redpacket(id), total: total_cents, shares, ttl_ms })
     }
 
     /// The shares, in the order they will be handed out.
@@ -84,7 +83,7 @@ impl Operation for Create {
         args.push(itoa_i(self.ttl_ms));
         args.push(itoa_i(self.total));
         args.extend(self.shares.iter().map(|s| itoa_i(*s)));
-        super::script(&self.idem, Invocation { script: &REDPACKET_CREATE, keys: self.keys.to_vec(), args })
+        Request::Script(Invocation { script: &REDPACKET_CREATE, keys: self.keys.to_vec(), args })
     }
 
     fn parse(&self, reply: Value) -> Result<Created, ShapeError> {
@@ -278,10 +277,4 @@ impl Operation for Claims {
     }
 }
 
-impl Create {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for Create {}

@@ -44,7 +44,6 @@ pub struct Semaphore {
     holder: String,
     limit: i64,
     lease_ms: i64,
-    idem: Option<super::Idempotency>,
 }
 
 impl Semaphore {
@@ -62,14 +61,7 @@ impl Semaphore {
         let holder = validate::id("holder", holder)?;
         validate::range("limit", limit, 1, MAX_LIMIT)?;
         validate::range("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-        Ok(Semaphore {
-            key: keys::semaphore(scope, name),
-            action,
-            holder: String::from(holder),
-            limit,
-            lease_ms,
-            idem: None,
-        })
+        Ok(Semaphore { key: keys::semaphore(scope, name), action, holder: String::from(holder), limit, lease_ms })
     }
 }
 
@@ -108,19 +100,16 @@ impl Operation for Semaphore {
     const NAME: &'static str = "semaphore";
 
     fn request(&self) -> Request {
-        super::script(
-            &self.idem,
-            Invocation {
-                script: &SEMAPHORE,
-                keys: alloc::vec![self.key.clone()],
-                args: alloc::vec![
-                    String::from(self.action.as_str()),
-                    self.holder.clone(),
-                    itoa_i(self.limit),
-                    itoa_i(self.lease_ms),
-                ],
-            },
-        )
+        Request::Script(Invocation {
+            script: &SEMAPHORE,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec![
+                String::from(self.action.as_str()),
+                self.holder.clone(),
+                itoa_i(self.limit),
+                itoa_i(self.lease_ms),
+            ],
+        })
     }
 
     fn parse(&self, reply: Value) -> Result<SemaphoreOutcome, ShapeError> {
@@ -137,10 +126,4 @@ impl Operation for Semaphore {
     }
 }
 
-impl Semaphore {
-    /// Makes this write replayable with an `Idempotency-Key` (see [`super::Idempotency`]).
-    pub fn idempotent(mut self, idem: super::Idempotency) -> Self {
-        self.idem = Some(idem);
-        self
-    }
-}
+impl super::Replayable for Semaphore {}
