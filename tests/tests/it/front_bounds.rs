@@ -531,6 +531,12 @@ fn cap_evicts_parked_and_slow_body_connections(port: u16, request_head: &str, bo
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut got = vec![0u8; 4096];
         let n = s.read(&mut got).unwrap_or(0);
+        if !keep {
+            // Until the server has closed it, and a moment for its place to be given back:
+            // the next connection must not find the cap still full and evict one more.
+            let _ = s.read_to_end(&mut Vec::new());
+            std::thread::sleep(Duration::from_millis(50));
+        }
         (s, String::from_utf8_lossy(&got[..n]).into_owned())
     };
     // The start-up probe's connection must be gone before the cap is filled.
