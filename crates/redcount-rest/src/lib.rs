@@ -249,8 +249,6 @@ pub async fn run(config: Config) -> Result<(), String> {
     let run_id = if config.cluster { None } else { http::run_id(&killer).await };
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
-    // Without the lowered threshold Redis would not take a SCRIPT KILL before its own (5 s).
-    let kill_bound_set = kill_setting.is_some();
     let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
     if !settings.is_empty() {
         killer.on_connect(settings.clone(), None);
@@ -267,10 +265,9 @@ pub async fn run(config: Config) -> Result<(), String> {
     if let Some(ro) = &readonly_backend {
         ro.charge_replies(&response_budget);
     }
-    // Its own connection: a SCRIPT KILL may wait for a script to reach its bound.
-    if kill_bound_set {
-        tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout, config.log));
-    }
+    // Its own connection: a SCRIPT KILL may wait for a script to reach its bound. Where the
+    // threshold could not be lowered it still kills, once Redis's own threshold has passed.
+    tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout, config.log));
     let state = Arc::new(State {
         backend,
         readonly_backend,

@@ -437,6 +437,20 @@ fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
     assert!(status == 400 && body.contains("killed"), "{status} {body}");
 }
 
+/// Fills the list `big` with 200,000 numbers; returns what one `SORT_RO big LIMIT 0 1` (a
+/// slow read with a one-element reply) costs Redis here.
+fn slow_read(redis: &RedisServer) -> Duration {
+    let _: () = redis::cmd("EVAL")
+        .arg("for i = 1, 200000 do redis.call('RPUSH', KEYS[1], (i * 7919) % 1000003) end")
+        .arg(1)
+        .arg("big")
+        .query(&mut redis.conn())
+        .unwrap();
+    let one = Instant::now();
+    let _: Vec<String> = redis::cmd("SORT_RO").arg("big").arg("LIMIT").arg(0).arg(1).query(&mut redis.conn()).unwrap();
+    one.elapsed()
+}
+
 /// Several runaway scripts in one `/multi-exec` or `/pipeline` keep Redis busy script after
 /// script, long after their request has timed out: every one is still killed at its bound,
 /// and Redis answers again with no operator.
@@ -475,15 +489,8 @@ fn runaway_scripts_in_a_batch_are_all_killed() {
         false,
         &["--script-timeout-ms", "300", "--timeout-ms", "500", "--max-transaction-commands", "100"],
     );
-    let _: () = redis::cmd("EVAL")
-        .arg("for i = 1, 200000 do redis.call('RPUSH', KEYS[1], (i * 7919) % 1000003) end")
-        .arg(1)
-        .arg("big")
-        .query(&mut redis.conn())
-        .unwrap();
-    let one = Instant::now();
-    let _: Vec<String> = redis::cmd("SORT_RO").arg("big").arg("LIMIT").arg(0).arg(1).query(&mut redis.conn()).unwrap();
-    let slow = (2_400 / one.elapsed().as_millis().max(1) as usize).clamp(10, 99);
+    let one = slow_read(&redis);
+    let slow = (2_400 / one.as_millis().max(1) as usize).clamp(10, 99);
     let mut tx: Vec<serde_json::Value> =
         (0..slow).map(|_| serde_json::json!(["SORT_RO", "big", "LIMIT", "0", "1"])).collect();
     tx.push(serde_json::json!(["EVAL", "while true do end", "0"]));
@@ -491,7 +498,7 @@ fn runaway_scripts_in_a_batch_are_all_killed() {
     let (status, _) =
         request(late.port(), "POST", "/multi-exec", &late.token, &serde_json::Value::Array(tx).to_string());
     assert_eq!(status, 504);
-    let deadline = t + one.elapsed() * slow as u32 + Duration::from_millis(3_000);
+    let deadline = t + one * slow as u32 + Duration::from_millis(3_000);
     loop {
         match redis::cmd("PING").query::<String>(&mut redis.conn()) {
             Ok(pong) if pong == "PONG" && t.elapsed() > Duration::from_millis(600) => break,
@@ -700,15 +707,7 @@ fn redis_does_not_build_replies_past_the_bound() {
 fn slow_commands_cannot_hold_redis_past_the_timeout() {
     let redis = RedisServer::start();
     let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "1000"]);
-    let _: () = redis::cmd("EVAL")
-        .arg("for i = 1, 200000 do redis.call('RPUSH', KEYS[1], (i * 7919) % 1000003) end")
-        .arg(1)
-        .arg("big")
-        .query(&mut redis.conn())
-        .unwrap();
-    let one = Instant::now();
-    let _: Vec<String> = redis::cmd("SORT_RO").arg("big").arg("LIMIT").arg(0).arg(1).query(&mut redis.conn()).unwrap();
-    let cost = one.elapsed();
+    let cost = slow_read(&redis);
     let n = (4_000 / cost.as_millis().max(1) as usize).clamp(20, 2_000);
     let pipeline =
         serde_json::Value::Array((0..n).map(|_| serde_json::json!(["SORT_RO", "big", "LIMIT", "0", "1"])).collect());
