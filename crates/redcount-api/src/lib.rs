@@ -97,7 +97,7 @@ pub struct ApiResponse {
     pub status: u16,
     /// The JSON body (empty for 204).
     pub body: String,
-    /// Headers besides `Content-Type: application/json`.
+    /// Headers besides the ones every response carries (see [`ApiResponse::header_list`]).
     pub headers: Vec<(&'static str, String)>,
 }
 
@@ -118,6 +118,16 @@ impl ApiResponse {
     /// The response for input refused by validation: 400, naming the field.
     pub fn input(e: &InputError) -> Self {
         Self::error(400, e.to_string(), Some(e.field))
+    }
+
+    /// Every header to send, in order: `Content-Type` (unless 204), `Cache-Control: no-store`
+    /// (answers are live state), then [`ApiResponse::headers`]. Shells copy these as they are.
+    pub fn header_list(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let content_type = (self.status != 204).then_some(("Content-Type", "application/json"));
+        content_type
+            .into_iter()
+            .chain(core::iter::once(("Cache-Control", "no-store")))
+            .chain(self.headers.iter().map(|(k, v)| (*k, v.as_str())))
     }
 }
 
@@ -282,6 +292,16 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
 /// The response for a body over [`MAX_BODY`], for shells that stop reading early.
 pub fn too_large() -> ApiResponse {
     ApiResponse::error(413, format!("body larger than {MAX_BODY} bytes"), None)
+}
+
+/// The response for a body that did not arrive within the shell's time limit.
+pub fn body_timeout(limit_ms: u64) -> ApiResponse {
+    ApiResponse::error(408, format!("the request body did not arrive within {limit_ms} ms"), None)
+}
+
+/// The response when the platform cannot do what the API needs (e.g. no randomness).
+pub fn unavailable(what: &str) -> ApiResponse {
+    ApiResponse::error(503, format!("unavailable: {what}"), None)
 }
 
 /// The response for a configuration that cannot be used (every request gets it).

@@ -81,11 +81,7 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
     let bytes = match tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, api::MAX_BODY)).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(_)) => return to_response(api::too_large()),
-        Err(_) => {
-            let msg =
-                format!("{{\"error\":\"the request body did not arrive within {} ms\"}}", s.body_timeout.as_millis());
-            return (StatusCode::REQUEST_TIMEOUT, [(header::CONTENT_TYPE, "application/json")], msg).into_response();
-        }
+        Err(_) => return to_response(api::body_timeout(s.body_timeout.as_millis() as u64)),
     };
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let idem_key = headers.get("idempotency-key").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
@@ -123,19 +119,13 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
 
 fn to_response(r: ApiResponse) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = if r.status == 204 {
-        status.into_response()
-    } else {
-        (status, [(header::CONTENT_TYPE, "application/json")], r.body).into_response()
-    };
-    let h = resp.headers_mut();
-    h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
-    for (k, v) in r.headers {
-        if let Ok(v) = header::HeaderValue::from_str(&v) {
-            h.append(k, v);
+    let mut headers = HeaderMap::new();
+    for (k, v) in r.header_list() {
+        if let Ok(v) = header::HeaderValue::from_str(v) {
+            headers.append(k, v);
         }
     }
-    resp
+    (status, headers, r.body).into_response()
 }
 
 /// The demo page's files; nothing outside `www` is reachable.

@@ -4,12 +4,10 @@
 //! asks for, and writes the core's response. No routing, validation or reply parsing
 //! happens here: the native server runs the very same functions.
 
-use rand_chacha::ChaCha20Rng;
-use rand_core::SeedableRng;
 use redcount_api::{self as api, ApiRequest, ApiResponse, Config, REST_HEADERS, Step};
-use worker::{
-    Context, Env, Fetch, Headers, Method, Request, RequestInit, Response, Result, event, js_sys, wasm_bindgen,
-};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use worker::{Context, Env, event, js_sys, wasm_bindgen, wasm_bindgen_futures, web_sys};
 
 fn config(env: &Env) -> std::result::Result<Config, api::ConfigError> {
     Config::from_env(|name| {
@@ -18,60 +16,109 @@ fn config(env: &Env) -> std::result::Result<Config, api::ConfigError> {
     })
 }
 
-/// A CSPRNG seeded from the platform's `crypto.getRandomValues`.
-fn rng() -> std::result::Result<ChaCha20Rng, String> {
-    use wasm_bindgen::JsCast;
-    let crypto = js_sys::Reflect::get(&js_sys::global(), &"crypto".into()).map_err(|_| "no crypto")?;
-    let get: js_sys::Function = js_sys::Reflect::get(&crypto, &"getRandomValues".into())
-        .ok()
-        .and_then(|f| f.dyn_into().ok())
-        .ok_or("no crypto.getRandomValues")?;
-    let buf = js_sys::Uint8Array::new_with_length(32);
-    get.call1(&crypto, &buf).map_err(|_| "crypto.getRandomValues failed")?;
-    let mut seed = [0u8; 32];
-    buf.copy_to(&mut seed);
-    Ok(ChaCha20Rng::from_seed(seed))
+/// Randomness straight from the platform's CSPRNG (`crypto.getRandomValues`), drawn only when
+/// a route asks for it (creating a red packet): no generator to seed on every request, and no
+/// ChaCha in the bundle. Shares are money, so nothing weaker will do.
+struct PlatformRng {
+    crypto: js_sys::Object,
+    get_random_values: js_sys::Function,
 }
 
-fn respond(r: ApiResponse) -> Result<Response> {
-    let mut resp = if r.status == 204 { Response::empty()? } else { Response::from_bytes(r.body.into_bytes())? };
-    resp = resp.with_status(r.status);
-    let headers = resp.headers_mut();
-    if r.status != 204 {
-        headers.set("Content-Type", "application/json")?;
+thread_local! {
+    /// Looked up once per isolate.
+    static CRYPTO: Option<(js_sys::Object, js_sys::Function)> = {
+        use wasm_bindgen::JsCast;
+        let crypto: Option<js_sys::Object> =
+            js_sys::Reflect::get(&js_sys::global(), &"crypto".into()).ok().and_then(|c| c.dyn_into().ok());
+        let get = crypto.as_ref().and_then(|c| js_sys::Reflect::get(c, &"getRandomValues".into()).ok());
+        crypto.zip(get.and_then(|f| f.dyn_into::<js_sys::Function>().ok()))
+    };
+}
+
+impl PlatformRng {
+    /// `None` where the runtime has no Web Crypto (never on Workers).
+    fn new() -> Option<Self> {
+        CRYPTO.with(|c| c.clone()).map(|(crypto, get_random_values)| PlatformRng { crypto, get_random_values })
     }
-    headers.set("Cache-Control", "no-store")?;
-    for (k, v) in &r.headers {
-        headers.append(k, v)?;
+
+    fn fill(&self, dest: &mut [u8]) {
+        // getRandomValues fills at most 65,536 bytes per call; within that bound, on an
+        // Uint8Array, it cannot throw.
+        for chunk in dest.chunks_mut(65_536) {
+            let buf = js_sys::Uint8Array::new_with_length(chunk.len() as u32);
+            if self.get_random_values.call1(&self.crypto, &buf).is_err() {
+                // Unreachable by the above; never hand out shares from unfilled bytes.
+                panic!("crypto.getRandomValues failed");
+            }
+            buf.copy_to(chunk);
+        }
     }
-    Ok(resp)
 }
 
-fn error(status: u16, message: &str) -> Result<Response> {
-    respond(ApiResponse { status, body: format!("{{\"error\":{}}}", json_string(message)), headers: Vec::new() })
+impl rand_core::RngCore for PlatformRng {
+    fn next_u32(&mut self) -> u32 {
+        let mut b = [0u8; 4];
+        self.fill(&mut b);
+        u32::from_le_bytes(b)
+    }
+    fn next_u64(&mut self) -> u64 {
+        let mut b = [0u8; 8];
+        self.fill(&mut b);
+        u64::from_le_bytes(b)
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        self.fill(dest)
+    }
 }
 
-fn json_string(s: &str) -> String {
-    let mut out = String::new();
-    redcount_core::rest::write_json_string(&mut out, s);
-    out
+impl rand_core::CryptoRng for PlatformRng {}
+
+/// The platform's response for the API's: the body copied once, the headers as the API shaped them.
+fn respond(r: ApiResponse) -> web_sys::Response {
+    let init = web_sys::ResponseInit::new();
+    init.set_status(r.status);
+    let headers = web_sys::Headers::new().ok();
+    if let Some(h) = &headers {
+        for (k, v) in r.header_list() {
+            // Names and values come from the API, all valid; a refusal would only drop one.
+            let _ = h.append(k, v);
+        }
+        init.set_headers(h);
+    }
+    let body = (r.status != 204).then_some(r.body.as_str());
+    // Only fails for a status outside 200..=599, which the API never makes.
+    web_sys::Response::new_with_opt_str_and_init(body, &init).unwrap_or_else(|_| {
+        web_sys::Response::new_with_opt_str(Some("{\"error\":\"bad response\"}")).expect("a plain response")
+    })
+}
+
+fn js_error(e: JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"))
+}
+
+/// The bytes of a request's or response's body, read in one piece.
+async fn body_bytes(buffer: Result<js_sys::Promise, JsValue>) -> Result<Vec<u8>, String> {
+    let buffer = JsFuture::from(buffer.map_err(js_error)?).await.map_err(js_error)?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
 /// One REST round trip; `Err` when the front cannot be reached.
-async fn post(config: &Config, body: &str) -> std::result::Result<(u16, Vec<u8>), String> {
-    let headers = Headers::new();
-    let auth = format!("Bearer {}", config.rest_token);
-    headers.set("Authorization", &auth).map_err(|e| e.to_string())?;
+async fn post(config: &Config, body: &str) -> Result<(u16, Vec<u8>), String> {
+    let headers = web_sys::Headers::new().map_err(js_error)?;
+    headers.set("Authorization", &format!("Bearer {}", config.rest_token)).map_err(js_error)?;
     for (k, v) in REST_HEADERS {
-        headers.set(k, v).map_err(|e| e.to_string())?;
+        headers.set(k, v).map_err(js_error)?;
     }
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post).with_headers(headers).with_body(Some(body.into()));
-    let request = Request::new_with_init(&format!("{}/", config.rest_url), &init).map_err(|e| e.to_string())?;
-    let mut resp = Fetch::Request(request).send().await.map_err(|e| e.to_string())?;
-    let status = resp.status_code();
-    let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
-    Ok((status, bytes))
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_headers(&headers);
+    init.set_body(&JsValue::from_str(body));
+    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+    let url = format!("{}/", config.rest_url);
+    let resp = JsFuture::from(global.fetch_with_str_and_init(&url, &init)).await.map_err(js_error)?;
+    let resp: web_sys::Response = resp.dyn_into().map_err(js_error)?;
+    let bytes = body_bytes(resp.array_buffer()).await?;
+    Ok((resp.status(), bytes))
 }
 
 /// `scheme://host/path?query#fragment` → (`/path`, `query`).
@@ -83,28 +130,31 @@ fn split_url(url: &str) -> (&str, &str) {
 }
 
 #[event(fetch)]
-async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
+async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result<web_sys::Response> {
     let config = match config(&env) {
         Ok(c) => c,
         Err(e) => {
             worker::console_error!("redcount: server misconfigured: {e}");
-            return respond(api::misconfigured(&e));
+            return Ok(respond(api::misconfigured(&e)));
         }
     };
+    let headers = req.headers();
+    let header = |name: &str| headers.get(name).ok().flatten();
     // Refuse an oversized body before reading it.
-    let declared = req.headers().get("Content-Length")?.and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-    if declared > api::MAX_BODY {
-        return error(413, &format!("body larger than {} bytes", api::MAX_BODY));
+    if header("Content-Length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0) > api::MAX_BODY {
+        return Ok(respond(api::too_large()));
     }
-    let body = req.bytes().await.unwrap_or_default();
+    let body = match body_bytes(req.array_buffer()).await {
+        Ok(b) => b,
+        Err(e) => return Ok(respond(api::unavailable(&format!("the request body could not be read: {e}")))),
+    };
     // The runtime hands us a parsed, absolute URL; splitting its text avoids linking a URL
     // parser (with its Unicode tables) into the bundle.
-    let url = req.inner().url();
+    let url = req.url();
     let (path, query) = split_url(&url);
-    let method = req.method().to_string();
-    let authorization = req.headers().get("Authorization")?;
-    let origin = req.headers().get("Origin")?;
-    let idempotency_key = req.headers().get("Idempotency-Key")?;
+    let method = req.method();
+    let (authorization, origin) = (header("Authorization"), header("Origin"));
+    let idempotency_key = header("Idempotency-Key");
     let request = ApiRequest {
         method: &method,
         path,
@@ -114,14 +164,13 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
         idempotency_key: idempotency_key.as_deref(),
         body: &body,
     };
-    let mut rng = match rng() {
-        Ok(r) => r,
-        Err(e) => return error(503, &format!("no randomness available: {e}")),
+    let Some(mut rng) = PlatformRng::new() else {
+        return Ok(respond(api::unavailable("no randomness (crypto.getRandomValues is missing)")));
     };
     let mut step = api::handle(&config, &request, &mut rng);
     loop {
         match step {
-            Step::Respond(r) => return respond(r),
+            Step::Respond(r) => return Ok(respond(r)),
             Step::Send(exchange) => {
                 step = match post(&config, exchange.body()).await {
                     Ok((status, bytes)) => exchange.receive(status, &bytes),
