@@ -1,4 +1,5 @@
-//! Server configuration: where the REST front is, the tokens, and the named policies.
+//! Server configuration: the named policies, the admin token, CORS, the key namespace; and,
+//! apart, where the REST front is ([`RestTarget`], for the shells that call one).
 //!
 //! A public request names a policy and a subject; it never chooses a limit, a window or a
 //! lease. Policies come from `REDCOUNT_POLICIES`, a JSON object of name → settings.
@@ -10,6 +11,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use serde_json::{Map, Value as Json, json};
 
+use redcount_core::keys::Namespace;
 use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
 use redcount_core::ops::quota::Algorithm;
 use redcount_core::validate;
@@ -137,28 +139,29 @@ impl Policy {
     }
 }
 
-/// Everything a shell needs to serve the API.
+/// What the API needs: the policies, the admin token, CORS, the key namespace (where REST
+/// calls go is [`RestTarget`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Base URL of the Upstash-compatible REST front.
-    pub rest_url: String,
-    /// Its token (secret).
-    pub rest_token: String,
     /// The admin token (secret); `None` disables admin actions.
     pub admin_token: Option<String>,
     /// Named policies, in their JSON order.
     pub policies: Vec<(String, Policy)>,
     /// Origins allowed to call the API from a browser (CORS); empty: same origin only.
     pub cors_origins: Vec<String>,
+    /// The first part of every key (`REDCOUNT_NAMESPACE`, default `rc`).
+    pub namespace: Namespace,
+    /// Derives red-packet ids from idempotency keys (see [`Config::id_secret`]).
+    id_secret: Vec<u8>,
 }
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never the tokens.
+        // Never the secrets.
         f.debug_struct("Config")
-            .field("rest_url", &self.rest_url)
             .field("policies", &self.policies)
             .field("cors_origins", &self.cors_origins)
+            .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
 }
@@ -168,41 +171,27 @@ pub const MIN_SECRET_LEN: usize = 16;
 
 impl Config {
     /// The key red-packet ids are derived with (from an `Idempotency-Key`): the deployment's
-    /// secrets, so ids cannot be predicted from a key. Rotating a secret changes the id a
-    /// replay derives, so rotate when no replay is pending (replies are kept 24 h).
-    pub fn id_secret(&self) -> Vec<u8> {
-        let mut k = Vec::from(self.rest_token.as_bytes());
-        k.push(0);
-        k.extend_from_slice(self.admin_token.as_deref().unwrap_or("").as_bytes());
-        k
+    /// secrets (`REDCOUNT_REST_TOKEN` where there is one, and the admin token), so ids cannot
+    /// be predicted from a key. Rotating a secret changes the id a replay derives, so rotate
+    /// when no replay is pending (replies are kept 24 h).
+    pub fn id_secret(&self) -> &[u8] {
+        &self.id_secret
     }
 
     /// Reads the configuration through `var` (an environment lookup).
     ///
-    /// `REDCOUNT_REST_URL`, `REDCOUNT_REST_TOKEN` and `REDCOUNT_POLICIES` are required;
-    /// `REDCOUNT_ADMIN_TOKEN` and `REDCOUNT_CORS_ORIGINS` (comma-separated) are optional.
+    /// `REDCOUNT_POLICIES` is required; `REDCOUNT_ADMIN_TOKEN`, `REDCOUNT_CORS_ORIGINS`
+    /// (comma-separated) and `REDCOUNT_NAMESPACE` are optional. `REDCOUNT_REST_TOKEN`, when
+    /// set, is read only as a secret (see [`Config::id_secret`]); where REST calls go is
+    /// [`RestTarget`]'s business.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        Self::from_env_for(var, true)
-    }
-
-    /// As [`Config::from_env`]; with `rest: false` (a shell that talks RESP to Redis itself)
-    /// the REST variables are not read and `rest_url` / `rest_token` stay empty.
-    pub fn from_env_for(var: impl Fn(&str) -> Option<String>, rest: bool) -> Result<Config, ConfigError> {
         let required = |name: &str| -> Result<String, ConfigError> {
             match var(name) {
                 Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
                 _ => Err(err(name, "is not set")),
             }
         };
-        let (rest_url, rest_token) = if rest {
-            let url = required("REDCOUNT_REST_URL")?;
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(err("REDCOUNT_REST_URL", "must start with http:// or https://"));
-            }
-            (url, required("REDCOUNT_REST_TOKEN")?)
-        } else {
-            (String::new(), String::new())
-        };
+        let rest_token = var("REDCOUNT_REST_TOKEN").map(|t| t.trim().to_owned()).unwrap_or_default();
         let admin_token = match var("REDCOUNT_ADMIN_TOKEN").map(|t| t.trim().to_owned()) {
             Some(t) if t.is_empty() => None,
             Some(t) if t.len() < MIN_SECRET_LEN => {
@@ -220,13 +209,14 @@ impl Config {
             .map(|s| s.trim().trim_end_matches('/').to_owned())
             .filter(|s| !s.is_empty())
             .collect();
-        Ok(Config {
-            rest_url: rest_url.trim_end_matches('/').to_owned(),
-            rest_token,
-            admin_token,
-            policies,
-            cors_origins,
-        })
+        let namespace = match var("REDCOUNT_NAMESPACE").map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()) {
+            Some(n) => Namespace::new(&n).map_err(|e| err("REDCOUNT_NAMESPACE", e.to_string()))?,
+            None => Namespace::default(),
+        };
+        let mut id_secret = Vec::from(rest_token.as_bytes());
+        id_secret.push(0);
+        id_secret.extend_from_slice(admin_token.as_deref().unwrap_or("").as_bytes());
+        Ok(Config { admin_token, policies, cors_origins, namespace, id_secret })
     }
 
     /// The policy called `name`.
@@ -237,6 +227,36 @@ impl Config {
     /// The first policy of a kind (red packets and inboxes are not named in their routes).
     pub fn first_of(&self, kind: &str) -> Option<(&str, &Policy)> {
         self.policies.iter().find(|(_, p)| p.kind() == kind).map(|(n, p)| (n.as_str(), p))
+    }
+}
+
+/// Where a shell sends the API's calls: an Upstash-compatible REST front and its token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RestTarget {
+    /// Base URL, without a trailing `/` (`REDCOUNT_REST_URL`).
+    pub url: String,
+    /// Its token (secret; `REDCOUNT_REST_TOKEN`).
+    pub token: String,
+}
+
+impl fmt::Debug for RestTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RestTarget").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl RestTarget {
+    /// Reads `REDCOUNT_REST_URL` (http:// or https://) and `REDCOUNT_REST_TOKEN`, both required.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<RestTarget, ConfigError> {
+        let required = |name: &str| match var(name).map(|v| v.trim().to_owned()) {
+            Some(v) if !v.is_empty() => Ok(v),
+            _ => Err(err(name, "is not set")),
+        };
+        let url = required("REDCOUNT_REST_URL")?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(err("REDCOUNT_REST_URL", "must start with http:// or https://"));
+        }
+        Ok(RestTarget { url: url.trim_end_matches('/').to_owned(), token: required("REDCOUNT_REST_TOKEN")? })
     }
 }
 

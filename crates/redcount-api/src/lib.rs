@@ -8,7 +8,7 @@
 //!       match step {
 //!           Step::Respond(response) => return response,             // write it out
 //!           Step::Send(exchange) => {                                // one REST round trip
-//!               step = match post(config.rest_url, exchange.body()) {
+//!               step = match post(&target, exchange.body()) {          // a RestTarget
 //!                   Ok((status, body)) => exchange.receive(status, &body),
 //!                   Err(e) => Step::Respond(exchange.fail(&e)),
 //!               };
@@ -26,7 +26,7 @@
 //! use redcount_api::{ApiRequest, Config, Step};
 //!
 //! let policies = r#"{"bonus": {"kind": "claim", "window_ms": 86400000}}"#;
-//! let config = Config::from_env_for(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string()), false).unwrap();
+//! let config = Config::from_env(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string())).unwrap();
 //! let request = ApiRequest {
 //!     method: "POST",
 //!     path: "/api/claims/bonus/alice",
@@ -61,7 +61,7 @@ use alloc::vec::Vec;
 use rand_core::RngCore;
 use serde_json::{Value as Json, json};
 
-pub use config::{Config, ConfigError, Policy};
+pub use config::{Config, ConfigError, Policy, RestTarget};
 
 use redcount_core::error::{ErrorKind, InputError, ShapeError};
 use redcount_core::rest::{self, Encoding, RestError};
@@ -195,6 +195,12 @@ impl Exchange {
         Exchange { call, body, render: Box::new(With { op, f }), cors: Vec::new() }
     }
 
+    /// Moves the call's keys into `ns` (before anything was sent).
+    fn move_to(&mut self, ns: &redcount_core::keys::Namespace) {
+        self.call = Call::new(self.call.request().clone().in_namespace(ns));
+        self.body = self.call.command().to_rest_body();
+    }
+
     /// The command to send, for a shell that talks RESP instead of REST.
     pub fn command(&self) -> &redcount_core::Command {
         self.call.command()
@@ -284,6 +290,9 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
         }
         Step::Send(mut ex) => {
             ex.cors = cors;
+            if !config.namespace.is_default() {
+                ex.move_to(&config.namespace);
+            }
             Step::Send(ex)
         }
     }

@@ -617,7 +617,7 @@ fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, cal
     // With an Idempotency-Key the id comes from the key, so a replay finds the same packet.
     let idem = idempotency(req)?;
     let id = match &idem {
-        Some(i) => redpacket::id_for(i, &config.id_secret()),
+        Some(i) => redpacket::id_for(i, config.id_secret()),
         None => redpacket::new_id(rng),
     };
     let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;

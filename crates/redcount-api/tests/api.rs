@@ -307,3 +307,31 @@ fn policies_cors_and_config_errors() {
     ];
     assert_eq!(Config::from_env(env(short_admin)).unwrap_err().variable, "REDCOUNT_ADMIN_TOKEN");
 }
+
+#[test]
+fn a_namespace_moves_every_key_of_every_call_and_the_reply_key_with_them() {
+    let vars = |ns: &'static str| {
+        move |n: &str| match n {
+            "REDCOUNT_POLICIES" => Some(r#"{"signup-bonus": {"kind": "claim", "window_ms": 1000}}"#.to_string()),
+            "REDCOUNT_NAMESPACE" => Some(ns.to_string()),
+            _ => None,
+        }
+    };
+    let config = Config::from_env(vars("app2")).unwrap();
+    let request = ApiRequest { idempotency_key: Some("k-1"), ..req("POST", "/api/claims/signup-bonus/alice", "") };
+    let Step::Send(ex) = api::handle(&config, &request, &mut StdRng::seed_from_u64(1)) else { panic!() };
+    let body: Value = serde_json::from_str(ex.body()).unwrap();
+    // EVALSHA sha 2 <claim key> <reply key> ...
+    assert_eq!(body[2], "2", "{body}");
+    assert_eq!(body[3], "app2:{cl:signup-bonus:alice}", "{body}");
+    assert!(body[4].as_str().unwrap().starts_with("app2:{cl:signup-bonus:alice}:idem:"), "{body}");
+    // The default namespace leaves keys as they were.
+    let config = Config::from_env(vars("")).unwrap();
+    let Step::Send(ex) = api::handle(&config, &request, &mut StdRng::seed_from_u64(1)) else { panic!() };
+    assert!(ex.body().contains(r#""rc:{cl:signup-bonus:alice}""#), "{}", ex.body());
+    // A namespace that could break a key or a SCAN pattern is refused, naming the variable.
+    for bad in ["a:b", "a{b", "a*", "x y"] {
+        let e = Config::from_env(vars(bad)).unwrap_err();
+        assert_eq!(e.variable, "REDCOUNT_NAMESPACE", "{bad}: {e}");
+    }
+}

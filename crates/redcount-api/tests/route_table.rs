@@ -21,7 +21,7 @@ fn config() -> Config {
       "inbox": {"kind": "inbox"}
     }"#;
     let vars = [("REDCOUNT_ADMIN_TOKEN", ADMIN), ("REDCOUNT_POLICIES", policies)];
-    Config::from_env_for(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()), false).unwrap()
+    Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap()
 }
 
 /// What the API must send: a script by name, or a plain command.

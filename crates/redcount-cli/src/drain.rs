@@ -1,6 +1,6 @@
 //! `redcount drain`: red-packet claims from Redis into SQLite, exactly once.
 //!
-//! Each packet's claim log (`rc:{rp:ID}:log`) is append-only, so a claim's position in it
+//! Each packet's claim log (`<namespace>:{rp:ID}:log`, namespace `rc` by default) is append-only, so a claim's position in it
 //! never changes. Drain keeps, per packet, the position of the next claim to copy, and
 //! advances it in the same SQLite transaction that inserts the claims (primary key:
 //! packet + user). A crash at any point leaves either both written or neither: run again,
@@ -8,6 +8,8 @@
 
 use std::path::Path;
 
+use redcount_core::keys::Namespace;
+use redcount_core::ops::Namespaced;
 use redcount_core::ops::redpacket::{ClaimRecord, Claims, Status};
 use rusqlite::{Connection, params};
 
@@ -92,12 +94,19 @@ impl Store {
     }
 }
 
-/// Copies every claim of `packet` not yet stored. Returns how many were copied.
-pub async fn drain_packet(redis: &Direct, store: &mut Store, packet: &str, batch: i64) -> Result<u64, Error> {
+/// Copies every claim of `packet` (in namespace `ns`) not yet stored. Returns how many were
+/// copied. One store holds one namespace's packets (ids are unique only within one).
+pub async fn drain_packet(
+    redis: &Direct,
+    ns: &Namespace,
+    store: &mut Store,
+    packet: &str,
+    batch: i64,
+) -> Result<u64, Error> {
     let mut copied = 0;
     loop {
         let from = store.cursor(packet)?;
-        let claims = redis.run(&Claims::new(packet, from, batch)?).await?;
+        let claims = redis.run(&Namespaced::new(Claims::new(packet, from, batch)?, ns.clone())).await?;
         if claims.is_empty() {
             return Ok(copied);
         }
@@ -106,14 +115,22 @@ pub async fn drain_packet(redis: &Direct, store: &mut Store, packet: &str, batch
     }
 }
 
-/// Packet ids that have a claim log, found with SCAN (an admin tool may scan).
-pub async fn packets(redis: &Direct) -> Result<Vec<String>, Error> {
+/// Ids of the packets in namespace `ns` that have a claim log, found with SCAN (an admin tool
+/// may scan).
+pub async fn packets(redis: &Direct, ns: &Namespace) -> Result<Vec<String>, Error> {
     use redcount_core::{Command, Value};
     let mut out = Vec::new();
     let mut cursor = String::from("0");
     loop {
         let reply = redis
-            .send(&Command::new("SCAN").arg(cursor.clone()).arg("MATCH").arg("rc:{rp:*}:log").arg("COUNT").arg("1000"))
+            .send(
+                &Command::new("SCAN")
+                    .arg(cursor.clone())
+                    .arg("MATCH")
+                    .arg(ns.redpacket_logs())
+                    .arg("COUNT")
+                    .arg("1000"),
+            )
             .await?;
         let mut parts = reply.into_array("scan").map_err(Error::Shape)?.into_iter();
         let (Some(next), Some(Value::Array(keys))) = (parts.next(), parts.next()) else {
@@ -121,7 +138,7 @@ pub async fn packets(redis: &Direct) -> Result<Vec<String>, Error> {
         };
         for k in keys {
             let k = k.into_string("scan").map_err(Error::Shape)?;
-            if let Some(id) = k.strip_prefix("rc:{rp:").and_then(|r| r.strip_suffix("}:log")) {
+            if let Some(id) = ns.redpacket_of_log(&k) {
                 out.push(id.to_string());
             }
         }
@@ -135,7 +152,7 @@ pub async fn packets(redis: &Direct) -> Result<Vec<String>, Error> {
     Ok(out)
 }
 
-/// Whether Redis still knows `packet` (its claims can still grow).
-pub async fn packet_live(redis: &Direct, packet: &str) -> Result<bool, Error> {
-    Ok(redis.run(&Status::new(packet)?).await?.is_some())
+/// Whether Redis still knows `packet` in namespace `ns` (its claims can still grow).
+pub async fn packet_live(redis: &Direct, ns: &Namespace, packet: &str) -> Result<bool, Error> {
+    Ok(redis.run(&Namespaced::new(Status::new(packet)?, ns.clone())).await?.is_some())
 }

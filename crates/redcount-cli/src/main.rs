@@ -38,6 +38,9 @@ enum Cmd {
         /// Keep draining until stopped (Ctrl-C / SIGTERM), polling every --interval-ms.
         #[arg(long)]
         follow: bool,
+        /// Key namespace the packets live in (as `redcount serve --namespace`).
+        #[arg(long, env = "REDCOUNT_NAMESPACE", default_value = redcount_core::keys::PREFIX)]
+        namespace: String,
         /// Pause between passes with --follow.
         #[arg(long, default_value_t = 1_000)]
         interval_ms: u64,
@@ -72,6 +75,10 @@ struct ServeArgs {
     /// Browser origins allowed to call the API (comma-separated).
     #[arg(long, env = "REDCOUNT_CORS_ORIGINS", default_value = "")]
     cors_origins: String,
+    /// Key namespace: the first part of every key (letters, digits, `_`, `-`), so several
+    /// deployments can share one Redis.
+    #[arg(long, env = "REDCOUNT_NAMESPACE", default_value = redcount_core::keys::PREFIX)]
+    namespace: String,
     /// Directory of the demo page.
     #[arg(long, env = "REDCOUNT_WWW", default_value = "www")]
     www: std::path::PathBuf,
@@ -199,8 +206,8 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 }
             }
         }
-        Cmd::Drain { redis, db, packets, batch, follow, interval_ms } => {
-            if let Err(e) = drain(&redis, &db, packets, batch, follow, interval_ms).await {
+        Cmd::Drain { redis, db, packets, batch, follow, interval_ms, namespace } => {
+            if let Err(e) = drain(&redis, &db, packets, batch, follow, interval_ms, &namespace).await {
                 eprintln!("redcount: drain: {e}");
                 return std::process::ExitCode::FAILURE;
             }
@@ -265,12 +272,14 @@ async fn drain(
     batch: i64,
     follow: bool,
     interval_ms: u64,
+    namespace: &str,
 ) -> Result<(), redcount::Error> {
     use redcount_cli::drain;
     redcount_core::validate::range("batch", batch, 1, redcount_core::ops::redpacket::MAX_PAGE)?;
     for p in &packets {
         redcount_core::validate::id("packet", p)?;
     }
+    let namespace = redcount_core::keys::Namespace::new(namespace)?;
     let direct = redcount::Direct::connect(redis).await?;
     let mut store = drain::Store::open(db)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -292,10 +301,10 @@ async fn drain(
     }
     let mut total = 0u64;
     loop {
-        let ids = if packets.is_empty() { drain::packets(&direct).await? } else { packets.clone() };
+        let ids = if packets.is_empty() { drain::packets(&direct, &namespace).await? } else { packets.clone() };
         let mut pass = 0u64;
         for id in &ids {
-            let n = drain::drain_packet(&direct, &mut store, id, batch).await?;
+            let n = drain::drain_packet(&direct, &namespace, &mut store, id, batch).await?;
             if n > 0 {
                 let (count, sum) = store.totals(id)?;
                 eprintln!("drain: packet {id}: +{n} claims ({count} stored, {sum} cents)");
@@ -321,7 +330,6 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--policies @{path}: {e}"))?,
         None => args.policies.clone(),
     };
-    let rest = args.rest_url.is_some();
     let var = |name: &str| -> Option<String> {
         match name {
             "REDCOUNT_REST_URL" => args.rest_url.clone(),
@@ -329,14 +337,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             "REDCOUNT_ADMIN_TOKEN" => args.admin_token.clone(),
             "REDCOUNT_POLICIES" => Some(policies.clone()),
             "REDCOUNT_CORS_ORIGINS" => Some(args.cors_origins.clone()),
+            "REDCOUNT_NAMESPACE" => Some(args.namespace.clone()),
             _ => None,
         }
     };
-    let config = redcount_api::Config::from_env_for(var, rest).map_err(|e| e.to_string())?;
+    let config = redcount_api::Config::from_env(var).map_err(|e| e.to_string())?;
     let timeout = std::time::Duration::from_millis(args.timeout_ms.max(1));
     let (backend, what) = match (&args.rest_url, &args.redis) {
         (Some(url), _) => {
-            let r = redcount::Rest::new(url, &config.rest_token, timeout).map_err(|e| e.to_string())?;
+            let target = redcount_api::RestTarget::from_env(var).map_err(|e| e.to_string())?;
+            let r = redcount::Rest::new(&target.url, &target.token, timeout).map_err(|e| e.to_string())?;
             (Backend::Rest(r), format!("REST front {url}"))
         }
         (None, Some(url)) => {

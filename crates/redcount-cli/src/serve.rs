@@ -43,10 +43,7 @@ struct Server {
 /// use redcount_cli::serve::{Backend, app};
 ///
 /// let policies = r#"{"per-day": {"kind": "quota", "algorithm": "fixed", "limit": 100, "window_ms": 86400000}}"#;
-/// let config = redcount_api::Config::from_env_for(
-///     |name| (name == "REDCOUNT_POLICIES").then(|| policies.to_string()),
-///     false,
-/// )?;
+/// let config = redcount_api::Config::from_env(|name| (name == "REDCOUNT_POLICIES").then(|| policies.to_string()))?;
 /// // A REST client connects on first use; listing the policies calls no backend.
 /// let backend = Backend::Rest(redcount::Rest::new("http://127.0.0.1:8079", "token", std::time::Duration::from_secs(5))?);
 /// let app = app(config, backend, "www".into(), std::time::Duration::from_secs(5));

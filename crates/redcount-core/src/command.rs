@@ -39,6 +39,10 @@ impl Command {
         &self.args
     }
 
+    pub(crate) fn parts_mut(&mut self) -> &mut [String] {
+        &mut self.args
+    }
+
     /// The Upstash REST body for this command: a JSON array of strings.
     pub fn to_rest_body(&self) -> String {
         let mut out = String::with_capacity(self.args.iter().map(|a| a.len() + 3).sum::<usize>() + 2);

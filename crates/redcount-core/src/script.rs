@@ -143,6 +143,28 @@ impl Request {
         }
     }
 
+    /// This request with its keys moved into `ns` (see [`crate::keys::Namespace`]).
+    pub fn in_namespace(self, ns: &crate::keys::Namespace) -> Request {
+        if ns.is_default() {
+            return self;
+        }
+        match self {
+            Request::Script(mut inv) => {
+                for k in &mut inv.keys {
+                    *k = ns.apply(k);
+                }
+                Request::Script(inv)
+            }
+            // A plain command's one key is its first argument (see `keys`).
+            Request::Command(mut c) => {
+                if let Some(k) = c.parts_mut().get_mut(1) {
+                    *k = ns.apply(k);
+                }
+                Request::Command(c)
+            }
+        }
+    }
+
     /// The keys this request touches (for cluster routing and idempotency checks).
     pub fn keys(&self) -> &[String] {
         match self {
@@ -177,6 +199,11 @@ pub struct Call {
 }
 
 impl Call {
+    /// The request being made.
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+
     /// The call of `request`, at its first command.
     pub fn new(request: Request) -> Call {
         let command = request.command();

@@ -4,16 +4,16 @@
 //! asks for, and writes the core's response. No routing, validation or reply parsing
 //! happens here: the native server runs the very same functions.
 
-use redcount_api::{self as api, ApiRequest, ApiResponse, Config, REST_HEADERS, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, REST_HEADERS, RestTarget, Step};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use worker::{Context, Env, event, js_sys, wasm_bindgen, wasm_bindgen_futures, web_sys};
 
-fn config(env: &Env) -> std::result::Result<Config, api::ConfigError> {
-    Config::from_env(|name| {
-        // `.dev.vars` and `wrangler secret` give secrets; `[vars]` gives plain vars.
-        env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok()
-    })
+fn config(env: &Env) -> std::result::Result<(Config, RestTarget), api::ConfigError> {
+    // `.dev.vars` and `wrangler secret` give secrets; `[vars]` gives plain vars.
+    let var =
+        |name: &str| env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok();
+    Ok((Config::from_env(var)?, RestTarget::from_env(var)?))
 }
 
 /// Randomness straight from the platform's CSPRNG (`crypto.getRandomValues`), drawn only when
@@ -103,9 +103,9 @@ async fn body_bytes(buffer: Result<js_sys::Promise, JsValue>) -> Result<Vec<u8>,
 }
 
 /// One REST round trip; `Err` when the front cannot be reached.
-async fn post(config: &Config, body: &str) -> Result<(u16, Vec<u8>), String> {
+async fn post(target: &RestTarget, body: &str) -> Result<(u16, Vec<u8>), String> {
     let headers = web_sys::Headers::new().map_err(js_error)?;
-    headers.set("Authorization", &format!("Bearer {}", config.rest_token)).map_err(js_error)?;
+    headers.set("Authorization", &format!("Bearer {}", target.token)).map_err(js_error)?;
     for (k, v) in REST_HEADERS {
         headers.set(k, v).map_err(js_error)?;
     }
@@ -114,7 +114,7 @@ async fn post(config: &Config, body: &str) -> Result<(u16, Vec<u8>), String> {
     init.set_headers(&headers);
     init.set_body(&JsValue::from_str(body));
     let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
-    let url = format!("{}/", config.rest_url);
+    let url = format!("{}/", target.url);
     let resp = JsFuture::from(global.fetch_with_str_and_init(&url, &init)).await.map_err(js_error)?;
     let resp: web_sys::Response = resp.dyn_into().map_err(js_error)?;
     let bytes = body_bytes(resp.array_buffer()).await?;
@@ -131,7 +131,7 @@ fn split_url(url: &str) -> (&str, &str) {
 
 #[event(fetch)]
 async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result<web_sys::Response> {
-    let config = match config(&env) {
+    let (config, target) = match config(&env) {
         Ok(c) => c,
         Err(e) => {
             worker::console_error!("redcount: server misconfigured: {e}");
@@ -172,7 +172,7 @@ async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result
         match step {
             Step::Respond(r) => return Ok(respond(r)),
             Step::Send(exchange) => {
-                step = match post(&config, exchange.body()).await {
+                step = match post(&target, exchange.body()).await {
                     Ok((status, bytes)) => exchange.receive(status, &bytes),
                     Err(e) => Step::Respond(exchange.fail(&e)),
                 };

@@ -7,6 +7,7 @@ mod faults;
 mod front_bounds;
 mod front_trust;
 mod model;
+mod namespace;
 mod primitives;
 mod rest;
 mod scenario;

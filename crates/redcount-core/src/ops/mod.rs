@@ -12,6 +12,7 @@
 //! ```
 
 use crate::error::ShapeError;
+use crate::keys::Namespace;
 use crate::script::Request;
 use crate::value::Value;
 
@@ -119,6 +120,43 @@ impl<O: Replayable> Operation for Idempotent<O> {
             }
             (request, _) => request,
         }
+    }
+
+    fn parse(&self, reply: Value) -> Result<Self::Outcome, ShapeError> {
+        self.op.parse(reply)
+    }
+}
+
+/// An operation whose keys live in a [`Namespace`] other than the default `rc`; the outcome
+/// is the operation's own.
+///
+/// ```
+/// use redcount_core::Operation;
+/// use redcount_core::keys::Namespace;
+/// use redcount_core::ops::{Namespaced, claim::Claim};
+///
+/// let op = Namespaced::new(Claim::new("bonus", "alice", 60_000).unwrap(), Namespace::new("app2").unwrap());
+/// assert_eq!(op.request().keys(), ["app2:{cl:bonus:alice}"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Namespaced<O> {
+    op: O,
+    ns: Namespace,
+}
+
+impl<O: Operation> Namespaced<O> {
+    /// `op` with its keys in `ns`.
+    pub fn new(op: O, ns: Namespace) -> Self {
+        Namespaced { op, ns }
+    }
+}
+
+impl<O: Operation> Operation for Namespaced<O> {
+    type Outcome = O::Outcome;
+    const NAME: &'static str = O::NAME;
+
+    fn request(&self) -> Request {
+        self.op.request().in_namespace(&self.ns)
     }
 
     fn parse(&self, reply: Value) -> Result<Self::Outcome, ShapeError> {
