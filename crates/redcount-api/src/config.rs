@@ -261,7 +261,7 @@ impl RestTarget {
 }
 
 /// Parses `REDCOUNT_POLICIES`.
-pub fn parse_policies(text: &str) -> Result<Vec<(String, Policy)>, ConfigError> {
+fn parse_policies(text: &str) -> Result<Vec<(String, Policy)>, ConfigError> {
     const VAR: &str = "REDCOUNT_POLICIES";
     let json: Json = serde_json::from_str(text).map_err(|e| err(VAR, format!("is not valid JSON: {e}")))?;
     let Json::Object(map) = json else {

@@ -72,15 +72,6 @@ impl Value {
         Ok(out)
     }
 
-    /// The bytes of a bulk string, `None` for nil.
-    pub fn into_bytes_opt(self, op: &'static str) -> Result<Option<Vec<u8>>, ShapeError> {
-        match self {
-            Value::Nil => Ok(None),
-            Value::Bytes(b) => Ok(Some(b)),
-            _ => Err(ShapeError::new(op, "expected a string")),
-        }
-    }
-
     /// A UTF-8 string.
     pub fn into_string(self, op: &'static str) -> Result<String, ShapeError> {
         match self {

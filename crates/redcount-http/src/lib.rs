@@ -17,7 +17,8 @@
 //!   connections are closed alike;
 //! - [`Limits::stall_timeout`]: a client that stops reading its response for this long is
 //!   disconnected;
-//! - the open-file limit is raised to the hard limit at start ([`raise_open_file_limit`]).
+//! - the open-file limit is raised to the hard limit at start, and the connection cap lowered
+//!   to leave 256 files for everything else.
 //!
 //! Whole-request time (a body trickled byte by byte) is the handler's to bound: both
 //! servers read bodies under their request timeout.
@@ -75,14 +76,14 @@ impl Default for Limits {
 
 /// Raises the soft open-file limit to the hard one where the system allows; returns the
 /// soft limit in force afterwards.
-pub fn raise_open_file_limit() -> u64 {
+fn raise_open_file_limit() -> u64 {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
     rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft).unwrap_or(1024)
 }
 
 /// The connection cap actually used: the asked one, lowered so that the open files left
 /// for Redis connections, logs and refusals never run out.
-pub fn effective_max_connections(asked: usize) -> usize {
+fn effective_max_connections(asked: usize) -> usize {
     let files = raise_open_file_limit();
     let room = files.saturating_sub(256).max(16);
     asked.min(usize::try_from(room).unwrap_or(usize::MAX)).max(1)

@@ -8,6 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State as Extract;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use redcount_core::{ErrorKind, ErrorReply};
 use redis::Value;
 use serde_json::{Value as Json, json};
 
@@ -30,7 +31,27 @@ struct Cmd {
     args: Vec<Vec<u8>>,
 }
 
-struct Failure(StatusCode, String);
+/// A request's failure: the status and message the client gets, and why, classified once
+/// where it happened (later decisions match on `cause`, never on the message's text).
+struct Failure {
+    status: StatusCode,
+    message: String,
+    cause: Cause,
+}
+
+/// Why a request failed, as far as later steps care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// Redis answered with an error reply of this kind (the core's one classification: e.g.
+    /// `Unavailable` for BUSY / LOADING / TRYAGAIN / CLUSTERDOWN / MASTERDOWN, which ran
+    /// nothing and will serve again soon; `Redirect` for a MOVED / ASK the client library's
+    /// own redirect budget did not follow).
+    Reply(redcount_core::ErrorKind),
+    /// The connection ended after the command was sent, before its answer.
+    Lost,
+    /// Anything else (refused input, timeouts, limits).
+    Other,
+}
 
 /// How a request whose connection Redis closed before the answer fails.
 const LOST: &str = "ERR the connection to Redis ended before its answer";
@@ -54,7 +75,7 @@ pub(crate) async fn run_id(backend: &crate::backend::Backend) -> Option<String> 
 /// run id) was dropped on purpose, and with the front's output-buffer limit in force the
 /// reason is almost surely that the reply passed it: say so, as the client's error.
 async fn explain_lost(st: &State, f: Failure) -> Failure {
-    if !f.1.starts_with(LOST) || st.output_limit == 0 || st.run_id.is_none() {
+    if f.cause != Cause::Lost || st.output_limit == 0 || st.run_id.is_none() {
         return f;
     }
     if run_id(&st.killer).await != st.run_id {
@@ -70,12 +91,20 @@ async fn explain_lost(st: &State, f: Failure) -> Failure {
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Failure {
-    Failure(status, msg.into())
+    Failure { status, message: msg.into(), cause: Cause::Other }
+}
+
+/// A failure for Redis's error reply `text` (`CODE detail`), classified by the core.
+fn reply_failure(text: String) -> Failure {
+    let kind = redcount_core::ErrorReply::new(&text).kind;
+    let status = reply_status(text.split(' ').next().unwrap_or(""));
+    Failure { status, message: text, cause: Cause::Reply(kind) }
 }
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        (self.0, [(header::CONTENT_TYPE, "application/json")], json!({ "error": self.1 }).to_string()).into_response()
+        (self.status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": self.message }).to_string())
+            .into_response()
     }
 }
 
@@ -548,19 +577,6 @@ fn reply_status(code: &str) -> StatusCode {
     }
 }
 
-/// True for an error reply that says Redis ran nothing and will serve again soon without
-/// anyone's help (the core's one classification, [`redcount_core::ErrorKind::Unavailable`]):
-/// a script being killed (`BUSY`), a restart loading its data (`LOADING`), a slot in
-/// migration (`TRYAGAIN`), a cluster or replica not ready (`CLUSTERDOWN`, `MASTERDOWN`).
-fn ran_nothing_wait(msg: &str) -> bool {
-    redcount_core::ErrorReply::new(msg).kind == redcount_core::ErrorKind::Unavailable
-}
-
-/// True for a cluster redirection the client library's own redirect budget did not follow.
-fn redirected(msg: &str) -> bool {
-    redcount_core::ErrorReply::new(msg).kind == redcount_core::ErrorKind::Redirect
-}
-
 fn failure(st: &State, e: &redis::RedisError) -> Failure {
     if e.is_timeout() {
         return error(
@@ -590,15 +606,16 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
         // Sent, but the connection ended before the answer: it may have run, so it is not
         // sent again.
         log::error(&format!("redis connection lost: {e}"));
-        return error(StatusCode::SERVICE_UNAVAILABLE, format!("{LOST} (a write may or may not have happened): {e}"));
+        let message = format!("{LOST} (a write may or may not have happened): {e}");
+        return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::Lost };
     }
     match (e.code(), e.detail()) {
         (Some("EXECABORT"), _) => error(
             StatusCode::BAD_REQUEST,
             "EXECABORT Transaction discarded because of previous errors: Redis refused a queued command (unknown command or wrong number of arguments)",
         ),
-        (Some(code), Some(detail)) => error(reply_status(code), format!("{code} {detail}")),
-        (Some(code), None) => error(reply_status(code), code.to_string()),
+        (Some(code), Some(detail)) => reply_failure(format!("{code} {detail}")),
+        (Some(code), None) => reply_failure(code.to_string()),
         _ => error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis request failed: {e}")),
     }
 }
@@ -671,11 +688,11 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
     let mut attempt = 0u64;
     loop {
         match &first {
-            Err(Failure(_, msg)) if redirected(msg) && attempt < 8 => {
+            Err(f) if f.cause == Cause::Reply(ErrorKind::Redirect) && attempt < 8 => {
                 attempt += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(15 * attempt)).await;
             }
-            Err(Failure(_, msg)) if ran_nothing_wait(msg) && started.elapsed() < st.timeout => {
+            Err(f) if f.cause == Cause::Reply(ErrorKind::Unavailable) && started.elapsed() < st.timeout => {
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
             _ => break,
@@ -683,7 +700,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
         first = timed(st, be.query_in(&redis_cmd, lane)).await;
     }
     let mut value = match (first, &fixup) {
-        (Err(Failure(_, msg)), Fixup::Reload { rw, readonly }) if msg.starts_with("NOSCRIPT") => {
+        (Err(f), Fixup::Reload { rw, readonly }) if f.cause == Cause::Reply(ErrorKind::NoScript) => {
             // Redis lost a script it knew under the rewritten SHA: send the source again.
             let name = if *readonly { "EVAL_RO" } else { "EVAL" };
             let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
@@ -756,7 +773,7 @@ async fn run_many(
         let got = loop {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
             let value = timed_within(st, left, backend(st, access).pipeline(&pipe, lane)).await.map_err(|f| {
-                if f.0 != StatusCode::GATEWAY_TIMEOUT || atomic {
+                if f.status != StatusCode::GATEWAY_TIMEOUT || atomic {
                     return f;
                 }
                 error(
@@ -772,10 +789,10 @@ async fn run_many(
             // Every entry refused BUSY (a script past its bound, about to be killed) or
             // LOADING (a restart): none ran, so the whole chunk may run again.
             let all_busy = match &value {
-                Err(Failure(_, msg)) => ran_nothing_wait(msg),
-                Ok(Value::Array(items)) => {
-                    items.iter().all(|v| matches!(v, Value::ServerError(e) if ran_nothing_wait(e.code())))
-                }
+                Err(f) => f.cause == Cause::Reply(ErrorKind::Unavailable),
+                Ok(Value::Array(items)) => items.iter().all(|v| {
+                    matches!(v, Value::ServerError(e) if ErrorReply::new(e.code()).kind == ErrorKind::Unavailable)
+                }),
                 _ => false,
             };
             if all_busy && started.elapsed() < st.timeout {

@@ -128,7 +128,7 @@ fn server_error(e: &redis::RedisError) -> Option<ErrorReply> {
 }
 
 /// Converts a redis-rs reply to the core's [`Value`]; a nested error reply becomes `Err`.
-pub fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
+fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
     Ok(match v {
         redis::Value::Nil => Value::Nil,
         redis::Value::Int(n) => Value::Int(n),

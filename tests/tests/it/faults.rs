@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redcount_core::keys;
 use redcount_tests::{RedisServer, RestFront, TEST_POLICIES, Wrangler, secret};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn worker_for(front: &RestFront, admin: &str) -> Wrangler {
     Wrangler::start(&[
@@ -23,7 +23,8 @@ async fn post(http: &reqwest::Client, url: String, body: String) -> (u16, Value)
         Ok(r) => {
             let status = r.status().as_u16();
             let text = r.text().await.unwrap_or_default();
-            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+            // Not JSON: keep the text, so a failure shows what came back.
+            (status, serde_json::from_str(&text).unwrap_or_else(|_| json!({ "not_json": text })))
         }
         // Status 0: no HTTP answer at all (the error says why).
         Err(e) => (0, Value::String(e.to_string())),
