@@ -1,164 +1,264 @@
-//! Load generation: the same operations through different transports, side by side.
+//! The one harness every benchmark runs on: [`drive`] runs N operations over C concurrent
+//! tasks and sums what they did into [`Totals`]; a [`Row`] is one measured line of a table,
+//! its latencies read by [`percentile`]. Also the lean clients the load is sent with.
 
+use std::future::Future;
+use std::io::IsTerminal;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redcount_core::ops::quota::{Algorithm, Quota};
-use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
-
 use redcount::{Driver, Error};
+use redcount_core::Operation;
 
-/// What one run measured.
-#[derive(Debug, Clone)]
-pub struct Measurement {
-    /// Scenario name.
-    pub scenario: &'static str,
-    /// Transport name.
-    pub transport: String,
-    /// Operations completed.
+/// Load shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Operations per row.
     pub ops: usize,
-    /// Operations that failed.
-    pub errors: usize,
+    /// Concurrent clients, each with its own connection.
+    pub concurrency: usize,
+}
+
+/// What one operation did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    /// It won / was allowed / applied.
+    pub ok: bool,
+    /// Round trips to Redis (or HTTP requests) it took.
+    pub round_trips: u32,
+    /// Optimistic-lock retries it took.
+    pub retries: u32,
+    /// Invariant breaks it saw on the way (e.g. a reader seeing a negative count).
+    pub anomalies: u32,
+}
+
+impl Sample {
+    /// One round trip, which succeeded or not: every scripted call and every API request.
+    pub fn one(ok: bool) -> Self {
+        Sample { ok, round_trips: 1, ..Sample::default() }
+    }
+}
+
+/// What a whole run did: the [`Sample`]s summed, and every latency.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    /// Operations run (failed ones included).
+    pub ops: usize,
+    /// Latency of each operation, sorted.
+    pub lat: Vec<Duration>,
+    /// Operations that won / were allowed / applied.
+    pub ok: u64,
+    /// Round trips in all.
+    pub round_trips: u64,
+    /// Retries in all.
+    pub retries: u64,
+    /// Anomalies in all.
+    pub anomalies: u64,
+    /// Operations that returned an error.
+    pub errors: u64,
+    /// Wall time of the whole run.
+    pub elapsed: Duration,
+}
+
+impl Totals {
+    fn record(&mut self, result: Result<Sample, Error>, lat: Duration) {
+        match result {
+            Ok(s) => {
+                self.ok += s.ok as u64;
+                self.round_trips += s.round_trips as u64;
+                self.retries += s.retries as u64;
+                self.anomalies += s.anomalies as u64;
+            }
+            Err(_) => self.errors += 1,
+        }
+        self.lat.push(lat);
+    }
+
+    fn merge(&mut self, other: Totals) {
+        self.lat.extend(other.lat);
+        self.ok += other.ok;
+        self.round_trips += other.round_trips;
+        self.retries += other.retries;
+        self.anomalies += other.anomalies;
+        self.errors += other.errors;
+    }
+}
+
+/// Runs `ops` calls of `call(client, i)`, `i` in `0..ops`, from one task per client (so the
+/// concurrency is `clients.len()`): each task takes the next `i` until none is left.
+///
+/// With a `label`, a progress bar shows on a terminal and one line per run is logged to
+/// stderr; without one the run is silent.
+pub async fn drive<D, F, Fut>(label: Option<&str>, clients: Vec<D>, ops: usize, call: F) -> Totals
+where
+    D: Send + Sync + 'static,
+    F: Fn(Arc<D>, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Sample, Error>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let call = Arc::new(call);
+    let bar = label.map(|l| progress(l.to_string(), ops, done.clone()));
+    let start = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|d| {
+            let (next, done, call, d) = (next.clone(), done.clone(), call.clone(), Arc::new(d));
+            tokio::spawn(async move {
+                let mut t = Totals::default();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= ops {
+                        break t;
+                    }
+                    let at = Instant::now();
+                    let result = call(d.clone(), i).await;
+                    t.record(result, at.elapsed());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut all = Totals { ops, lat: Vec::with_capacity(ops), ..Totals::default() };
+    for t in tasks {
+        all.merge(t.await.expect("bench task"));
+    }
+    all.elapsed = start.elapsed();
+    if let (Some(label), Some(bar)) = (label, bar) {
+        bar.abort();
+        if std::io::stderr().is_terminal() {
+            eprint!("\r\x1b[2K");
+        }
+        eprintln!("  {label}: {ops} ops in {:.2} s", all.elapsed.as_secs_f64());
+    }
+    all.lat.sort_unstable();
+    all
+}
+
+/// A progress bar on stderr (a terminal only; logs get one line per run instead).
+fn progress(label: String, total: usize, done: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        loop {
+            let d = done.load(Ordering::Relaxed) as usize;
+            let filled = d * 30 / total.max(1);
+            eprint!("\r  {label:<44} [{}{}] {d}/{total}", "#".repeat(filled), ".".repeat(30 - filled));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    })
+}
+
+/// [`drive`] for one scripted operation per call: `make(i)` builds it, each client runs it
+/// (one round trip), `ok` says whether its outcome counts as a success.
+pub async fn run_ops<D, O, F>(
+    label: Option<&str>,
+    clients: Vec<D>,
+    ops: usize,
+    make: F,
+    ok: fn(&O::Outcome) -> bool,
+) -> Totals
+where
+    D: Driver + Send + Sync + 'static,
+    O: Operation + Send + Sync + 'static,
+    O::Outcome: Send,
+    F: Fn(usize) -> Result<O, Error> + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    drive(label, clients, ops, move |d, i| {
+        let make = make.clone();
+        async move {
+            let op = make(i)?;
+            Ok(Sample::one(ok(&d.run(&op).await?)))
+        }
+    })
+    .await
+}
+
+/// The `p` quantile (0.0 to 1.0) of `sorted` latencies, nearest rank; zero if none.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() { Duration::ZERO } else { sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] }
+}
+
+/// One measured row of a table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Scenario.
+    pub scenario: &'static str,
+    /// Variant (transport, or client-side way).
+    pub variant: &'static str,
+    /// Operations.
+    pub ops: usize,
     /// Wall time.
     pub elapsed: Duration,
     /// Median latency.
     pub p50: Duration,
     /// 99th percentile latency.
     pub p99: Duration,
-    /// Shares won (grab scenario), or calls allowed (quota scenario).
-    pub successes: usize,
+    /// Round trips to Redis (or HTTP requests) in all.
+    pub round_trips: u64,
+    /// Optimistic-lock retries in all.
+    pub retries: u64,
+    /// Operations that returned an error.
+    pub errors: u64,
+    /// Invariant violations found (see [`Row::checked`]).
+    pub violations: u64,
+    /// What the violations are.
+    pub note: String,
+    /// Operations that won / were allowed / applied.
+    pub successes: u64,
 }
 
-impl Measurement {
+impl Row {
+    /// The row of one run, no invariant checked yet.
+    pub fn new(scenario: &'static str, variant: &'static str, t: &Totals) -> Row {
+        Row {
+            scenario,
+            variant,
+            ops: t.ops,
+            elapsed: t.elapsed,
+            p50: percentile(&t.lat, 0.5),
+            p99: percentile(&t.lat, 0.99),
+            round_trips: t.round_trips,
+            retries: t.retries,
+            errors: t.errors,
+            violations: 0,
+            note: String::new(),
+            successes: t.ok,
+        }
+    }
+
+    /// With the invariant check's verdict: `violations` described by `note`. An error counts
+    /// as a violation too, since an operation that failed cannot be shown to have kept it.
+    pub fn checked(self, violations: u64, note: String) -> Row {
+        let note = if self.errors > 0 { format!("{note} {} errors", self.errors).trim().to_string() } else { note };
+        Row { violations: violations + self.errors, note, ..self }
+    }
+
     /// Operations per second.
     pub fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64()
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// Runs `ops` calls of `call(i)` from `concurrency` tasks; each task uses its own driver.
-async fn drive<D, F, Fut>(drivers: Vec<D>, ops: usize, call: F) -> (Vec<Duration>, usize, usize, Duration)
-where
-    D: Driver + Send + 'static,
-    F: Fn(Arc<D>, usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<bool, Error>> + Send,
-{
-    let next = Arc::new(AtomicUsize::new(0));
-    let call = Arc::new(call);
-    let start = Instant::now();
-    let tasks: Vec<_> = drivers
-        .into_iter()
-        .map(|d| {
-            let (next, call, d) = (next.clone(), call.clone(), Arc::new(d));
-            tokio::spawn(async move {
-                let (mut lat, mut errors, mut ok) = (Vec::new(), 0, 0);
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= ops {
-                        break;
-                    }
-                    let t = Instant::now();
-                    match call(d.clone(), i).await {
-                        Ok(true) => ok += 1,
-                        Ok(false) => {}
-                        Err(_) => errors += 1,
-                    }
-                    lat.push(t.elapsed());
-                }
-                (lat, errors, ok)
-            })
-        })
-        .collect();
-    let (mut all, mut errors, mut ok) = (Vec::with_capacity(ops), 0, 0);
-    for t in tasks {
-        let (lat, e, o) = t.await.expect("bench task");
-        all.extend(lat);
-        errors += e;
-        ok += o;
-    }
-    let elapsed = start.elapsed();
-    all.sort_unstable();
-    (all, errors, ok, elapsed)
-}
-
-/// Red-packet storm: `ops` distinct users grab from packets of 10,000 shares (one per
-/// 10,000 users), so every grab does the full winning path.
-pub async fn grab_storm<D: Driver + Send + 'static>(
-    transport: &str,
-    drivers: Vec<D>,
-    ops: usize,
-) -> Result<Measurement, Error> {
-    let mut rng = rand_seed();
-    let packets: Vec<String> = (0..ops.div_ceil(10_000)).map(|_| redpacket::new_id(&mut rng)).collect();
-    for id in &packets {
-        drivers[0].run(&Create::new(id, 100_000_000, 10_000, 1, 3_600_000, &mut rng)?).await?;
-    }
-    let packets = Arc::new(packets);
-    let run = format!("{:x}", rand::random::<u32>());
-    let (lat, errors, won, elapsed) = drive(drivers, ops, move |d, i| {
-        let (packets, run) = (packets.clone(), run.clone());
-        async move {
-            let op = Grab::new(&packets[i / 10_000], &format!("u{run}-{i}"))?;
-            Ok(matches!(d.run(&op).await?, GrabOutcome::Won { .. }))
-        }
-    })
-    .await;
-    Ok(Measurement {
-        scenario: "redpacket grab",
-        transport: transport.into(),
-        ops,
-        errors,
-        elapsed,
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        successes: won,
-    })
-}
-
-/// Quota burst: `ops` calls spread over 1,000 subjects, fixed window of 100 per hour.
-pub async fn quota_burst<D: Driver + Send + 'static>(
-    transport: &str,
-    drivers: Vec<D>,
-    ops: usize,
-) -> Result<Measurement, Error> {
-    let run = format!("{:x}", rand::random::<u32>());
-    let algo = Algorithm::FixedWindow { limit: 100, window_ms: 3_600_000 };
-    let (lat, errors, allowed, elapsed) = drive(drivers, ops, move |d, i| {
-        let run = run.clone();
-        async move {
-            let op = Quota::take("bench", &format!("s{run}-{}", i % 1000), algo, 1)?;
-            Ok(d.run(&op).await?.allowed)
-        }
-    })
-    .await;
-    Ok(Measurement {
-        scenario: "quota take",
-        transport: transport.into(),
-        ops,
-        errors,
-        elapsed,
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        successes: allowed,
-    })
-}
-
-fn rand_seed() -> rand::rngs::StdRng {
-    use rand::SeedableRng;
-    rand::rngs::StdRng::from_os_rng()
-}
-
 /// Formats a duration in ms with 3 decimals.
 pub fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+/// `n` clients, each opened by `connect` (so each has its own connection).
+pub async fn connect_all<D, F, Fut>(n: usize, connect: F) -> Result<Vec<D>, Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<D, Error>>,
+{
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(connect().await?);
+    }
+    Ok(v)
 }
 
 /// A lean HTTP/1.1 client for load generation: one keep-alive connection of its own (as a

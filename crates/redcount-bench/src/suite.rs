@@ -5,18 +5,13 @@
 //! round trips, write-then-undo on overflow, and WATCH/MULTI/EXEC with retries. After each
 //! run the invariants are checked against Redis itself.
 
-use std::io::IsTerminal;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
 use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Storage};
 use redcount_core::ops::quota::{Algorithm, Quota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
 use redcount_core::{Command, Value};
 
-use crate::harness::{LeanHttp, LeanRest, ms};
-use redcount::{Direct, Driver, Error};
+use crate::harness::{LeanHttp, LeanRest, Row, Sample, Shape, Totals, connect_all, drive, ms, run_ops};
+use redcount::{Direct, Error};
 use redcount_core::Operation;
 
 /// Where each variant sends its load.
@@ -32,200 +27,12 @@ pub struct Targets {
     pub peer: Option<String>,
 }
 
-/// Load shape.
-#[derive(Debug, Clone, Copy)]
-pub struct Shape {
-    /// Operations per row (users in the storm, calls in the burst, decrements on the floor).
-    pub ops: usize,
-    /// Concurrent clients, each with its own connection.
-    pub concurrency: usize,
-}
-
-/// One measured row.
-#[derive(Debug, Clone)]
-pub struct Row {
-    /// Scenario.
-    pub scenario: &'static str,
-    /// Variant.
-    pub variant: &'static str,
-    /// Operations.
-    pub ops: usize,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Median latency.
-    pub p50: Duration,
-    /// 99th percentile latency.
-    pub p99: Duration,
-    /// Round trips to Redis (or HTTP requests) in all.
-    pub round_trips: u64,
-    /// Optimistic-lock retries in all.
-    pub retries: u64,
-    /// Invariant violations found.
-    pub violations: u64,
-    /// What the violations are.
-    pub note: String,
-    /// Operations that won / were allowed / applied.
-    pub successes: u64,
-}
-
-impl Row {
-    fn ops_per_sec(&self) -> f64 {
-        self.ops as f64 / self.elapsed.as_secs_f64()
-    }
-}
-
-/// What one operation did.
-#[derive(Debug, Clone, Copy, Default)]
-struct Sample {
-    ok: bool,
-    round_trips: u32,
-    retries: u32,
-    anomalies: u32,
-}
-
-struct Totals {
-    lat: Vec<Duration>,
-    ok: u64,
-    rtt: u64,
-    retries: u64,
-    anomalies: u64,
-    errors: u64,
-    elapsed: Duration,
-}
-
-async fn drive<D, F, Fut>(label: &str, drivers: Vec<D>, ops: usize, call: F) -> Totals
-where
-    D: Send + Sync + 'static,
-    F: Fn(Arc<D>, usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Sample, Error>> + Send,
-{
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let call = Arc::new(call);
-    let bar = progress(label.to_string(), ops, done.clone());
-    let start = Instant::now();
-    let tasks: Vec<_> = drivers
-        .into_iter()
-        .map(|d| {
-            let (next, done, call, d) = (next.clone(), done.clone(), call.clone(), Arc::new(d));
-            tokio::spawn(async move {
-                let mut t = Totals {
-                    lat: Vec::new(),
-                    ok: 0,
-                    rtt: 0,
-                    retries: 0,
-                    anomalies: 0,
-                    errors: 0,
-                    elapsed: Duration::ZERO,
-                };
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= ops {
-                        break;
-                    }
-                    let at = Instant::now();
-                    match call(d.clone(), i).await {
-                        Ok(s) => {
-                            t.ok += s.ok as u64;
-                            t.rtt += s.round_trips as u64;
-                            t.retries += s.retries as u64;
-                            t.anomalies += s.anomalies as u64;
-                        }
-                        Err(_) => t.errors += 1,
-                    }
-                    t.lat.push(at.elapsed());
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-                t
-            })
-        })
-        .collect();
-    let mut all = Totals {
-        lat: Vec::with_capacity(ops),
-        ok: 0,
-        rtt: 0,
-        retries: 0,
-        anomalies: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-    };
-    for t in tasks {
-        let t = t.await.expect("bench task");
-        all.lat.extend(t.lat);
-        all.ok += t.ok;
-        all.rtt += t.rtt;
-        all.retries += t.retries;
-        all.anomalies += t.anomalies;
-        all.errors += t.errors;
-    }
-    all.elapsed = start.elapsed();
-    bar.abort();
-    if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
-    }
-    eprintln!("  {label}: {} ops in {:.2} s", ops, all.elapsed.as_secs_f64());
-    all.lat.sort_unstable();
-    all
-}
-
-/// A progress bar on stderr (a terminal only; logs get one line per row instead).
-fn progress(label: String, total: usize, done: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        if !std::io::stderr().is_terminal() {
-            return;
-        }
-        loop {
-            let d = done.load(Ordering::Relaxed) as usize;
-            let filled = d * 30 / total.max(1);
-            eprint!("\r  {label:<44} [{}{}] {d}/{total}", "#".repeat(filled), ".".repeat(30 - filled));
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    })
-}
-
-fn pct(lat: &[Duration], p: f64) -> Duration {
-    if lat.is_empty() { Duration::ZERO } else { lat[((lat.len() as f64 - 1.0) * p).round() as usize] }
-}
-
-fn row(scenario: &'static str, variant: &'static str, ops: usize, t: &Totals, violations: u64, note: String) -> Row {
-    let note = if t.errors > 0 { format!("{note} {} errors", t.errors).trim().to_string() } else { note };
-    Row {
-        scenario,
-        variant,
-        ops,
-        elapsed: t.elapsed,
-        p50: pct(&t.lat, 0.5),
-        p99: pct(&t.lat, 0.99),
-        round_trips: t.rtt,
-        retries: t.retries,
-        violations: violations + t.errors,
-        note,
-        successes: t.ok,
-    }
-}
-
 async fn directs(url: &str, n: usize) -> Result<Vec<Direct>, Error> {
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        v.push(Direct::connect(url).await?);
-    }
-    Ok(v)
-}
-
-async fn rests(url: &str, token: &str, n: usize) -> Result<Vec<LeanRest>, Error> {
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        v.push(LeanRest::connect(url, token).await?);
-    }
-    Ok(v)
+    connect_all(n, || Direct::connect(url)).await
 }
 
 async fn https(url: &str, n: usize) -> Result<Vec<LeanHttp>, Error> {
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        v.push(LeanHttp::connect(url).await?);
-    }
-    Ok(v)
+    connect_all(n, || LeanHttp::connect(url)).await
 }
 
 /// Redis reached by redcount's Lua: over RESP, or through the REST front.
@@ -238,7 +45,7 @@ enum Lua {
 async fn lua_transports(t: &Targets, n: usize) -> Result<Vec<(&'static str, Lua)>, Error> {
     let mut v = vec![("Lua over RESP", Lua::Resp(directs(&t.redis, n).await?))];
     if let Some((url, token)) = &t.rest {
-        v.push(("Lua via redcount-rest", Lua::Rest(rests(url, token, n).await?)));
+        v.push(("Lua via redcount-rest", Lua::Rest(connect_all(n, || LeanRest::connect(url, token)).await?)));
     }
     Ok(v)
 }
@@ -251,30 +58,22 @@ impl Lua {
         O::Outcome: Send,
         F: Fn(usize) -> Result<O, Error> + Send + Sync + 'static,
     {
+        // Two arms, since each transport is its own driver type.
         match self {
-            Lua::Resp(d) => lua_run(label, d, ops, make, ok).await,
-            Lua::Rest(d) => lua_run(label, d, ops, make, ok).await,
+            Lua::Resp(d) => run_ops(Some(label), d, ops, make, ok).await,
+            Lua::Rest(d) => run_ops(Some(label), d, ops, make, ok).await,
         }
     }
 }
 
-async fn lua_run<D, O, F>(label: &str, drivers: Vec<D>, ops: usize, make: F, ok: fn(&O::Outcome) -> bool) -> Totals
-where
-    D: Driver + Send + Sync + 'static,
-    O: Operation + Send + Sync + 'static,
-    O::Outcome: Send,
-    F: Fn(usize) -> Result<O, Error> + Send + Sync + 'static,
-{
-    let make = Arc::new(make);
-    drive(label, drivers, ops, move |d, i| {
-        let make = make.clone();
-        async move {
-            let op = make(i)?;
-            let outcome = d.run(&op).await?;
-            Ok(Sample { ok: ok(&outcome), round_trips: 1, ..Sample::default() })
-        }
-    })
-    .await
+/// POSTs `body` to an HTTP API route and returns `field` of its reply; a status other than
+/// 200 is an error.
+async fn api_field(d: &LeanHttp, path: &str, body: String, field: &str) -> Result<Option<serde_json::Value>, Error> {
+    let (status, body) = d.post(path, &[], body).await?;
+    if status != 200 {
+        return Err(Error::Protocol(format!("HTTP {status}")));
+    }
+    Ok(json_field(&body, field))
 }
 
 fn int(v: &Value) -> i64 {
@@ -326,7 +125,7 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         let make = move |i: usize| Ok(Grab::new(&idc, &format!("u{run}-{i}"))?);
         let tt = lua.run(&format!("storm · {variant}"), users, make, |o| matches!(o, GrabOutcome::Won { .. })).await;
         let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
-        rows.push(row(SC, variant, users, &tt, v, note));
+        rows.push(Row::new(SC, variant, &tt).checked(v, note));
     }
     if let Some((url, admin)) = &t.worker {
         let http = LeanHttp::connect(url).await?;
@@ -343,44 +142,31 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         })?;
         let run = run_id();
         let idc = id.clone();
-        let tt =
-            drive("storm · worker HTTP API (Lua via REST)", https(url, s.concurrency).await?, users, move |d, i| {
-                let (id, run) = (idc.clone(), run.clone());
-                async move {
-                    let (status, body) = d
-                        .post(&format!("/api/redpackets/{id}/grab"), &[], format!(r#"{{"user":"u{run}-{i}"}}"#))
-                        .await?;
-                    if status != 200 {
-                        return Err(Error::Protocol(format!("HTTP {status}")));
-                    }
-                    let won = json_field(&body, "outcome").is_some_and(|o| o == "won");
-                    Ok(Sample { ok: won, round_trips: 1, ..Sample::default() })
-                }
-            })
-            .await;
+        let label = Some("storm · worker HTTP API (Lua via REST)");
+        let tt = drive(label, https(url, s.concurrency).await?, users, move |d, i| {
+            let (path, body) = (format!("/api/redpackets/{idc}/grab"), format!(r#"{{"user":"u{run}-{i}"}}"#));
+            async move { Ok(Sample::one(api_field(&d, &path, body, "outcome").await?.is_some_and(|o| o == "won"))) }
+        })
+        .await;
         let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
-        rows.push(row(SC, "worker HTTP API", users, &tt, v, note));
+        rows.push(Row::new(SC, "worker HTTP API", &tt).checked(v, note));
     }
 
     // Naive: a share counter, checked and changed in separate round trips.
-    let naive = |name: &'static str| async move {
-        let key = format!("bench:naive:{}:left", run_id());
-        Ok::<_, Error>((name, key))
-    };
     for (variant, kind) in
         [("naive GET-check-DECR", 0), ("naive DECR, INCR back on underflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
     {
-        let (_, key) = naive(variant).await?;
+        let key = format!("bench:naive:{}:left", run_id());
         check.send(&cmd(&["SET", &key, &SHARES.to_string(), "EX", "3600"])).await?;
-        let k = key.clone();
-        let tt = drive(&format!("storm · {variant}"), directs(&t.redis, s.concurrency).await?, users, move |d, _| {
-            let k = k.clone();
-            async move { naive_take(&d, &k, kind).await }
-        })
-        .await;
+        let tt =
+            drive(Some(&format!("storm · {variant}")), directs(&t.redis, s.concurrency).await?, users, move |d, _| {
+                let key = key.clone();
+                async move { naive_take(&d, &key, kind).await }
+            })
+            .await;
         let over = tt.ok.saturating_sub(SHARES as u64);
         let note = if over > 0 { format!("{over} shares over-issued") } else { String::new() };
-        rows.push(row(SC, variant, users, &tt, over, note));
+        rows.push(Row::new(SC, variant, &tt).checked(over, note));
     }
     Ok(())
 }
@@ -392,7 +178,7 @@ async fn naive_take(d: &Direct, key: &str, kind: u8) -> Result<Sample, Error> {
         0 => {
             let left = int(&d.send(&cmd(&["GET", key])).await?);
             if left <= 0 {
-                return Ok(Sample { ok: false, round_trips: 1, ..Sample::default() });
+                return Ok(Sample::one(false));
             }
             let after = int(&d.send(&cmd(&["DECR", key])).await?);
             Ok(Sample { ok: true, round_trips: 2, anomalies: (after < 0) as u32, ..Sample::default() })
@@ -400,7 +186,7 @@ async fn naive_take(d: &Direct, key: &str, kind: u8) -> Result<Sample, Error> {
         1 => {
             let after = int(&d.send(&cmd(&["DECR", key])).await?);
             if after >= 0 {
-                return Ok(Sample { ok: true, round_trips: 1, ..Sample::default() });
+                return Ok(Sample::one(true));
             }
             d.send(&cmd(&["INCR", key])).await?;
             // Between the two, every reader saw a negative count.
@@ -454,13 +240,12 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         };
         (over + under, note)
     };
-    let check = Direct::connect(&t.redis).await?;
     for (variant, lua) in lua_transports(t, s.concurrency).await? {
         let run = run_id();
         let make = move |i: usize| Ok(Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?);
         let tt = lua.run(&format!("quota · {variant}"), s.ops, make, |o| o.allowed).await;
         let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, variant, s.ops, &tt, v, note));
+        rows.push(Row::new(SC, variant, &tt).checked(v, note));
     }
     let http_quota = |label: &'static str,
                       url: String,
@@ -469,19 +254,11 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
                       clients: usize,
                       ops: usize| async move {
         let run = run_id();
-        let tt = drive(label, https(&url, clients).await?, ops, move |d, i| {
-            let run = run.clone();
+        let tt = drive(Some(label), https(&url, clients).await?, ops, move |d, i| {
+            let path = format!("{path}/s{run}-{}", i % SUBJECTS);
             async move {
-                let (status, body) =
-                    d.post(&format!("{path}/s{run}-{}", i % SUBJECTS), &[], String::from("{}")).await?;
-                if status != 200 {
-                    return Err(Error::Protocol(format!("HTTP {status}")));
-                }
-                Ok(Sample {
-                    ok: json_field(&body, field) == Some(serde_json::Value::Bool(true)),
-                    round_trips: 1,
-                    ..Sample::default()
-                })
+                let allowed = api_field(&d, &path, String::from("{}"), field).await?;
+                Ok(Sample::one(allowed == Some(serde_json::Value::Bool(true))))
             }
         })
         .await;
@@ -498,7 +275,7 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         )
         .await?;
         let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, "worker HTTP API", s.ops, &tt, v, note));
+        rows.push(Row::new(SC, "worker HTTP API", &tt).checked(v, note));
     }
     if let Some(url) = &t.peer {
         let tt = http_quota(
@@ -511,19 +288,20 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         )
         .await?;
         let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, "peer: @upstash/ratelimit worker", s.ops, &tt, v, note));
+        rows.push(Row::new(SC, "peer: @upstash/ratelimit worker", &tt).checked(v, note));
     }
     for (variant, kind) in
         [("naive GET-check-INCR", 0u8), ("naive INCR, DECR back on overflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
     {
         let run = run_id();
-        let tt = drive(&format!("quota · {variant}"), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
-            let key = format!("bench:naive:{run}:q{}", i % SUBJECTS);
-            async move { naive_quota(&d, &key, LIMIT, kind).await }
-        })
-        .await;
+        let tt =
+            drive(Some(&format!("quota · {variant}")), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+                let key = format!("bench:naive:{run}:q{}", i % SUBJECTS);
+                async move { naive_quota(&d, &key, LIMIT, kind).await }
+            })
+            .await;
         let (v, note) = verdict(tt.ok);
-        rows.push(row(SC, variant, s.ops, &tt, v, note));
+        rows.push(Row::new(SC, variant, &tt).checked(v, note));
     }
     // One client at a time: wrangler dev's local proxy does not queue, so the two workers'
     // own costs show (at 50 clients both sit at the proxy's ceiling).
@@ -534,14 +312,13 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
                 .await?;
         // Fresh subjects, well under the limit: every call must be allowed.
         let wrong = (solo as u64).abs_diff(tt.ok);
-        rows.push(row("quota, one client", "worker HTTP API", solo, &tt, wrong, String::new()));
+        rows.push(Row::new("quota, one client", "worker HTTP API", &tt).checked(wrong, String::new()));
     }
     if let Some(url) = &t.peer {
         let tt = http_quota("quota · peer worker, 1 client", url.clone(), "/limit", "allowed", 1, solo).await?;
         let wrong = (solo as u64).abs_diff(tt.ok);
-        rows.push(row("quota, one client", "peer: @upstash/ratelimit worker", solo, &tt, wrong, String::new()));
+        rows.push(Row::new("quota, one client", "peer: @upstash/ratelimit worker", &tt).checked(wrong, String::new()));
     }
-    let _ = check;
     Ok(())
 }
 
@@ -550,7 +327,7 @@ async fn naive_quota(d: &Direct, key: &str, limit: i64, kind: u8) -> Result<Samp
         0 => {
             let used = int(&d.send(&cmd(&["GET", key])).await?);
             if used >= limit {
-                return Ok(Sample { ok: false, round_trips: 1, ..Sample::default() });
+                return Ok(Sample::one(false));
             }
             let n = int(&d.send(&cmd(&["INCR", key])).await?);
             let mut rtt = 2;
@@ -567,7 +344,7 @@ async fn naive_quota(d: &Direct, key: &str, limit: i64, kind: u8) -> Result<Samp
                 return Ok(Sample { ok: true, round_trips: 2, ..Sample::default() });
             }
             if n <= limit {
-                return Ok(Sample { ok: true, round_trips: 1, ..Sample::default() });
+                return Ok(Sample::one(true));
             }
             d.send(&cmd(&["DECR", key])).await?;
             Ok(Sample { ok: false, round_trips: 2, ..Sample::default() })
@@ -584,6 +361,19 @@ async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error
     let want = (s.ops as u64).min(SUBJECTS as u64 * STOCK as u64);
     let check = Direct::connect(&t.redis).await?;
     let floor = Bounds::default();
+    // The verdict on a redcount run (Lua or worker): how far its counters ended below zero,
+    // read back through the core, plus one if the number applied is not the stock.
+    let verdict = |name: &'static str, storage: Storage, run: String, applied: u64| {
+        let check = &check;
+        async move {
+            let mut below = 0u64;
+            for k in 0..SUBJECTS {
+                below += (-check.run(&GetCounter::new(name, &format!("c{run}-{k}"), storage)?).await?).max(0) as u64;
+            }
+            let note = if below > 0 { format!("{below} below zero") } else { String::new() };
+            Ok::<_, Error>((below + (applied != want) as u64, note))
+        }
+    };
     // Lua through RESP and REST: counters as their own keys.
     for (variant, lua) in lua_transports(t, s.concurrency).await? {
         let run = run_id();
@@ -594,20 +384,8 @@ async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error
         let make =
             move |i: usize| Ok(AddCounter::new("bench", &format!("c{r}-{}", i % SUBJECTS), Storage::Key, -1, floor)?);
         let tt = lua.run(&format!("counter · {variant}"), s.ops, make, |o| o.status == CounterStatus::Applied).await;
-        let mut below = 0u64;
-        for k in 0..SUBJECTS {
-            let v = check.run(&GetCounter::new("bench", &format!("c{run}-{k}"), Storage::Key)?).await?;
-            below += (-v).max(0) as u64;
-        }
-        let wrong = (tt.ok != want) as u64;
-        rows.push(row(
-            SC,
-            variant,
-            s.ops,
-            &tt,
-            below + wrong,
-            if below > 0 { format!("{below} below zero") } else { String::new() },
-        ));
+        let (v, note) = verdict("bench", Storage::Key, run, tt.ok).await?;
+        rows.push(Row::new(SC, variant, &tt).checked(v, note));
     }
     if let Some((url, admin)) = &t.worker {
         let run = run_id();
@@ -622,35 +400,16 @@ async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error
             .await?;
         }
         let r = run.clone();
-        let tt = drive("counter · worker HTTP API", https(url, s.concurrency).await?, s.ops, move |d, i| {
+        let tt = drive(Some("counter · worker HTTP API"), https(url, s.concurrency).await?, s.ops, move |d, i| {
             let path = format!("/api/counters/running-jobs/c{r}-{}", i % SUBJECTS);
             async move {
-                let (status, body) = d.post(&path, &[], String::from(r#"{"delta":-1}"#)).await?;
-                if status != 200 {
-                    return Err(Error::Protocol(format!("HTTP {status}")));
-                }
-                Ok(Sample {
-                    ok: json_field(&body, "status").is_some_and(|s| s == "applied"),
-                    round_trips: 1,
-                    ..Sample::default()
-                })
+                let status = api_field(&d, &path, String::from(r#"{"delta":-1}"#), "status").await?;
+                Ok(Sample::one(status.is_some_and(|s| s == "applied")))
             }
         })
         .await;
-        let mut below = 0u64;
-        for k in 0..SUBJECTS {
-            let v = check.run(&GetCounter::new("running-jobs", &format!("c{run}-{k}"), Storage::HashField)?).await?;
-            below += (-v).max(0) as u64;
-        }
-        let wrong = (tt.ok != want) as u64;
-        rows.push(row(
-            SC,
-            "worker HTTP API",
-            s.ops,
-            &tt,
-            below + wrong,
-            if below > 0 { format!("{below} below zero") } else { String::new() },
-        ));
+        let (v, note) = verdict("running-jobs", Storage::HashField, run, tt.ok).await?;
+        rows.push(Row::new(SC, "worker HTTP API", &tt).checked(v, note));
     }
     for (variant, kind) in
         [("naive GET-check-DECR", 0u8), ("naive DECR, INCR back on underflow", 1), ("naive WATCH/MULTI/EXEC", 2)]
@@ -660,12 +419,16 @@ async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error
             check.send(&cmd(&["SET", &format!("bench:naive:{run}:c{k}"), &STOCK.to_string(), "EX", "3600"])).await?;
         }
         let r = run.clone();
-        let tt =
-            drive(&format!("counter · {variant}"), directs(&t.redis, s.concurrency).await?, s.ops, move |d, i| {
+        let tt = drive(
+            Some(&format!("counter · {variant}")),
+            directs(&t.redis, s.concurrency).await?,
+            s.ops,
+            move |d, i| {
                 let key = format!("bench:naive:{r}:c{}", i % SUBJECTS);
                 async move { naive_take(&d, &key, kind).await }
-            })
-            .await;
+            },
+        )
+        .await;
         let mut below = 0u64;
         for k in 0..SUBJECTS {
             below += (-int(&check.send(&cmd(&["GET", &format!("bench:naive:{run}:c{k}")])).await?)).max(0) as u64;
@@ -676,7 +439,7 @@ async fn counter(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error
             (0, a) => (a, format!("{a} negative counts seen by readers")),
             (b, a) => (b + a, format!("ended {b} below zero; {a} negative counts seen")),
         };
-        rows.push(row(SC, variant, s.ops, &tt, v, note));
+        rows.push(Row::new(SC, variant, &tt).checked(v, note));
     }
     Ok(())
 }

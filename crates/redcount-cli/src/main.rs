@@ -228,7 +228,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 worker: worker_url.map(|u| (u, env("REDCOUNT_ADMIN_TOKEN").unwrap_or_default())),
                 peer: peer_url,
             };
-            let shape = redcount_bench::suite::Shape { ops, concurrency };
+            let shape = redcount_bench::harness::Shape { ops, concurrency };
             match redcount_bench::suite::run_all(&targets, shape).await {
                 Ok(rows) => {
                     let mut md = redcount_bench::suite::markdown(&rows, shape);
@@ -398,56 +398,9 @@ async fn bench_rest(
     ops: usize,
     out: Option<std::path::PathBuf>,
 ) -> Result<(), redcount::Error> {
-    use redcount_bench::harness::{self as bench, Measurement, ms};
-    let direct = || async {
-        let mut v = Vec::new();
-        for _ in 0..concurrency {
-            v.push(redcount::Direct::connect(redis).await?);
-        }
-        Ok::<_, redcount::Error>(v)
-    };
-    let rest = || async {
-        let mut v = Vec::new();
-        for _ in 0..concurrency {
-            v.push(bench::LeanRest::connect(rest_url, token).await?);
-        }
-        Ok::<_, redcount::Error>(v)
-    };
-    // Warm up both paths (script caches, connections).
-    bench::grab_storm("warm", direct().await?, 2_000).await?;
-    bench::grab_storm("warm", rest().await?, 2_000).await?;
-    let mut rows: Vec<Measurement> = Vec::new();
-    // Interleaved, so drift on a noisy machine hits both transports alike.
-    for round in 0..3 {
-        eprintln!("round {}/3 …", round + 1);
-        rows.push(bench::grab_storm("direct RESP", direct().await?, ops).await?);
-        rows.push(bench::grab_storm("REST front", rest().await?, ops).await?);
-        rows.push(bench::quota_burst("direct RESP", direct().await?, ops).await?);
-        rows.push(bench::quota_burst("REST front", rest().await?, ops).await?);
-    }
-    let mut table = format!(
-        "concurrency {concurrency}, {ops} ops per row\n\n| scenario | transport | ops/s | p50 ms | p99 ms | errors | successes |\n|---|---|---|---|---|---|---|\n"
-    );
-    for r in &rows {
-        table.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} |\n",
-            r.scenario,
-            r.transport,
-            r.ops_per_sec(),
-            ms(r.p50),
-            ms(r.p99),
-            r.errors,
-            r.successes
-        ));
-    }
-    table.push_str("\n| scenario | REST/direct throughput | p99 added by the front (ms) |\n|---|---|---|\n");
-    for scenario in ["redpacket grab", "quota take"] {
-        let pick = |t: &str| rows.iter().filter(|r| r.scenario == scenario && r.transport == t).collect::<Vec<_>>();
-        let (d, r) = (pick("direct RESP"), pick("REST front"));
-        let tput = |v: &[&Measurement]| v.iter().map(|m| m.ops_per_sec()).sum::<f64>() / v.len() as f64;
-        let p99 = |v: &[&Measurement]| v.iter().map(|m| m.p99.as_secs_f64() * 1000.0).sum::<f64>() / v.len() as f64;
-        table.push_str(&format!("| {scenario} | {:.2}x | {:+.3} |\n", tput(&r) / tput(&d), p99(&r) - p99(&d)));
-    }
+    use redcount_bench::{harness::Shape, rest};
+    let shape = Shape { ops, concurrency };
+    let table = rest::markdown(&rest::run(redis, rest_url, token, shape).await?, shape);
     print!("{table}");
     if let Some(path) = out {
         std::fs::write(&path, &table).map_err(|e| redcount::Error::Io(e.to_string()))?;
