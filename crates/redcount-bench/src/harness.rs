@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redcount::{Driver, Error};
+use redcount::Driver;
+
+use crate::Error;
 use redcount_core::Operation;
 
 /// Load shape.
@@ -249,14 +251,15 @@ pub fn ms(d: Duration) -> String {
 }
 
 /// `n` clients, each opened by `connect` (so each has its own connection).
-pub async fn connect_all<D, F, Fut>(n: usize, connect: F) -> Result<Vec<D>, Error>
+pub async fn connect_all<D, E, F, Fut>(n: usize, connect: F) -> Result<Vec<D>, Error>
 where
     F: Fn() -> Fut,
-    Fut: Future<Output = Result<D, Error>>,
+    Fut: Future<Output = Result<D, E>>,
+    E: Into<Error>,
 {
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
-        v.push(connect().await?);
+        v.push(connect().await.map_err(Into::into)?);
     }
     Ok(v)
 }
@@ -279,11 +282,11 @@ impl LeanHttp {
     /// Opens one connection to `url` (`http://host:port`).
     pub async fn connect(url: &str) -> Result<Self, Error> {
         let authority = url.trim_start_matches("http://").trim_end_matches('/').to_string();
-        let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| Error::Io(e.to_string()))?;
-        stream.set_nodelay(true).map_err(|e| Error::Io(e.to_string()))?;
+        let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| Error::Failed(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| Error::Failed(e.to_string()))?;
         let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
-            .map_err(|e| Error::Io(e.to_string()))?;
+            .map_err(|e| Error::Failed(e.to_string()))?;
         tokio::spawn(conn);
         Ok(LeanHttp { conn: tokio::sync::Mutex::new(send), authority })
     }
@@ -298,12 +301,12 @@ impl LeanHttp {
         }
         let req = req
             .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .map_err(|e| Error::Protocol(e.to_string()))?;
+            .map_err(|e| Error::Failed(e.to_string()))?;
         let mut conn = self.conn.lock().await;
-        conn.ready().await.map_err(|e| Error::Io(e.to_string()))?;
-        let resp = conn.send_request(req).await.map_err(|e| Error::Io(e.to_string()))?;
+        conn.ready().await.map_err(|e| Error::Failed(e.to_string()))?;
+        let resp = conn.send_request(req).await.map_err(|e| Error::Failed(e.to_string()))?;
         let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.map_err(|e| Error::Io(e.to_string()))?.to_bytes();
+        let body = resp.into_body().collect().await.map_err(|e| Error::Failed(e.to_string()))?.to_bytes();
         Ok((status, body))
     }
 }
@@ -323,15 +326,17 @@ impl LeanRest {
 }
 
 impl Driver for LeanRest {
-    async fn send(&self, command: &redcount_core::Command) -> Result<redcount_core::Value, Error> {
+    async fn send(&self, command: &redcount_core::Command) -> Result<redcount_core::Value, redcount::Error> {
         let headers = [
             ("authorization", self.auth.as_str()),
             (redcount_core::rest::ENCODING_HEADER, redcount_core::rest::ENCODING_BASE64),
         ];
-        let (status, body) = self.http.post("/", &headers, command.to_rest_body()).await?;
+        let (status, body) = self.http.post("/", &headers, command.to_rest_body()).await.map_err(|e| {
+            redcount::Error::Transport(redcount::Transport { may_have_run: true, timed_out: false, detail: e.to_string() })
+        })?;
         redcount_core::rest::decode_reply(status, &body, redcount_core::rest::Encoding::Base64).map_err(|e| match e {
-            redcount_core::rest::RestError::Reply(r) => Error::Redis(r),
-            other => Error::Protocol(other.to_string()),
+            redcount_core::rest::RestError::Reply(r) => redcount::Error::Redis(r),
+            other => redcount::Error::Protocol(other.to_string()),
         })
     }
 }

@@ -9,3 +9,35 @@
 pub mod harness;
 pub mod rest;
 pub mod suite;
+
+/// A benchmark that could not run to the end.
+#[derive(Debug)]
+pub enum Error {
+    /// A driver call failed.
+    Driver(redcount::Error),
+    /// A connection, an HTTP exchange or an invariant check failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Driver(e) => e.fmt(f),
+            Error::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<redcount::Error> for Error {
+    fn from(e: redcount::Error) -> Self {
+        Error::Driver(e)
+    }
+}
+
+impl From<redcount_core::InputError> for Error {
+    fn from(e: redcount_core::InputError) -> Self {
+        Error::Driver(e.into())
+    }
+}

@@ -7,7 +7,9 @@ use redcount_core::ops::quota::{Algorithm, Quota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
 
 use crate::harness::{LeanRest, Row, Shape, connect_all, ms, run_ops};
-use redcount::{Direct, Driver, Error};
+use redcount::{Direct, Driver};
+
+use crate::Error;
 
 const GRAB: &str = "redpacket grab";
 const QUOTA: &str = "quota take";

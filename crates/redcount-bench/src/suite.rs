@@ -11,7 +11,9 @@ use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
 use redcount_core::{Command, Value};
 
 use crate::harness::{LeanHttp, LeanRest, Row, Sample, Shape, Totals, connect_all, drive, ms, run_ops};
-use redcount::{Direct, Error};
+use redcount::Direct;
+
+use crate::Error;
 use redcount_core::Operation;
 
 /// Where each variant sends its load.
@@ -71,7 +73,7 @@ impl Lua {
 async fn api_field(d: &LeanHttp, path: &str, body: String, field: &str) -> Result<Option<serde_json::Value>, Error> {
     let (status, body) = d.post(path, &[], body).await?;
     if status != 200 {
-        return Err(Error::Protocol(format!("HTTP {status}")));
+        return Err(Error::Failed(format!("HTTP {status}")));
     }
     Ok(json_field(&body, field))
 }
@@ -138,7 +140,7 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
             )
             .await?;
         let id = json_field(&body, "id").and_then(|v| v.as_str().map(String::from)).ok_or_else(|| {
-            Error::Protocol(format!("worker could not create a packet: {status} {}", String::from_utf8_lossy(&body)))
+            Error::Failed(format!("worker could not create a packet: {status} {}", String::from_utf8_lossy(&body)))
         })?;
         let run = run_id();
         let idc = id.clone();
@@ -626,7 +628,7 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     for _ in 0..500 {
         let o = d.run(&take).await?;
         if o.allowed {
-            return Err(Error::Io("the full sliding log allowed a call".into()));
+            return Err(Error::Failed("the full sliding log allowed a call".into()));
         }
     }
     rows.push(("sliding window, limit 10,000: denied (full log)".into(), usec_per_call().await?));

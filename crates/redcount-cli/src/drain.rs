@@ -13,7 +13,45 @@ use redcount_core::ops::Namespaced;
 use redcount_core::ops::redpacket::{ClaimRecord, Claims, Status};
 use rusqlite::{Connection, params};
 
-use redcount::{Direct, Error};
+use redcount::Direct;
+
+/// Why a drain stopped: Redis (or bad input), or the SQLite side.
+#[derive(Debug)]
+pub enum Error {
+    /// Reading Redis failed, or an argument was refused.
+    Redis(redcount::Error),
+    /// The database could not be read or written (nothing of the failed batch was kept).
+    Store(rusqlite::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Redis(e) => e.fmt(f),
+            Error::Store(e) => write!(f, "sqlite: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<redcount::Error> for Error {
+    fn from(e: redcount::Error) -> Self {
+        Error::Redis(e)
+    }
+}
+
+impl From<redcount_core::InputError> for Error {
+    fn from(e: redcount_core::InputError) -> Self {
+        Error::Redis(e.into())
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::Store(e)
+    }
+}
 
 /// Claims read from Redis per transaction.
 pub const DEFAULT_BATCH: i64 = 500;
@@ -29,14 +67,10 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn sql(e: rusqlite::Error) -> Error {
-    Error::Io(format!("sqlite: {e}"))
-}
-
 impl Store {
     /// Opens (or creates) the database.
     pub fn open(path: &Path) -> Result<Self, Error> {
-        let db = Connection::open(path).map_err(sql)?;
+        let db = Connection::open(path)?;
         // WAL + FULL: a committed transaction survives a crash of this process or the machine.
         db.execute_batch(
             "PRAGMA journal_mode = WAL;
@@ -46,51 +80,46 @@ impl Store {
                  amount INTEGER NOT NULL, idx INTEGER NOT NULL, at_ms INTEGER NOT NULL,
                  PRIMARY KEY (packet, user));
              CREATE TABLE IF NOT EXISTS cursors (packet TEXT PRIMARY KEY, next INTEGER NOT NULL);",
-        )
-        .map_err(sql)?;
+        )?;
         Ok(Store { db })
     }
 
     /// Position of the next claim to copy for `packet`.
     pub fn cursor(&self, packet: &str) -> Result<i64, Error> {
-        let mut st = self.db.prepare_cached("SELECT next FROM cursors WHERE packet = ?1").map_err(sql)?;
-        let mut rows = st.query(params![packet]).map_err(sql)?;
-        Ok(match rows.next().map_err(sql)? {
-            Some(r) => r.get(0).map_err(sql)?,
+        let mut st = self.db.prepare_cached("SELECT next FROM cursors WHERE packet = ?1")?;
+        let mut rows = st.query(params![packet])?;
+        Ok(match rows.next()? {
+            Some(r) => r.get(0)?,
             None => 0,
         })
     }
 
     /// Inserts `claims` (found at positions `from..`) and advances the cursor, atomically.
     pub fn commit(&mut self, packet: &str, from: i64, claims: &[ClaimRecord]) -> Result<(), Error> {
-        let tx = self.db.transaction().map_err(sql)?;
+        let tx = self.db.transaction()?;
         {
-            let mut ins = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO claims (packet, user, amount, idx, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(sql)?;
+            let mut ins = tx.prepare_cached(
+                "INSERT OR IGNORE INTO claims (packet, user, amount, idx, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
             for c in claims {
-                ins.execute(params![packet, c.user, c.amount, c.index, c.at_ms]).map_err(sql)?;
+                ins.execute(params![packet, c.user, c.amount, c.index, c.at_ms])?;
             }
             tx.execute(
                 "INSERT INTO cursors (packet, next) VALUES (?1, ?2) ON CONFLICT(packet) DO UPDATE SET next = excluded.next",
                 params![packet, from + claims.len() as i64],
             )
-            .map_err(sql)?;
+            ?;
         }
-        tx.commit().map_err(sql)
+        Ok(tx.commit()?)
     }
 
     /// Claims stored for `packet`: (count, sum of amounts).
     pub fn totals(&self, packet: &str) -> Result<(i64, i64), Error> {
-        self.db
-            .query_row(
-                "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM claims WHERE packet = ?1",
-                params![packet],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(sql)
+        Ok(self.db.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM claims WHERE packet = ?1",
+            params![packet],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?)
     }
 }
 
@@ -132,17 +161,17 @@ pub async fn packets(redis: &Direct, ns: &Namespace) -> Result<Vec<String>, Erro
                     .arg("1000"),
             )
             .await?;
-        let mut parts = reply.into_array("scan").map_err(Error::Shape)?.into_iter();
+        let mut parts = reply.into_array("scan").map_err(redcount::Error::Shape)?.into_iter();
         let (Some(next), Some(Value::Array(keys))) = (parts.next(), parts.next()) else {
-            return Err(Error::Protocol("unexpected SCAN reply".into()));
+            return Err(redcount::Error::Protocol("unexpected SCAN reply".into()).into());
         };
         for k in keys {
-            let k = k.into_string("scan").map_err(Error::Shape)?;
+            let k = k.into_string("scan").map_err(redcount::Error::Shape)?;
             if let Some(id) = ns.redpacket_of_log(&k) {
                 out.push(id.to_string());
             }
         }
-        cursor = next.into_string("scan").map_err(Error::Shape)?;
+        cursor = next.into_string("scan").map_err(redcount::Error::Shape)?;
         if cursor == "0" {
             break;
         }

@@ -273,7 +273,7 @@ async fn drain(
     follow: bool,
     interval_ms: u64,
     namespace: &str,
-) -> Result<(), redcount::Error> {
+) -> Result<(), redcount_cli::drain::Error> {
     use redcount_cli::drain;
     redcount_core::validate::range("batch", batch, 1, redcount_core::ops::redpacket::MAX_PAGE)?;
     for p in &packets {
@@ -397,13 +397,14 @@ async fn bench_rest(
     concurrency: usize,
     ops: usize,
     out: Option<std::path::PathBuf>,
-) -> Result<(), redcount::Error> {
+) -> Result<(), redcount_bench::Error> {
     use redcount_bench::{harness::Shape, rest};
     let shape = Shape { ops, concurrency };
     let table = rest::markdown(&rest::run(redis, rest_url, token, shape).await?, shape);
     print!("{table}");
     if let Some(path) = out {
-        std::fs::write(&path, &table).map_err(|e| redcount::Error::Io(e.to_string()))?;
+        std::fs::write(&path, &table)
+            .map_err(|e| redcount_bench::Error::Failed(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(())
 }

@@ -2,46 +2,9 @@
 
 use std::fmt;
 
-use redcount_core::{Command, ErrorReply, InputError, Operation, ShapeError, Value};
+use redcount_core::{Command, ErrorReply, Operation, Value};
 
-/// A failed operation.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Error {
-    /// Refused by validation: nothing was sent.
-    Input(InputError),
-    /// Redis answered with an error.
-    Redis(ErrorReply),
-    /// Redis answered something the operation cannot read.
-    Shape(ShapeError),
-    /// The connection failed (Redis, or the REST front, is unreachable or timed out).
-    Io(String),
-    /// The REST front refused the token.
-    Unauthorized(String),
-    /// The REST front answered something that is not a REST reply.
-    Protocol(String),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Input(e) => write!(f, "bad input: {e}"),
-            Error::Redis(e) => write!(f, "redis error: {e}"),
-            Error::Shape(e) => write!(f, "{e}"),
-            Error::Io(e) => write!(f, "redis unreachable: {e}"),
-            Error::Unauthorized(e) => write!(f, "unauthorized: {e}"),
-            Error::Protocol(e) => write!(f, "protocol error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<InputError> for Error {
-    fn from(e: InputError) -> Self {
-        Error::Input(e)
-    }
-}
+use crate::{Error, Transport};
 
 /// A multiplexed connection to one Redis that reconnects by itself, able to run any core
 /// operation.
@@ -66,10 +29,11 @@ impl Direct {
     pub async fn connect_with(url: &str, timeout: std::time::Duration) -> Result<Self, Error> {
         // RESP3: the manager is told when its connection ends and reconnects at once, so a
         // command is never sent on a connection that died with an old Redis process.
-        let mut info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| Error::Io(e.to_string()))?;
+        let mut info = redis::IntoConnectionInfo::into_connection_info(url)
+            .map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
         let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
         info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(|e| Error::Io(e.to_string()))?;
+        let client = redis::Client::open(info).map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
             .set_response_timeout(Some(timeout))
@@ -77,7 +41,7 @@ impl Direct {
             .set_max_delay(std::time::Duration::from_millis(500));
         let conn = redis::aio::ConnectionManager::new_with_config(client, config)
             .await
-            .map_err(|e| Error::Io(e.to_string()))?;
+            .map_err(|e| Error::Transport(transport(&e)))?;
         Ok(Direct { conn })
     }
 
@@ -103,7 +67,7 @@ impl Direct {
             Ok(v) => from_redis(v).map_err(Error::Redis),
             Err(e) => Err(match server_error(&e) {
                 Some(reply) => Error::Redis(reply),
-                None => Error::Io(e.to_string()),
+                None => Error::Transport(transport(&e)),
             }),
         }
     }
@@ -117,6 +81,16 @@ impl Direct {
 impl crate::Driver for Direct {
     async fn send(&self, command: &Command) -> Result<Value, Error> {
         Direct::send(self, command).await
+    }
+}
+
+/// What a failed redis-rs call says about the command: refused connections sent nothing;
+/// anything else (a timeout, a connection that ended) may have run it.
+fn transport(e: &redis::RedisError) -> Transport {
+    Transport {
+        may_have_run: !e.is_connection_refusal(),
+        timed_out: e.is_timeout(),
+        detail: format!("Redis: {e}"),
     }
 }
 

@@ -37,12 +37,14 @@
 #![warn(missing_docs)]
 
 pub mod direct;
+pub mod error;
 #[cfg(feature = "rest")]
 pub mod rest;
 
 use std::future::Future;
 
-pub use direct::{Direct, Error};
+pub use direct::Direct;
+pub use error::{Error, Transport};
 use redcount_core::{Command, Operation, Value};
 
 #[cfg(feature = "rest")]

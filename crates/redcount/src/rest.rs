@@ -5,7 +5,7 @@ use std::time::Duration;
 use redcount_core::rest::{self, ENCODING_BASE64, ENCODING_HEADER, Encoding, RestError};
 use redcount_core::{Command, Operation, Value};
 
-use crate::Error;
+use crate::{Error, Transport};
 
 /// A REST endpoint and its token.
 #[derive(Clone)]
@@ -29,7 +29,7 @@ impl Rest {
             .timeout(timeout)
             .pool_max_idle_per_host(256)
             .build()
-            .map_err(|e| Error::Io(e.to_string()))?;
+            .map_err(|e| Error::Config(format!("REST client: {e}")))?;
         Ok(Rest { http, url: url.trim_end_matches('/').to_string(), token: token.to_string() })
     }
 
@@ -44,9 +44,9 @@ impl Rest {
             .body(body)
             .send()
             .await
-            .map_err(|e| Error::Io(format!("REST front {}: {e}", self.url)))?;
+            .map_err(|e| self.transport(&e))?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(|e| Error::Io(e.to_string()))?;
+        let body = resp.bytes().await.map_err(|e| self.transport(&e))?;
         Ok((status, body.to_vec()))
     }
 
@@ -56,8 +56,24 @@ impl Rest {
         rest::decode_reply(status, &body, Encoding::Base64).map_err(|e| match e {
             RestError::Reply(r) => Error::Redis(r),
             RestError::Unauthorized(m) => Error::Unauthorized(m),
-            RestError::Unavailable(s, m) => Error::Io(format!("HTTP {s}: {m}")),
+            // The front could not finish the call (Redis unreachable, lost, or slow): unless
+            // it says otherwise, assume the command may have run.
+            RestError::Unavailable(s, m) => Error::Transport(Transport {
+                may_have_run: true,
+                timed_out: s == 504,
+                detail: format!("REST front {}: HTTP {s}: {m}", self.url),
+            }),
             other => Error::Protocol(other.to_string()),
+        })
+    }
+
+    /// What a failed HTTP exchange says about the command: a refused connection sent
+    /// nothing; anything later may have reached Redis.
+    fn transport(&self, e: &reqwest::Error) -> Error {
+        Error::Transport(Transport {
+            may_have_run: !e.is_connect(),
+            timed_out: e.is_timeout(),
+            detail: format!("REST front {}: {e}", self.url),
         })
     }
 

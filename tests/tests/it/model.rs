@@ -166,7 +166,8 @@ macro_rules! check {
 enum Outcome<T> {
     /// Answered: it happened, and this is what it did.
     Done(T),
-    /// Refused whole at maxmemory (OOM; HTTP 507): nothing was written.
+    /// Refused whole at maxmemory (OOM; HTTP 507), or never sent (the connection was
+    /// refused): nothing was written.
     Refused,
     /// No answer: it may or may not have happened.
     Unknown(String),
@@ -317,7 +318,10 @@ impl Client {
             Ok(o) => Outcome::Done(o),
             Err(Error::Redis(e)) if e.kind == ErrorKind::OutOfMemory => Outcome::Refused,
             Err(Error::Redis(e)) if e.kind == ErrorKind::Unavailable => Outcome::Unknown(e.to_string()),
-            Err(Error::Io(e)) => Outcome::Unknown(e),
+            // The driver says whether the command could have reached Redis: when it could
+            // not, the model holds it to "nothing changed".
+            Err(Error::Transport(t)) if t.may_have_run => Outcome::Unknown(t.detail),
+            Err(Error::Transport(_)) => Outcome::Refused,
             Err(e) => self.fail(format!("{}: unexpected error: {e}", O::NAME)),
         };
         Timed { s, last: s, r, out }
@@ -512,7 +516,7 @@ impl Env {
             let r = now_ms();
             match got {
                 Ok(o) => return Timed { s, last: s, r, out: Outcome::Done(o) },
-                Err(Error::Io(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(Error::Transport(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
                 Err(e) => self.ctx.fail(round, format!("reading state ({}): {e}", O::NAME)),
             }
         }
