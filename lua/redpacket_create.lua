@@ -1,8 +1,8 @@
 -- redcount: create a red packet from shares split by the caller (redcount-core).
--- KEYS[1]  meta hash {total, count, created_ms, expires_ms, claimed_n, claimed_sum}
--- KEYS[2]  list of unclaimed shares (cents)
--- KEYS[3]  hash user -> "amount:index" of claims made
--- KEYS[4]  list of claim records "user:amount:index:time_ms", in claim order
+-- KEYS[1]  meta hash {total, count, created_ms, expires_ms, grabbed_n, grabbed_sum}
+-- KEYS[2]  list of ungrabbed shares (cents)
+-- KEYS[3]  hash user -> "amount:index" of grabs made
+-- KEYS[4]  list of grab records "user:amount:index:time_ms", in grab order
 -- (all four share one hash tag, so the packet lives in one cluster slot)
 -- ARGV[1]  ttl in ms (1 .. 10^10)
 -- ARGV[2]  total in cents (1 .. 10^13)
@@ -38,7 +38,7 @@ for i = 3, last, 500 do -- unpack() has a stack limit: push in chunks
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 499, last)))
 end
 redis.call('HSET', KEYS[1], 'total', ARGV[2], 'count', s(count), 'created_ms', s(now),
-  'expires_ms', s(exp), 'claimed_n', '0', 'claimed_sum', '0')
+  'expires_ms', s(exp), 'grabbed_n', '0', 'grabbed_sum', '0')
 redis.call('PEXPIREAT', KEYS[1], s(exp))
 redis.call('PEXPIREAT', KEYS[2], s(exp))
 return finish({1, exp})

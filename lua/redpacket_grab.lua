@@ -1,10 +1,10 @@
 -- redcount: grab one share of a red packet, at most once per user.
--- KEYS[1..4]  meta, shares, claims, log (see redpacket_create.lua)
+-- KEYS[1..4]  meta, shares, grabs, log (see redpacket_create.lua)
 -- ARGV[1]     user id
 -- Reply: {code, amount, index, remaining}
---   code 1 = won now, 2 = this user had already won (the same claim again: retries are
+--   code 1 = won now, 2 = this user had already won (the same grab again: retries are
 --   idempotent), 0 = empty (no share left), -1 = unknown or expired packet.
---   index = the share's position in claim order (1-based); remaining = shares left.
+--   index = the share's position in grab order (1-based); remaining = shares left.
 -- (Runs after prelude.lua: int, s, idempotency.)
 local user = id('user', ARGV[1])
 local exp = redis.call('HGET', KEYS[1], 'expires_ms')
@@ -15,21 +15,21 @@ if prev then
   return {2, tonumber(amount), tonumber(index), redis.call('LLEN', KEYS[2])}
 end
 -- A packet whose keys Redis evicted in part (a maxmemory-policy other than noeviction)
--- could give a share to a user whose claim is gone, or one the drain never sees: refuse
--- rather than issue. Shares left plus shares claimed make the count, and every claim has its
--- record and its entry in the append-only claim log.
-local claimed_n = tonumber(redis.call('HGET', KEYS[1], 'claimed_n') or '0')
+-- could give a share to a user whose grab record is gone, or one the drain never sees: refuse
+-- rather than issue. Shares left plus shares grabbed make the count, and every grab has its
+-- record and its entry in the append-only grab log.
+local grabbed_n = tonumber(redis.call('HGET', KEYS[1], 'grabbed_n') or '0')
 local count = tonumber(redis.call('HGET', KEYS[1], 'count') or '0')
-if redis.call('HLEN', KEYS[3]) ~= claimed_n or redis.call('LLEN', KEYS[4]) ~= claimed_n
-  or redis.call('LLEN', KEYS[2]) + claimed_n ~= count then
+if redis.call('HLEN', KEYS[3]) ~= grabbed_n or redis.call('LLEN', KEYS[4]) ~= grabbed_n
+  or redis.call('LLEN', KEYS[2]) + grabbed_n ~= count then
   return error({err = 'ERR red packet state is incomplete (were its keys evicted? redcount needs maxmemory-policy noeviction): no share issued'})
 end
 local share = redis.call('LPOP', KEYS[2])
 if not share then return {0, 0, 0, 0} end
 
 local now = now_ms()
-local index = redis.call('HINCRBY', KEYS[1], 'claimed_n', 1)
-redis.call('HINCRBY', KEYS[1], 'claimed_sum', share)
+local index = redis.call('HINCRBY', KEYS[1], 'grabbed_n', 1)
+redis.call('HINCRBY', KEYS[1], 'grabbed_sum', share)
 redis.call('HSET', KEYS[3], user, share .. ':' .. index)
 redis.call('RPUSH', KEYS[4], user .. ':' .. share .. ':' .. index .. ':' .. string.format('%.0f', now))
 redis.call('PEXPIREAT', KEYS[3], exp)

@@ -14,12 +14,12 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(v) = decode_reply(status, body, Encoding::Base64) {
         use redcount_core::ops::*;
         let _ = redpacket::Grab::new("p", "u").unwrap().parse(v.clone());
-        let _ = redpacket::Status::new("p").unwrap().parse(v.clone());
-        let _ = redpacket::Claims::new("p", 0, 10).unwrap().parse(v.clone());
+        let _ = redpacket::ReadStatus::new("p").unwrap().parse(v.clone());
+        let _ = redpacket::ReadGrabs::new("p", 0, 10).unwrap().parse(v.clone());
         let _ = inbox::Read::new("u", None, 10).unwrap().parse(v.clone());
-        let _ = semaphore::Semaphore::new("p", "n", semaphore::Action::Acquire, "h", 1, 1).unwrap().parse(v.clone());
+        let _ = semaphore::UpdateLease::new("p", "n", semaphore::Action::Acquire, "h", 1, 1).unwrap().parse(v.clone());
         let algo = quota::Algorithm::FixedWindow { limit: 1, window_ms: 1 };
-        let _ = quota::Quota::take("p", "s", algo, 1).unwrap().parse(v.clone());
+        let _ = quota::TakeQuota::take("p", "s", algo, 1).unwrap().parse(v.clone());
         let _ = counter::GetCounter::new("p", "s", counter::Storage::Key).unwrap().parse(v);
     }
 });

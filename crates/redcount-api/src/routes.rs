@@ -13,9 +13,9 @@ use redcount_core::error::{InputError, ShapeError};
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{Quota, ResetQuota};
-use redcount_core::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
-use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use redcount_core::ops::quota::{ResetQuota, TakeQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
+use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_core::script::Request;
 use redcount_core::split;
 use redcount_core::validate;
@@ -177,7 +177,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             })?;
             let op = replayable!(
                 req,
-                Semaphore::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?
+                UpdateLease::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?
             );
             Ok(Step::Send(Exchange::new(op, |_, o| {
                 let result = match o.result {
@@ -205,14 +205,14 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
         }
         ["redpackets", id] => {
             allow(m, &["GET", "HEAD"])?;
-            let op = Status::new(id).map_err(|e| ApiResponse::input(&e))?;
+            let op = ReadStatus::new(id).map_err(|e| ApiResponse::input(&e))?;
             let id = (*id).to_owned();
             Ok(Step::Send(Exchange::new(op, move |_, o| match o {
                 Some(s) => ApiResponse::json(
                     200,
                     json!({
                         "id": id, "total_cents": s.total, "count": s.count, "remaining": s.remaining,
-                        "claimed": s.claimed, "claimed_cents": s.claimed_sum,
+                        "claimed": s.grabbed, "claimed_cents": s.grabbed_sum,
                         "created_ms": s.created_ms, "expires_ms": s.expires_ms
                     }),
                 ),
@@ -242,7 +242,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             let q = Query::parse(req.query, &["offset", "limit"])?;
             let offset = q.int("offset", 0, split::MAX_COUNT, 0)?;
             let limit = q.int("limit", 1, redpacket::MAX_PAGE, 100)?;
-            let op = Claims::new(id, offset, limit).map_err(|e| ApiResponse::input(&e))?;
+            let op = ReadGrabs::new(id, offset, limit).map_err(|e| ApiResponse::input(&e))?;
             Ok(Step::Send(Exchange::new(op, |_, claims| {
                 let list: Vec<Json> = claims
                     .into_iter()
@@ -295,7 +295,7 @@ fn allow(method: &str, allowed: &[&str]) -> Result<(), ApiResponse> {
 
 fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiResponse> {
     let Some(h) = header else { return Ok(Caller::Public) };
-    let token = h.strip_prefix("Bearer ").map(str::trim).unwrap_or("");
+    let token = redcount_core::text::bearer_token(h).unwrap_or("");
     match &config.admin_token {
         Some(admin) if !token.is_empty() && same_secret(token.as_bytes(), admin.as_bytes()) => Ok(Caller::Admin),
         _ => Err(ApiResponse::error(401, "invalid token (send none for public access, or the admin token)", None)),
@@ -505,7 +505,7 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
         Policy::Quota { algorithm, max_cost } => Some((algorithm, max_cost)),
         _ => None,
     })?;
-    let render = |_: &ops::Idempotent<Quota>, o: ops::quota::QuotaOutcome| {
+    let render = |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
         let mut r = ApiResponse::json(
             200,
             json!({
@@ -529,13 +529,15 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
             if caller == Caller::Public && cost > max_cost {
                 return Err(beyond("cost", format!("{cost} > {max_cost}")));
             }
-            let op =
-                replayable!(req, Quota::take(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?);
+            let op = replayable!(
+                req,
+                TakeQuota::take(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?
+            );
             Ok(Step::Send(Exchange::new(op, render)))
         }
         _ => {
             let cost = Query::parse(req.query, &["cost"])?.int("cost", 1, algorithm.limit(), 1)?;
-            let op = Quota::peek(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
+            let op = TakeQuota::peek(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
             Ok(Step::Send(Exchange::new(ops::Idempotent::new(op, None), render)))
         }
     }

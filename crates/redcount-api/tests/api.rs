@@ -67,7 +67,7 @@ fn routes_become_exactly_one_evalsha() {
             "4",
             "rc:{rp:abc}:meta",
             "rc:{rp:abc}:shares",
-            "rc:{rp:abc}:claims",
+            "rc:{rp:abc}:grabs",
             "rc:{rp:abc}:log",
             "alice"
         ])

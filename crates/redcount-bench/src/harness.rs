@@ -299,9 +299,8 @@ impl LeanHttp {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .map_err(|e| Error::Failed(e.to_string()))?;
+        let req =
+            req.body(http_body_util::Full::new(bytes::Bytes::from(body))).map_err(|e| Error::Failed(e.to_string()))?;
         let mut conn = self.conn.lock().await;
         conn.ready().await.map_err(|e| Error::Failed(e.to_string()))?;
         let resp = conn.send_request(req).await.map_err(|e| Error::Failed(e.to_string()))?;
@@ -332,7 +331,11 @@ impl Driver for LeanRest {
             (redcount_core::rest::ENCODING_HEADER, redcount_core::rest::ENCODING_BASE64),
         ];
         let (status, body) = self.http.post("/", &headers, command.to_rest_body()).await.map_err(|e| {
-            redcount::Error::Transport(redcount::Transport { may_have_run: true, timed_out: false, detail: e.to_string() })
+            redcount::Error::Transport(redcount::Transport {
+                may_have_run: true,
+                timed_out: false,
+                detail: e.to_string(),
+            })
         })?;
         redcount_core::rest::decode_reply(status, &body, redcount_core::rest::Encoding::Base64).map_err(|e| match e {
             redcount_core::rest::RestError::Reply(r) => redcount::Error::Redis(r),

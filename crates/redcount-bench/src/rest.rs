@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use redcount_core::ops::quota::{Algorithm, Quota};
+use redcount_core::ops::quota::{Algorithm, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
 
 use crate::harness::{LeanRest, Row, Shape, connect_all, ms, run_ops};
@@ -53,7 +53,7 @@ async fn grab_storm<D: Driver + Send + Sync + 'static>(
     Ok(Row::new(GRAB, transport, &t))
 }
 
-/// Quota burst: `ops` calls spread over 1,000 subjects, fixed window of 100 per hour.
+/// TakeQuota burst: `ops` calls spread over 1,000 subjects, fixed window of 100 per hour.
 async fn quota_burst<D: Driver + Send + Sync + 'static>(
     transport: &'static str,
     clients: Vec<D>,
@@ -61,7 +61,7 @@ async fn quota_burst<D: Driver + Send + Sync + 'static>(
 ) -> Result<Row, Error> {
     let run = format!("{:x}", rand::random::<u32>());
     let algo = Algorithm::FixedWindow { limit: 100, window_ms: 3_600_000 };
-    let make = move |i: usize| Ok(Quota::take("bench", &format!("s{run}-{}", i % 1000), algo, 1)?);
+    let make = move |i: usize| Ok(TakeQuota::take("bench", &format!("s{run}-{}", i % 1000), algo, 1)?);
     let t = run_ops(None, clients, ops, make, |o| o.allowed).await;
     Ok(Row::new(QUOTA, transport, &t))
 }

@@ -6,8 +6,8 @@
 //! run the invariants are checked against Redis itself.
 
 use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Storage};
-use redcount_core::ops::quota::{Algorithm, Quota};
-use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
+use redcount_core::ops::quota::{Algorithm, TakeQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadStatus};
 use redcount_core::{Command, Value};
 
 use crate::harness::{LeanHttp, LeanRest, Row, Sample, Shape, Totals, connect_all, drive, ms, run_ops};
@@ -113,8 +113,8 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
     // Lua, through each transport.
     let lua_verify = |won: u64, st: Option<redpacket::PacketStatus>| -> (u64, String) {
         let st = st.expect("packet exists");
-        let over = won.saturating_sub(SHARES as u64) + (st.claimed as u64).saturating_sub(SHARES as u64);
-        let bad_sum = (users as i64 >= SHARES && st.claimed_sum != TOTAL) as u64;
+        let over = won.saturating_sub(SHARES as u64) + (st.grabbed as u64).saturating_sub(SHARES as u64);
+        let bad_sum = (users as i64 >= SHARES && st.grabbed_sum != TOTAL) as u64;
         (
             over + bad_sum + (won != want_won) as u64,
             if over + bad_sum > 0 { format!("{over} over-issued") } else { String::new() },
@@ -126,7 +126,7 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
         let (run, idc) = (run_id(), id.clone());
         let make = move |i: usize| Ok(Grab::new(&idc, &format!("u{run}-{i}"))?);
         let tt = lua.run(&format!("storm · {variant}"), users, make, |o| matches!(o, GrabOutcome::Won { .. })).await;
-        let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
+        let (v, note) = lua_verify(tt.ok, check.run(&ReadStatus::new(&id)?).await?);
         rows.push(Row::new(SC, variant, &tt).checked(v, note));
     }
     if let Some((url, admin)) = &t.worker {
@@ -150,7 +150,7 @@ async fn storm(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
             async move { Ok(Sample::one(api_field(&d, &path, body, "outcome").await?.is_some_and(|o| o == "won"))) }
         })
         .await;
-        let (v, note) = lua_verify(tt.ok, check.run(&Status::new(&id)?).await?);
+        let (v, note) = lua_verify(tt.ok, check.run(&ReadStatus::new(&id)?).await?);
         rows.push(Row::new(SC, "worker HTTP API", &tt).checked(v, note));
     }
 
@@ -225,7 +225,7 @@ async fn watched(d: &Direct, key: &str, allowed: impl Fn(i64) -> bool, writes: &
     }
 }
 
-/// Quota burst: `ops` calls over 10 subjects, 500 per subject per hour (hot keys: contention).
+/// TakeQuota burst: `ops` calls over 10 subjects, 500 per subject per hour (hot keys: contention).
 async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> {
     const SC: &str = "quota burst";
     const SUBJECTS: usize = 10;
@@ -244,7 +244,7 @@ async fn quota(t: &Targets, s: Shape, rows: &mut Vec<Row>) -> Result<(), Error> 
     };
     for (variant, lua) in lua_transports(t, s.concurrency).await? {
         let run = run_id();
-        let make = move |i: usize| Ok(Quota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?);
+        let make = move |i: usize| Ok(TakeQuota::take("bench", &format!("s{run}-{}", i % SUBJECTS), algo, 1)?);
         let tt = lua.run(&format!("quota · {variant}"), s.ops, make, |o| o.allowed).await;
         let (v, note) = verdict(tt.ok);
         rows.push(Row::new(SC, variant, &tt).checked(v, note));
@@ -612,7 +612,7 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     // on a full log.
     let algo = Algorithm::SlidingWindow { limit: 10_000, window_ms: 3_600_000 };
     let subject = format!("s{run}");
-    let take = Quota::take("rt", &subject, algo, 1)?;
+    let take = TakeQuota::take("rt", &subject, algo, 1)?;
     for _ in 0..9_000 {
         d.run(&take).await?;
     }

@@ -1,8 +1,9 @@
-//! `redcount drain`: red-packet claims from Redis into SQLite, exactly once.
+//! `redcount drain`: red-packet grab records from Redis into SQLite, exactly once.
 //!
-//! Each packet's claim log (`<namespace>:{rp:ID}:log`, namespace `rc` by default) is append-only, so a claim's position in it
-//! never changes. Drain keeps, per packet, the position of the next claim to copy, and
-//! advances it in the same SQLite transaction that inserts the claims (primary key:
+//! Each packet's grab log (`<namespace>:{rp:ID}:log`, namespace `rc` by default) is
+//! append-only, so a record's position in it never changes. Drain keeps, per packet, the
+//! position of the next record to copy, and advances it in the same SQLite transaction that
+//! inserts the records (table `claims`, its first name; primary key:
 //! packet + user). A crash at any point leaves either both written or neither: run again,
 //! and it continues where the last commit stopped. Redis is only read.
 
@@ -10,7 +11,7 @@ use std::path::Path;
 
 use redcount_core::keys::Namespace;
 use redcount_core::ops::Namespaced;
-use redcount_core::ops::redpacket::{ClaimRecord, Claims, Status};
+use redcount_core::ops::redpacket::{GrabRecord, ReadGrabs, ReadStatus};
 use rusqlite::{Connection, params};
 
 use redcount::Direct;
@@ -53,7 +54,7 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
-/// Claims read from Redis per transaction.
+/// ReadGrabs read from Redis per transaction.
 pub const DEFAULT_BATCH: i64 = 500;
 
 /// The SQLite side.
@@ -84,7 +85,7 @@ impl Store {
         Ok(Store { db })
     }
 
-    /// Position of the next claim to copy for `packet`.
+    /// Position of the next grab record to copy for `packet`.
     pub fn cursor(&self, packet: &str) -> Result<i64, Error> {
         let mut st = self.db.prepare_cached("SELECT next FROM cursors WHERE packet = ?1")?;
         let mut rows = st.query(params![packet])?;
@@ -94,8 +95,8 @@ impl Store {
         })
     }
 
-    /// Inserts `claims` (found at positions `from..`) and advances the cursor, atomically.
-    pub fn commit(&mut self, packet: &str, from: i64, claims: &[ClaimRecord]) -> Result<(), Error> {
+    /// Inserts grab records `claims` (found at positions `from..`) and advances the cursor, atomically.
+    pub fn commit(&mut self, packet: &str, from: i64, claims: &[GrabRecord]) -> Result<(), Error> {
         let tx = self.db.transaction()?;
         {
             let mut ins = tx.prepare_cached(
@@ -113,7 +114,7 @@ impl Store {
         Ok(tx.commit()?)
     }
 
-    /// Claims stored for `packet`: (count, sum of amounts).
+    /// ReadGrabs stored for `packet`: (count, sum of amounts).
     pub fn totals(&self, packet: &str) -> Result<(i64, i64), Error> {
         Ok(self.db.query_row(
             "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM claims WHERE packet = ?1",
@@ -123,7 +124,7 @@ impl Store {
     }
 }
 
-/// Copies every claim of `packet` (in namespace `ns`) not yet stored. Returns how many were
+/// Copies every grab record of `packet` (in namespace `ns`) not yet stored. Returns how many were
 /// copied. One store holds one namespace's packets (ids are unique only within one).
 pub async fn drain_packet(
     redis: &Direct,
@@ -135,7 +136,7 @@ pub async fn drain_packet(
     let mut copied = 0;
     loop {
         let from = store.cursor(packet)?;
-        let claims = redis.run(&Namespaced::new(Claims::new(packet, from, batch)?, ns.clone())).await?;
+        let claims = redis.run(&Namespaced::new(ReadGrabs::new(packet, from, batch)?, ns.clone())).await?;
         if claims.is_empty() {
             return Ok(copied);
         }
@@ -144,7 +145,7 @@ pub async fn drain_packet(
     }
 }
 
-/// Ids of the packets in namespace `ns` that have a claim log, found with SCAN (an admin tool
+/// Ids of the packets in namespace `ns` that have a grab log, found with SCAN (an admin tool
 /// may scan).
 pub async fn packets(redis: &Direct, ns: &Namespace) -> Result<Vec<String>, Error> {
     use redcount_core::{Command, Value};
@@ -181,7 +182,7 @@ pub async fn packets(redis: &Direct, ns: &Namespace) -> Result<Vec<String>, Erro
     Ok(out)
 }
 
-/// Whether Redis still knows `packet` in namespace `ns` (its claims can still grow).
+/// Whether Redis still knows `packet` in namespace `ns` (its grabs can still grow).
 pub async fn packet_live(redis: &Direct, ns: &Namespace, packet: &str) -> Result<bool, Error> {
-    Ok(redis.run(&Namespaced::new(Status::new(packet)?, ns.clone())).await?.is_some())
+    Ok(redis.run(&Namespaced::new(ReadStatus::new(packet)?, ns.clone())).await?.is_some())
 }

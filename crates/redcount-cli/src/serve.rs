@@ -122,7 +122,9 @@ fn to_response(r: ApiResponse) -> Response {
             headers.append(k, v);
         }
     }
-    (status, headers, r.body).into_response()
+    // No body at all for 204 (an empty String would make axum add a text Content-Type).
+    let body = if r.status == 204 { Body::empty() } else { Body::from(r.body) };
+    (status, headers, body).into_response()
 }
 
 /// The demo page's files; nothing outside `www` is reachable.

@@ -50,12 +50,12 @@ impl Namespace {
         }
     }
 
-    /// The SCAN pattern matching every red packet's claim log in this namespace.
+    /// The SCAN pattern matching every red packet's grab log in this namespace.
     pub fn redpacket_logs(&self) -> String {
         format!("{}:{{rp:*}}:log", self.0)
     }
 
-    /// The packet id of a claim-log key matched by [`Namespace::redpacket_logs`].
+    /// The packet id of a grab-log key matched by [`Namespace::redpacket_logs`].
     pub fn redpacket_of_log<'k>(&self, key: &'k str) -> Option<&'k str> {
         let id = key.strip_prefix(self.0.as_str())?.strip_prefix(":{rp:")?.strip_suffix("}:log")?;
         validate::id("id", id).ok()
@@ -98,12 +98,13 @@ pub fn inbox(user: &str) -> String {
     format!("{PREFIX}:{{ib:{user}}}")
 }
 
-/// The four keys of a red packet: meta, shares, claims, log.
+/// The four keys of a red packet: meta, shares, grabs (who got which share), log (every
+/// grab in order, append-only).
 pub fn redpacket(id: &str) -> [String; 4] {
     [
         format!("{PREFIX}:{{rp:{id}}}:meta"),
         format!("{PREFIX}:{{rp:{id}}}:shares"),
-        format!("{PREFIX}:{{rp:{id}}}:claims"),
+        format!("{PREFIX}:{{rp:{id}}}:grabs"),
         format!("{PREFIX}:{{rp:{id}}}:log"),
     ]
 }

@@ -104,16 +104,21 @@ pub fn pipeline_body(commands: &[Command]) -> String {
     out
 }
 
-/// Reads the reply to `POST /` (one command).
-pub fn decode_reply(status: u16, body: &[u8], encoding: Encoding) -> Result<Value, RestError> {
+/// The JSON of a REST reply, or the error its status says (401/403; a 5xx without JSON).
+fn envelope(status: u16, body: &[u8]) -> Result<Json, RestError> {
     if status == 401 || status == 403 {
         return Err(RestError::Unauthorized(error_text(body)));
     }
-    let json: Json = match serde_json::from_slice(body) {
-        Ok(j) => j,
-        Err(_) if status >= 500 => return Err(RestError::Unavailable(status, error_text(body))),
-        Err(_) => return Err(RestError::Malformed("body is not JSON")),
-    };
+    match serde_json::from_slice(body) {
+        Ok(j) => Ok(j),
+        Err(_) if status >= 500 => Err(RestError::Unavailable(status, error_text(body))),
+        Err(_) => Err(RestError::Malformed("body is not JSON")),
+    }
+}
+
+/// Reads the reply to `POST /` (one command).
+pub fn decode_reply(status: u16, body: &[u8], encoding: Encoding) -> Result<Value, RestError> {
+    let json = envelope(status, body)?;
     let item = entry(json, encoding)?;
     match item {
         Ok(v) => Ok(v),
@@ -128,14 +133,7 @@ pub fn decode_pipeline(
     body: &[u8],
     encoding: Encoding,
 ) -> Result<Vec<Result<Value, ErrorReply>>, RestError> {
-    if status == 401 || status == 403 {
-        return Err(RestError::Unauthorized(error_text(body)));
-    }
-    let json: Json = match serde_json::from_slice(body) {
-        Ok(j) => j,
-        Err(_) if status >= 500 => return Err(RestError::Unavailable(status, error_text(body))),
-        Err(_) => return Err(RestError::Malformed("body is not JSON")),
-    };
+    let json = envelope(status, body)?;
     match json {
         Json::Array(items) => items.into_iter().map(|j| entry(j, encoding)).collect(),
         // A whole pipeline or transaction refused: one error object.

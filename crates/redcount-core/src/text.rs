@@ -24,6 +24,22 @@ pub fn percent_decode(segment: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case, as RFC
+/// 9110 says; surrounding spaces ignored); `None` for another scheme or no token.
+///
+/// ```
+/// use redcount_core::text::bearer_token;
+/// assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+/// assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+/// assert_eq!(bearer_token("Basic abc"), None);
+/// assert_eq!(bearer_token("Bearer "), None);
+/// ```
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Compares secrets without an early exit (the time does not reveal a matching prefix).
 pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();

@@ -5,7 +5,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
 use redcount_core::ops::inbox::{Read, decode_member};
-use redcount_core::ops::redpacket::{Grab, GrabOutcome, Status};
+use redcount_core::ops::redpacket::{Grab, GrabOutcome, ReadStatus};
 use redcount_core::rest::{Encoding, RestError, decode_pipeline, decode_reply, pipeline_body};
 use redcount_core::{Command, ErrorKind, Operation, Value, script, split};
 
@@ -17,7 +17,7 @@ fn golden_evalsha_and_eval_bodies() {
     assert_eq!(
         req.command().to_rest_body(),
         format!(
-            r#"["EVALSHA","{sha}","4","rc:{{rp:p1}}:meta","rc:{{rp:p1}}:shares","rc:{{rp:p1}}:claims","rc:{{rp:p1}}:log","alice"]"#
+            r#"["EVALSHA","{sha}","4","rc:{{rp:p1}}:meta","rc:{{rp:p1}}:shares","rc:{{rp:p1}}:grabs","rc:{{rp:p1}}:log","alice"]"#
         )
     );
     let noscript = redcount_core::ErrorReply::new("NOSCRIPT No matching script. Please use EVAL.");
@@ -131,7 +131,7 @@ fn wrong_shapes_are_errors_not_panics() {
         grab.parse(Value::Array(vec![Value::Int(1), Value::Int(5), Value::Int(2), Value::Bytes(b"3".to_vec())])),
         Ok(GrabOutcome::Won { amount: 5, index: 2, remaining: 3 })
     );
-    assert!(Status::new("p").unwrap().parse(Value::Array(vec![])).is_err());
+    assert!(ReadStatus::new("p").unwrap().parse(Value::Array(vec![])).is_err());
     assert!(Read::new("u", None, 5).unwrap().parse(Value::Array(vec![Value::Bytes(vec![1])])).is_err());
     assert_eq!(decode_member(&[1, 0, 0, 0, b'h'], 9), Some((1, &b"h"[..])));
     assert_eq!(decode_member(&[1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, b'h'], 9), Some((1, &b"h"[..])));

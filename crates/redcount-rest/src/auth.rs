@@ -14,13 +14,7 @@ pub enum Access {
 
 /// Checks the `Authorization` header against the tokens.
 pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>) -> Option<Access> {
-    // RFC 7235: the scheme is case-insensitive.
-    let header = header?.trim_start();
-    let (scheme, given) = header.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let given = given.trim();
+    let given = redcount_core::text::bearer_token(header?)?;
     // Compare against both so the time does not tell which token was close.
     let full = same(given.as_bytes(), token.as_bytes());
     let ro = readonly.is_some_and(|r| same(given.as_bytes(), r.as_bytes()));

@@ -790,9 +790,9 @@ async fn run_many(
             // LOADING (a restart): none ran, so the whole chunk may run again.
             let all_busy = match &value {
                 Err(f) => f.cause == Cause::Reply(ErrorKind::Unavailable),
-                Ok(Value::Array(items)) => items.iter().all(|v| {
-                    matches!(v, Value::ServerError(e) if ErrorReply::new(e.code()).kind == ErrorKind::Unavailable)
-                }),
+                Ok(Value::Array(items)) => items.iter().all(
+                    |v| matches!(v, Value::ServerError(e) if ErrorReply::new(e.code()).kind == ErrorKind::Unavailable),
+                ),
                 _ => false,
             };
             if all_busy && started.elapsed() < st.timeout {

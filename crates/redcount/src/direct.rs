@@ -87,11 +87,7 @@ impl crate::Driver for Direct {
 /// What a failed redis-rs call says about the command: refused connections sent nothing;
 /// anything else (a timeout, a connection that ended) may have run it.
 fn transport(e: &redis::RedisError) -> Transport {
-    Transport {
-        may_have_run: !e.is_connection_refusal(),
-        timed_out: e.is_timeout(),
-        detail: format!("Redis: {e}"),
-    }
+    Transport { may_have_run: !e.is_connection_refusal(), timed_out: e.is_timeout(), detail: format!("Redis: {e}") }
 }
 
 /// The error reply inside a redis-rs error, if it is one.

@@ -4,9 +4,9 @@
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{Algorithm, Quota};
-use redcount_core::ops::redpacket::{Claims, Create, Grab, Status};
-use redcount_core::ops::semaphore::{Action, Semaphore};
+use redcount_core::ops::quota::{Algorithm, TakeQuota};
+use redcount_core::ops::redpacket::{Create, Grab, ReadGrabs, ReadStatus};
+use redcount_core::ops::semaphore::{Action, UpdateLease};
 use redcount_core::validate::{self, MAX_SAFE};
 use redcount_core::{ErrorKind, InputError, Operation, keys};
 use redcount_tests::RedisServer;
@@ -63,14 +63,14 @@ fn numeric_cases() -> Vec<Case> {
             "cost",
             Box::new(|s| {
                 let n = validate::int_str("cost", s, 1, MAX_SAFE)?;
-                Quota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, n).map(drop)
+                TakeQuota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, n).map(drop)
             }),
         ),
         (
             "lease_ms",
             Box::new(|s| {
                 let n = validate::int_str("lease_ms", s, 1, MAX_SAFE)?;
-                Semaphore::new("p", "n", Action::Acquire, "h", 5, n).map(drop)
+                UpdateLease::new("p", "n", Action::Acquire, "h", 5, n).map(drop)
             }),
         ),
         (
@@ -112,7 +112,7 @@ fn numeric_cases() -> Vec<Case> {
             "offset",
             Box::new(|s| {
                 let n = validate::int_str("offset", s, 0, MAX_SAFE)?;
-                Claims::new("pk", n, 10).map(drop)
+                ReadGrabs::new("pk", n, 10).map(drop)
             }),
         ),
     ]
@@ -121,17 +121,17 @@ fn numeric_cases() -> Vec<Case> {
 fn id_cases() -> Vec<Case> {
     let fw = Algorithm::FixedWindow { limit: 10, window_ms: 1000 };
     vec![
-        ("policy", Box::new(move |s| Quota::take(s, "s", fw, 1).map(drop))),
-        ("subject", Box::new(move |s| Quota::take("p", s, fw, 1).map(drop))),
+        ("policy", Box::new(move |s| TakeQuota::take(s, "s", fw, 1).map(drop))),
+        ("subject", Box::new(move |s| TakeQuota::take("p", s, fw, 1).map(drop))),
         ("subject", Box::new(|s| Claim::new("p", s, 1000).map(drop))),
         ("subject", Box::new(|s| AddCounter::new("p", s, Storage::HashField, 1, Bounds::default()).map(drop))),
-        ("name", Box::new(|s| Semaphore::new("p", s, Action::Acquire, "h", 5, 1000).map(drop))),
-        ("holder", Box::new(|s| Semaphore::new("p", "n", Action::Release, s, 5, 1000).map(drop))),
+        ("name", Box::new(|s| UpdateLease::new("p", s, Action::Acquire, "h", 5, 1000).map(drop))),
+        ("holder", Box::new(|s| UpdateLease::new("p", "n", Action::Release, s, 5, 1000).map(drop))),
         ("user", Box::new(|s| Append::new(s, 1, "b", 1000, 10).map(drop))),
         ("user", Box::new(|s| Trim::new(s, 10, 10, 10).map(drop))),
         ("id", Box::new(|s| Grab::new(s, "u").map(drop))),
         ("user", Box::new(|s| Grab::new("pk", s).map(drop))),
-        ("id", Box::new(|s| Status::new(s).map(drop))),
+        ("id", Box::new(|s| ReadStatus::new(s).map(drop))),
         ("id", Box::new(|s| Create::new(s, 100, 2, 1, 1000, &mut rand::rng()).map(drop))),
     ]
 }
@@ -166,17 +166,17 @@ fn the_table_is_refused_by_the_constructors() {
             "max",
             AddCounter::new("p", "s", Storage::Key, 1, Bounds { min: 5, max: Some(4), ..Bounds::default() }).map(drop),
         ),
-        ("cost", Quota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, 11).map(drop)),
-        ("limit", Quota::take("p", "s", Algorithm::SlidingWindow { limit: 10_001, window_ms: 1000 }, 1).map(drop)),
+        ("cost", TakeQuota::take("p", "s", Algorithm::FixedWindow { limit: 10, window_ms: 1000 }, 11).map(drop)),
+        ("limit", TakeQuota::take("p", "s", Algorithm::SlidingWindow { limit: 10_001, window_ms: 1000 }, 1).map(drop)),
         (
             "refill",
-            Quota::take("p", "s", Algorithm::TokenBucket { capacity: 5, refill: 6, interval_ms: 1 }, 1).map(drop),
+            TakeQuota::take("p", "s", Algorithm::TokenBucket { capacity: 5, refill: 6, interval_ms: 1 }, 1).map(drop),
         ),
         ("total_cents", Create::new("pk", 9, 10, 1, 1000, &mut rand::rng()).map(drop)),
         ("count", Create::new("pk", 100_000, 10_001, 1, 1000, &mut rand::rng()).map(drop)),
         ("body", Append::new("u", 1, &"b".repeat(8193), 1000, 10).map(drop)),
         ("limit", Read::new("u", None, 0).map(drop)),
-        ("limit", Semaphore::new("p", "n", Action::Acquire, "h", 0, 1000).map(drop)),
+        ("limit", UpdateLease::new("p", "n", Action::Acquire, "h", 0, 1000).map(drop)),
     ];
     for (field, r) in checks {
         assert_eq!(r.expect_err(field).field, field);
@@ -248,7 +248,7 @@ async fn scripts_refuse_hostile_arguments_without_writing() {
         let grab = Grab::new("pk2", "u").unwrap();
         let redcount_core::Request::Script(mut g) = grab.request() else { unreachable!() };
         g.args[0] = candidate.to_string();
-        let sem = Semaphore::new("p", "n", Action::Acquire, "h", 5, 60_000).unwrap();
+        let sem = UpdateLease::new("p", "n", Action::Acquire, "h", 5, 60_000).unwrap();
         let redcount_core::Request::Script(mut h) = sem.request() else { unreachable!() };
         h.args[1] = candidate.to_string();
         for (what, inv) in [("grab user", g), ("semaphore holder", h)] {

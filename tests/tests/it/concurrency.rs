@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use redcount_core::keys;
 use redcount_core::ops::counter::Storage;
 use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus};
-use redcount_core::ops::quota::{Algorithm, Quota};
-use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
-use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use redcount_core::ops::quota::{Algorithm, TakeQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadStatus};
+use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_tests::{RedisServer, uid};
 use tokio::sync::Barrier;
 
@@ -56,8 +56,8 @@ async fn two_hundred_grabbers_of_fifty_shares() {
     assert_eq!((winners.len(), empty), (50, 150));
     assert_eq!(sum, total);
     let d = redis.direct().await;
-    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
-    assert_eq!((st.remaining, st.claimed, st.claimed_sum), (0, 50, total));
+    let st = d.run(&ReadStatus::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!((st.remaining, st.grabbed, st.grabbed_sum), (0, 50, total));
     let claims: i64 = redis::cmd("HLEN").arg(&keys::redpacket(&id)[2]).query(&mut redis.conn()).unwrap();
     assert_eq!(claims, 50);
 }
@@ -72,7 +72,7 @@ async fn thousand_quota_calls(algo: Algorithm) {
         let (d, barrier, subject) = (conns[i % 50].clone(), barrier.clone(), subject.clone());
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            d.run(&Quota::take("burst", &subject, algo, 1).unwrap()).await.unwrap()
+            d.run(&TakeQuota::take("burst", &subject, algo, 1).unwrap()).await.unwrap()
         }));
     }
     let mut allowed = 0;
@@ -116,7 +116,7 @@ async fn two_hundred_holders_on_sixty_slots() {
         let (name, barrier, holding, peak) = (name.clone(), barrier.clone(), holding.clone(), peak.clone());
         tasks.push(tokio::spawn(async move {
             let holder = format!("dev{i}");
-            let op = |a| Semaphore::new("slots", &name, a, &holder, 60, 300_000).unwrap();
+            let op = |a| UpdateLease::new("slots", &name, a, &holder, 60, 300_000).unwrap();
             barrier.wait().await;
             let got = d.run(&op(Action::Acquire)).await.unwrap();
             assert!(got.in_use <= 60, "{got:?}");

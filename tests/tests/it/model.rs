@@ -30,9 +30,9 @@ use redcount::{Direct, Error};
 use redcount_core::ops::claim::{Claim, ClaimOutcome};
 use redcount_core::ops::counter::{self, AddCounter, Bounds, CounterOutcome, CounterStatus, Mode, Storage};
 use redcount_core::ops::inbox::{Append, Appended, Message, Read, Trim, Trimmed};
-use redcount_core::ops::quota::{Algorithm, Quota, QuotaOutcome};
-use redcount_core::ops::redpacket::{self, ClaimRecord, Claims, Create, Grab, GrabOutcome, PacketStatus, Status};
-use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreOutcome, SemaphoreResult};
+use redcount_core::ops::quota::{Algorithm, QuotaOutcome, TakeQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, GrabRecord, PacketStatus, ReadGrabs, ReadStatus};
+use redcount_core::ops::semaphore::{Action, SemaphoreOutcome, SemaphoreResult, UpdateLease};
 use redcount_core::{ErrorKind, Operation, keys};
 use redcount_tests::{NativeServer, RedisServer};
 use serde_json::{Value, json};
@@ -948,8 +948,8 @@ async fn quota_round(mut c: Client) -> (Client, Vec<QuotaCall>) {
                     c.write(path, json!({ "cost": cost }).to_string(), json!({ "cost": 3 - cost }).to_string()).await;
                 ("http", c.decode(t, "POST quota", parse))
             }
-            (false, true) => ("resp", c.run(&Quota::peek(spec.policy, "s1", spec.algo, cost).unwrap()).await),
-            (false, false) => ("resp", c.run(&Quota::take(spec.policy, "s1", spec.algo, cost).unwrap()).await),
+            (false, true) => ("resp", c.run(&TakeQuota::peek(spec.policy, "s1", spec.algo, cost).unwrap()).await),
+            (false, false) => ("resp", c.run(&TakeQuota::take(spec.policy, "s1", spec.algo, cost).unwrap()).await),
         };
         if let Some(o) = t.done() {
             check_quota_answer(&c, &spec, cost, peek, o);
@@ -1254,7 +1254,7 @@ async fn claim_has_at_most_one_winner_per_window() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Semaphore: never more holders than the limit; no lease lost, none invented
+// UpdateLease: never more holders than the limit; no lease lost, none invented
 
 const SEM_POLICY: &str = "s-slots";
 const SEM_NAME: &str = "pool";
@@ -1389,7 +1389,7 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
             ("http", SEM_LEASE, t)
         } else {
             let lease = SEM_LEASES[c.rng.index(SEM_LEASES.len())];
-            let op = Semaphore::new(SEM_POLICY, SEM_NAME, action, &name, SEM_LIMIT, lease).unwrap();
+            let op = UpdateLease::new(SEM_POLICY, SEM_NAME, action, &name, SEM_LIMIT, lease).unwrap();
             ("resp", lease, c.run(&op).await)
         };
         if let Some(o) = t.done() {
@@ -1947,16 +1947,16 @@ struct Packet {
 #[derive(Debug, Clone)]
 enum RpOp {
     Grab { packet: usize, user: usize },
-    Status { packet: usize },
-    Claims { packet: usize },
+    ReadStatus { packet: usize },
+    ReadGrabs { packet: usize },
     Create { total: i64, count: i64 },
 }
 
 #[derive(Debug, Clone)]
 enum RpAnswer {
     Grab(GrabOutcome),
-    Status(Option<PacketStatus>),
-    Claims(Vec<ClaimRecord>),
+    ReadStatus(Option<PacketStatus>),
+    ReadGrabs(Vec<GrabRecord>),
     Created(String),
 }
 
@@ -1986,7 +1986,7 @@ impl RpCall {
 }
 
 /// A page of claims on its own: in order from 1, one per user, positive, within the total.
-fn claims_in_order(p: &Packet, list: &[ClaimRecord]) -> Result<(), String> {
+fn claims_in_order(p: &Packet, list: &[GrabRecord]) -> Result<(), String> {
     let users: BTreeSet<&str> = list.iter().map(|c| c.user.as_str()).collect();
     let sum: i64 = list.iter().map(|c| c.amount).sum();
     let n = list.len() as i64;
@@ -2012,18 +2012,20 @@ fn check_rp_answer(c: &Client, p: &Packet, call: &RpCall) {
         {
             bad("a share no packet gives")
         }
-        Some(RpAnswer::Grab(GrabOutcome::NotFound) | RpAnswer::Status(None)) => bad("an acknowledged packet is gone"),
-        Some(RpAnswer::Status(Some(st))) => {
+        Some(RpAnswer::Grab(GrabOutcome::NotFound) | RpAnswer::ReadStatus(None)) => {
+            bad("an acknowledged packet is gone")
+        }
+        Some(RpAnswer::ReadStatus(Some(st))) => {
             let ok = (st.total, st.count) == (p.total, p.count)
-                && st.claimed + st.remaining == st.count
-                && st.claimed <= st.claimed_sum
-                && st.claimed_sum <= st.total
-                && (st.remaining > 0 || st.claimed_sum == st.total);
+                && st.grabbed + st.remaining == st.count
+                && st.grabbed <= st.grabbed_sum
+                && st.grabbed_sum <= st.total
+                && (st.remaining > 0 || st.grabbed_sum == st.total);
             if !ok {
                 bad("an inconsistent status")
             }
         }
-        Some(RpAnswer::Claims(list)) => {
+        Some(RpAnswer::ReadGrabs(list)) => {
             if let Err(e) = claims_in_order(p, list) {
                 bad(&e)
             }
@@ -2067,9 +2069,9 @@ async fn rp_round(mut c: Client, packets: Arc<Mutex<Vec<Packet>>>, max_packets: 
         } else if pick < 80 {
             RpOp::Grab { packet, user: c.rng.index(RP_USERS) }
         } else if pick < 92 {
-            RpOp::Status { packet }
+            RpOp::ReadStatus { packet }
         } else {
-            RpOp::Claims { packet }
+            RpOp::ReadGrabs { packet }
         };
         let http = c.http();
         let t = match (&op, http) {
@@ -2103,44 +2105,44 @@ async fn rp_round(mut c: Client, packets: Arc<Mutex<Vec<Packet>>>, max_packets: 
                 let (t, _) = c.run_retried(&Grab::new(&p.id, &format!("u{user}")).unwrap()).await;
                 Timed { s: t.s, last: t.last, r: t.r, out: map_outcome(t.out, RpAnswer::Grab) }
             }
-            (RpOp::Status { .. }, true) => {
+            (RpOp::ReadStatus { .. }, true) => {
                 let t = c.api.call("GET", &format!("/api/redpackets/{}", p.id), "", None, true).await;
                 c.decode(t, "GET redpacket", |st, v| match st {
-                    404 => Some(RpAnswer::Status(None)),
-                    200 => Some(RpAnswer::Status(Some(PacketStatus {
+                    404 => Some(RpAnswer::ReadStatus(None)),
+                    200 => Some(RpAnswer::ReadStatus(Some(PacketStatus {
                         total: int(v, "total_cents")?,
                         count: int(v, "count")?,
                         remaining: int(v, "remaining")?,
-                        claimed: int(v, "claimed")?,
-                        claimed_sum: int(v, "claimed_cents")?,
+                        grabbed: int(v, "claimed")?,
+                        grabbed_sum: int(v, "claimed_cents")?,
                         created_ms: int(v, "created_ms")?,
                         expires_ms: int(v, "expires_ms")?,
                     }))),
                     _ => None,
                 })
             }
-            (RpOp::Status { .. }, false) => {
-                let t = c.run(&Status::new(&p.id).unwrap()).await;
-                Timed { s: t.s, last: t.last, r: t.r, out: map_outcome(t.out, RpAnswer::Status) }
+            (RpOp::ReadStatus { .. }, false) => {
+                let t = c.run(&ReadStatus::new(&p.id).unwrap()).await;
+                Timed { s: t.s, last: t.last, r: t.r, out: map_outcome(t.out, RpAnswer::ReadStatus) }
             }
-            (RpOp::Claims { .. }, true) => {
+            (RpOp::ReadGrabs { .. }, true) => {
                 let t = c.api.call("GET", &format!("/api/redpackets/{}/claims?limit=1000", p.id), "", None, true).await;
                 c.decode(t, "GET claims", |st, v| {
                     let mut list = Vec::new();
                     for x in v["claims"].as_array()? {
-                        list.push(ClaimRecord {
+                        list.push(GrabRecord {
                             user: x["user"].as_str()?.to_string(),
                             amount: int(x, "amount")?,
                             index: int(x, "index")?,
                             at_ms: int(x, "at_ms")?,
                         });
                     }
-                    (st == 200).then_some(RpAnswer::Claims(list))
+                    (st == 200).then_some(RpAnswer::ReadGrabs(list))
                 })
             }
-            (RpOp::Claims { .. }, false) => {
-                let t = c.run(&Claims::new(&p.id, 0, 1000).unwrap()).await;
-                Timed { s: t.s, last: t.last, r: t.r, out: map_outcome(t.out, RpAnswer::Claims) }
+            (RpOp::ReadGrabs { .. }, false) => {
+                let t = c.run(&ReadGrabs::new(&p.id, 0, 1000).unwrap()).await;
+                Timed { s: t.s, last: t.last, r: t.r, out: map_outcome(t.out, RpAnswer::ReadGrabs) }
             }
         };
         let call = RpCall { op, via: if http { "http" } else { "resp" }, t };
@@ -2218,7 +2220,7 @@ fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], histor
         }
         // A status or a claim list sees every claim acknowledged before it, and none nobody made.
         for c in history.iter().filter(|c| c.t.s >= since) {
-            let (RpOp::Status { packet } | RpOp::Claims { packet }) = c.op else { continue };
+            let (RpOp::ReadStatus { packet } | RpOp::ReadGrabs { packet }) = c.op else { continue };
             if packet != n {
                 continue;
             }
@@ -2227,10 +2229,10 @@ fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], histor
             let maybe: BTreeSet<usize> =
                 grabs.iter().filter(|(g, _, _)| g.t.s <= c.t.r && g.t.maybe()).map(|g| g.1).collect();
             let ok = match c.t.done() {
-                Some(RpAnswer::Status(Some(st))) => {
-                    before.len() as i64 <= st.claimed && st.claimed <= maybe.len() as i64
+                Some(RpAnswer::ReadStatus(Some(st))) => {
+                    before.len() as i64 <= st.grabbed && st.grabbed <= maybe.len() as i64
                 }
-                Some(RpAnswer::Claims(list)) => {
+                Some(RpAnswer::ReadGrabs(list)) => {
                     let seen: BTreeMap<usize, (i64, i64)> = list
                         .iter()
                         .map(|r| (r.user.trim_start_matches('u').parse().unwrap(), (r.amount, r.index)))
@@ -2255,11 +2257,11 @@ fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], histor
         let shares: Vec<i64> = redis::cmd("LRANGE").arg(&shares).arg(0).arg(-1).query(&mut conn).unwrap();
         let by_user: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&claims).query(&mut conn).unwrap();
         let log: Vec<String> = redis::cmd("LRANGE").arg(&log).arg(0).arg(-1).query(&mut conn).unwrap();
-        let records: Vec<ClaimRecord> = log
+        let records: Vec<GrabRecord> = log
             .iter()
             .map(|l| {
                 let f: Vec<&str> = l.split(':').collect();
-                ClaimRecord {
+                GrabRecord {
                     user: f[0].to_string(),
                     amount: f[1].parse().unwrap(),
                     index: f[2].parse().unwrap(),
@@ -2280,8 +2282,8 @@ fn check_packets(env: &Env, round: usize, since: i64, packets: &[Packet], histor
             round,
             meta.get("total") == Some(&p.total)
                 && meta.get("count") == Some(&p.count)
-                && meta.get("claimed_n") == Some(&(records.len() as i64))
-                && meta.get("claimed_sum") == Some(&claimed),
+                && meta.get("grabbed_n") == Some(&(records.len() as i64))
+                && meta.get("grabbed_sum") == Some(&claimed),
             "packet {} {p:?}: meta {meta:?} against {} claims summing to {claimed}",
             p.id,
             records.len()

@@ -8,9 +8,9 @@ use redcount_core::keys;
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Mode, Storage};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{Algorithm, Quota, ResetQuota};
-use redcount_core::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
-use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use redcount_core::ops::quota::{Algorithm, ResetQuota, TakeQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
+use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_tests::{RedisServer, uid};
 
 fn pttl(redis: &RedisServer, key: &str) -> i64 {
@@ -103,18 +103,22 @@ async fn quota_fixed_window_with_cost_peek_and_reset() {
     let d = redis.direct().await;
     let s = uid("u");
     let algo = Algorithm::FixedWindow { limit: 5, window_ms: 3_600_000 };
-    let peek = d.run(&Quota::peek("daily", &s, algo, 1).unwrap()).await.unwrap();
+    let peek = d.run(&TakeQuota::peek("daily", &s, algo, 1).unwrap()).await.unwrap();
     assert_eq!((peek.allowed, peek.remaining), (true, 5));
-    let a = d.run(&Quota::take("daily", &s, algo, 2).unwrap()).await.unwrap();
+    let a = d.run(&TakeQuota::take("daily", &s, algo, 2).unwrap()).await.unwrap();
     assert_eq!((a.allowed, a.limit, a.remaining, a.retry_after_ms), (true, 5, 3, 0));
     assert!(a.reset_ms > 0 && a.reset_ms <= 3_600_000);
-    assert_eq!(d.run(&Quota::peek("daily", &s, algo, 1).unwrap()).await.unwrap().remaining, 3, "peek consumes nothing");
-    assert!(d.run(&Quota::take("daily", &s, algo, 3).unwrap()).await.unwrap().allowed);
-    let denied = d.run(&Quota::take("daily", &s, algo, 1).unwrap()).await.unwrap();
+    assert_eq!(
+        d.run(&TakeQuota::peek("daily", &s, algo, 1).unwrap()).await.unwrap().remaining,
+        3,
+        "peek consumes nothing"
+    );
+    assert!(d.run(&TakeQuota::take("daily", &s, algo, 3).unwrap()).await.unwrap().allowed);
+    let denied = d.run(&TakeQuota::take("daily", &s, algo, 1).unwrap()).await.unwrap();
     assert_eq!((denied.allowed, denied.remaining), (false, 0));
     assert_eq!(denied.retry_after_ms, denied.reset_ms);
     assert!(d.run(&ResetQuota::new("daily", &s, algo).unwrap()).await.unwrap());
-    assert_eq!(d.run(&Quota::take("daily", &s, algo, 1).unwrap()).await.unwrap().remaining, 4);
+    assert_eq!(d.run(&TakeQuota::take("daily", &s, algo, 1).unwrap()).await.unwrap().remaining, 4);
 }
 
 #[tokio::test]
@@ -123,7 +127,7 @@ async fn quota_sliding_window_is_exact() {
     let d = redis.direct().await;
     let s = uid("u");
     let algo = Algorithm::SlidingWindow { limit: 3, window_ms: 400 };
-    let take = |cost| Quota::take("sw", &s, algo, cost).unwrap();
+    let take = |cost| TakeQuota::take("sw", &s, algo, cost).unwrap();
     assert!(d.run(&take(1)).await.unwrap().allowed);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let b = d.run(&take(2)).await.unwrap();
@@ -136,7 +140,7 @@ async fn quota_sliding_window_is_exact() {
     tokio::time::sleep(Duration::from_millis(denied.retry_after_ms as u64 + 20)).await;
     let c = d.run(&take(1)).await.unwrap();
     assert_eq!((c.allowed, c.remaining), (true, 0), "exactly the first call's unit came back");
-    let peek = d.run(&Quota::peek("sw", &s, algo, 1).unwrap()).await.unwrap();
+    let peek = d.run(&TakeQuota::peek("sw", &s, algo, 1).unwrap()).await.unwrap();
     assert!(!peek.allowed);
     let log: i64 = redis::cmd("ZCARD").arg(keys::quota("sw", &s, "sw")).query(&mut redis.conn()).unwrap();
     assert_eq!(log, 2, "expired entries are removed on the next admitted call");
@@ -177,7 +181,7 @@ async fn quota_sliding_window_matches_a_model_across_layouts() {
     for step in 0..300 {
         let cost = rng.random_range(1..=limit.min(4));
         let peek = rng.random_bool(0.2);
-        let op = if peek { Quota::peek("sm", &s, algo, cost) } else { Quota::take("sm", &s, algo, cost) };
+        let op = if peek { TakeQuota::peek("sm", &s, algo, cost) } else { TakeQuota::take("sm", &s, algo, cost) };
         let before = start.elapsed().as_millis();
         let o = d.run(&op.unwrap()).await.unwrap();
         let at = start.elapsed().as_millis();
@@ -215,10 +219,10 @@ async fn quota_sliding_window_matches_a_model_across_layouts() {
     let short = Algorithm::SlidingWindow { limit: 10_000, window_ms: 2_000 };
     let key2 = keys::quota("sb", &s2, "sw");
     for _ in 0..3_000 {
-        assert!(d.run(&Quota::take("sb", &s2, short, 1).unwrap()).await.unwrap().allowed);
+        assert!(d.run(&TakeQuota::take("sb", &s2, short, 1).unwrap()).await.unwrap().allowed);
     }
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    assert!(d.run(&Quota::take("sb", &s2, short, 1).unwrap()).await.unwrap().allowed);
+    assert!(d.run(&TakeQuota::take("sb", &s2, short, 1).unwrap()).await.unwrap().allowed);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut c = redis.conn();
     let (size, expired): (i64, i64) = redis::pipe()
@@ -234,7 +238,7 @@ async fn quota_sliding_window_matches_a_model_across_layouts() {
         .query(&mut c)
         .unwrap();
     assert!(expired >= 64, "the backlog was built: {expired} of {size} expired");
-    let o = d.run(&Quota::take("sb", &s2, short, 1).unwrap()).await.unwrap();
+    let o = d.run(&TakeQuota::take("sb", &s2, short, 1).unwrap()).await.unwrap();
     assert!(o.allowed && o.remaining >= 10_000 - (size - expired) - 1, "expired entries count for nothing: {o:?}");
     let after: i64 = redis::cmd("ZCARD").arg(&key2).query(&mut c).unwrap();
     assert_eq!(after, size - 64 + 1, "a call removes at most 64 expired entries");
@@ -246,7 +250,7 @@ async fn quota_token_bucket_refills_in_steps() {
     let d = redis.direct().await;
     let s = uid("u");
     let algo = Algorithm::TokenBucket { capacity: 3, refill: 1, interval_ms: 250 };
-    let take = |cost| Quota::take("tb", &s, algo, cost).unwrap();
+    let take = |cost| TakeQuota::take("tb", &s, algo, cost).unwrap();
     assert_eq!(d.run(&take(3)).await.unwrap().remaining, 0);
     let denied = d.run(&take(1)).await.unwrap();
     assert!(!denied.allowed);
@@ -266,7 +270,7 @@ async fn semaphore_leases() {
     let redis = RedisServer::start();
     let d = redis.direct().await;
     let name = uid("pool");
-    let op = |action, holder: &str, lease| Semaphore::new("dev", &name, action, holder, 2, lease).unwrap();
+    let op = |action, holder: &str, lease| UpdateLease::new("dev", &name, action, holder, 2, lease).unwrap();
     use SemaphoreResult::*;
     let r = d.run(&op(Action::Acquire, "a", 10_000)).await.unwrap();
     assert_eq!((r.result, r.in_use, r.limit, r.lease_ms), (Acquired, 1, 2, 10_000));
@@ -372,14 +376,14 @@ async fn red_packet_lifecycle() {
         GrabOutcome::Already { amount: won[3], index: 4 },
         "a winner who retries gets the same claim, even after the packet is empty"
     );
-    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
-    assert_eq!((st.total, st.count, st.remaining, st.claimed, st.claimed_sum), (10_000, 10, 0, 10, 10_000));
+    let st = d.run(&ReadStatus::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!((st.total, st.count, st.remaining, st.grabbed, st.grabbed_sum), (10_000, 10, 0, 10, 10_000));
     assert_eq!(st.expires_ms, made.expires_at_ms);
-    let claims = d.run(&Claims::new(&id, 0, 100).unwrap()).await.unwrap();
+    let claims = d.run(&ReadGrabs::new(&id, 0, 100).unwrap()).await.unwrap();
     assert_eq!(claims.len(), 10);
     assert_eq!(claims.iter().map(|c| c.amount).sum::<i64>(), 10_000);
     assert_eq!(claims[3].user, "user3");
-    let page = d.run(&Claims::new(&id, 8, 5).unwrap()).await.unwrap();
+    let page = d.run(&ReadGrabs::new(&id, 8, 5).unwrap()).await.unwrap();
     assert_eq!(page.iter().map(|c| c.index).collect::<Vec<_>>(), vec![9, 10]);
     let [meta, shares, claims_key, log] = keys::redpacket(&id);
     for key in [meta, claims_key, log] {
@@ -390,7 +394,7 @@ async fn red_packet_lifecycle() {
 
     let unknown = redpacket::new_id(&mut rng);
     assert_eq!(d.run(&Grab::new(&unknown, "a").unwrap()).await.unwrap(), GrabOutcome::NotFound);
-    assert_eq!(d.run(&Status::new(&unknown).unwrap()).await.unwrap(), None);
+    assert_eq!(d.run(&ReadStatus::new(&unknown).unwrap()).await.unwrap(), None);
 
     // Expiry: a short-lived packet becomes unknown.
     let short = redpacket::new_id(&mut rng);

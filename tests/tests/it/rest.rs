@@ -309,7 +309,7 @@ fn migrate_slot(cluster: &RedisCluster, slot: i64) -> (usize, usize, std::time::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slot_migrated_in_the_middle_of_a_storm() {
-    use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, Status};
+    use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadStatus};
     let cluster = RedisCluster::start(3);
     let front = RestFront::start(&cluster.urls(), true);
     let d = rest(&front);
@@ -370,8 +370,8 @@ async fn a_slot_migrated_in_the_middle_of_a_storm() {
     let indexes: std::collections::BTreeSet<i64> = won.values().map(|(_, i)| *i).collect();
     assert_eq!(indexes.len(), shares as usize, "no share issued twice");
     assert_eq!(won.values().map(|(a, _)| a).sum::<i64>(), total);
-    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
-    assert_eq!((st.claimed, st.claimed_sum, st.remaining), (shares, total, 0));
+    let st = d.run(&ReadStatus::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!((st.grabbed, st.grabbed_sum, st.remaining), (shares, total, 0));
     // The slot really moved, while the storm ran: its keys are on the new owner only, every
     // node says so, and grabs were answered both before the first key moved and after.
     let count = |n: &RedisServer| -> i64 {

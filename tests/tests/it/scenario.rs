@@ -5,9 +5,9 @@ use redcount_core::ErrorKind;
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, Bounds, CounterStatus, GetCounter, Storage};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{Algorithm, Quota, ResetQuota};
-use redcount_core::ops::redpacket::{self, Claims, Create, Grab, GrabOutcome, Status};
-use redcount_core::ops::semaphore::{Action, Semaphore, SemaphoreResult};
+use redcount_core::ops::quota::{Algorithm, ResetQuota, TakeQuota};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
+use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_tests::uid;
 
 pub async fn every_primitive<D: Driver>(d: &D) {
@@ -30,17 +30,17 @@ pub async fn every_primitive<D: Driver>(d: &D) {
         Algorithm::SlidingWindow { limit: 2, window_ms: 3_600_000 },
         Algorithm::TokenBucket { capacity: 2, refill: 1, interval_ms: 3_600_000 },
     ] {
-        let take = Quota::take("daily", &s, algo, 1).unwrap();
+        let take = TakeQuota::take("daily", &s, algo, 1).unwrap();
         let got: Vec<bool> = [d.run(&take).await, d.run(&take).await, d.run(&take).await]
             .into_iter()
             .map(|r| r.unwrap().allowed)
             .collect();
         assert_eq!(got, [true, true, false], "{algo:?}");
         assert!(d.run(&ResetQuota::new("daily", &s, algo).unwrap()).await.unwrap());
-        assert!(d.run(&Quota::peek("daily", &s, algo, 2).unwrap()).await.unwrap().allowed);
+        assert!(d.run(&TakeQuota::peek("daily", &s, algo, 2).unwrap()).await.unwrap().allowed);
     }
-    // Semaphore.
-    let sem = |a, h: &str| Semaphore::new("dev", &s, a, h, 1, 60_000).unwrap();
+    // UpdateLease.
+    let sem = |a, h: &str| UpdateLease::new("dev", &s, a, h, 1, 60_000).unwrap();
     assert_eq!(d.run(&sem(Action::Acquire, "a")).await.unwrap().result, SemaphoreResult::Acquired);
     assert_eq!(d.run(&sem(Action::Acquire, "b")).await.unwrap().result, SemaphoreResult::Full);
     assert_eq!(d.run(&sem(Action::Release, "a")).await.unwrap().result, SemaphoreResult::Released);
@@ -68,9 +68,9 @@ pub async fn every_primitive<D: Driver>(d: &D) {
     assert_eq!(sum, 1000);
     assert_eq!(d.run(&Grab::new(&id, "d").unwrap()).await.unwrap(), GrabOutcome::Empty);
     assert!(matches!(d.run(&Grab::new(&id, "a").unwrap()).await.unwrap(), GrabOutcome::Already { .. }));
-    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
-    assert_eq!((st.claimed, st.claimed_sum), (3, 1000));
-    assert_eq!(d.run(&Claims::new(&id, 0, 10).unwrap()).await.unwrap().len(), 3);
+    let st = d.run(&ReadStatus::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!((st.grabbed, st.grabbed_sum), (3, 1000));
+    assert_eq!(d.run(&ReadGrabs::new(&id, 0, 10).unwrap()).await.unwrap().len(), 3);
     // A typed error survives the transport.
     let bad = AddCounter::new("jobs", &s, Storage::Key, 1, Bounds::default()).unwrap();
     d.send(&redcount_core::Command::new("DEL").arg(redcount_core::keys::counter("jobs", &s))).await.unwrap();
@@ -115,7 +115,7 @@ pub async fn grab_storm<D: Driver + Clone + Send + 'static>(d: &D, n: usize, sha
     if n >= shares as usize {
         assert_eq!(sum, total);
     }
-    let st = d.run(&Status::new(&id).unwrap()).await.unwrap().unwrap();
-    assert_eq!(st.claimed as usize, want);
-    assert_eq!(st.claimed_sum, sum);
+    let st = d.run(&ReadStatus::new(&id).unwrap()).await.unwrap().unwrap();
+    assert_eq!(st.grabbed as usize, want);
+    assert_eq!(st.grabbed_sum, sum);
 }

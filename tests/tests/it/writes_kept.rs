@@ -9,9 +9,9 @@ use redcount_core::keys;
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, Bounds, GetCounter, Mode, Storage};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{Algorithm, Quota, ResetQuota};
+use redcount_core::ops::quota::{Algorithm, ResetQuota, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab};
-use redcount_core::ops::semaphore::{Action, Semaphore};
+use redcount_core::ops::semaphore::{Action, UpdateLease};
 use redcount_tests::{RedisServer, uid};
 
 #[tokio::test]
@@ -101,7 +101,7 @@ async fn every_write_route_fails_closed_at_maxmemory() {
     let mut rng = rand::rng();
     d.run(&Create::new(&packet, 10_000, 10, 1, 60_000, &mut rng).unwrap()).await.unwrap();
     let sliding = Algorithm::SlidingWindow { limit: 100, window_ms: 60_000 };
-    d.run(&Quota::take("q", "s", sliding, 1).unwrap()).await.unwrap();
+    d.run(&TakeQuota::take("q", "s", sliding, 1).unwrap()).await.unwrap();
     // Redis well past its maxmemory (set below what it uses, so freed buffers cannot make room).
     let blob = vec![b'x'; 64 * 1024];
     for i in 0..16 {
@@ -126,11 +126,11 @@ async fn every_write_route_fails_closed_at_maxmemory() {
         sliding,
         Algorithm::TokenBucket { capacity: 10, refill: 1, interval_ms: 1_000 },
     ] {
-        oom(d.run(&Quota::take("q", "s", algo, 1).unwrap()).await.map(drop), "quota take");
+        oom(d.run(&TakeQuota::take("q", "s", algo, 1).unwrap()).await.map(drop), "quota take");
         oom(d.run(&ResetQuota::new("q", "s", algo).unwrap()).await.map(drop), "quota reset");
     }
     for action in [Action::Acquire, Action::Renew, Action::Release] {
-        oom(d.run(&Semaphore::new("sem", "n", action, &u, 3, 10_000).unwrap()).await.map(drop), "semaphore");
+        oom(d.run(&UpdateLease::new("sem", "n", action, &u, 3, 10_000).unwrap()).await.map(drop), "semaphore");
     }
     oom(d.run(&Append::new(&u, 1, "m", 60_000, 10).unwrap()).await.map(drop), "inbox append");
     oom(d.run(&Trim::new(&u, 60, 10, 10).unwrap()).await.map(drop), "inbox trim");
@@ -139,7 +139,7 @@ async fn every_write_route_fails_closed_at_maxmemory() {
     oom(d.run(&Grab::new(&packet, &u).unwrap()).await.map(drop), "red packet grab");
     assert_eq!(before, digest(&mut c), "nothing was written at maxmemory");
     // Reads still work.
-    assert!(d.run(&redpacket::Status::new(&packet).unwrap()).await.unwrap().is_some());
+    assert!(d.run(&redpacket::ReadStatus::new(&packet).unwrap()).await.unwrap().is_some());
 }
 
 #[tokio::test]

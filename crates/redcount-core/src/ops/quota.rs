@@ -85,20 +85,20 @@ impl Algorithm {
 
 /// Takes (or peeks at) `cost` units of a subject's quota.
 #[derive(Debug, Clone)]
-pub struct Quota {
+pub struct TakeQuota {
     key: String,
     algo: Algorithm,
     cost: i64,
     peek: bool,
 }
 
-impl Quota {
+impl TakeQuota {
     /// Consumes `cost` units if they are available.
     pub fn take(scope: &str, subject: &str, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
         Self::build(scope, subject, algo, cost, false)
     }
 
-    /// Reports what [`Quota::take`] with this cost would get; consumes and writes nothing.
+    /// Reports what [`TakeQuota::take`] with this cost would get; consumes and writes nothing.
     pub fn peek(scope: &str, subject: &str, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
         Self::build(scope, subject, algo, cost, true)
     }
@@ -108,11 +108,11 @@ impl Quota {
         let subject = validate::id("subject", subject)?;
         algo.validate()?;
         validate::range("cost", cost, 1, algo.limit())?;
-        Ok(Quota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek })
+        Ok(TakeQuota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek })
     }
 }
 
-/// The result of [`Quota`].
+/// The result of [`TakeQuota`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaOutcome {
     /// True when the units were (or, for a peek, would be) granted.
@@ -127,7 +127,7 @@ pub struct QuotaOutcome {
     pub retry_after_ms: i64,
 }
 
-impl Operation for Quota {
+impl Operation for TakeQuota {
     type Outcome = QuotaOutcome;
     const NAME: &'static str = "quota";
 
@@ -188,6 +188,6 @@ impl Operation for ResetQuota {
     }
 }
 
-impl super::Replayable for Quota {}
+impl super::Replayable for TakeQuota {}
 
 impl super::Replayable for ResetQuota {}

@@ -15,7 +15,7 @@ use crate::value::Value;
 
 /// Longest life of a packet: 30 days in ms.
 pub const MAX_TTL_MS: i64 = 30 * 86_400_000;
-/// Largest page of claims.
+/// Largest page of grab records.
 pub const MAX_PAGE: i64 = 1_000;
 
 /// The packet id for a create carrying an idempotency key: derived from it, so that a replay
@@ -115,7 +115,7 @@ pub enum GrabOutcome {
     Won {
         /// The share, in cents.
         amount: i64,
-        /// Its position in claim order, from 1.
+        /// Its position in grab order, from 1.
         index: i64,
         /// Shares left.
         remaining: i64,
@@ -124,7 +124,7 @@ pub enum GrabOutcome {
     Already {
         /// The share, in cents.
         amount: i64,
-        /// Its position in claim order.
+        /// Its position in grab order.
         index: i64,
     },
     /// No share left.
@@ -159,14 +159,14 @@ impl Operation for Grab {
 
 /// Reads a packet's status.
 #[derive(Debug, Clone)]
-pub struct Status {
+pub struct ReadStatus {
     keys: [String; 4],
 }
 
-impl Status {
+impl ReadStatus {
     /// Validates and builds the operation.
     pub fn new(id: &str) -> Result<Self, InputError> {
-        Ok(Status { keys: keys::redpacket(validate::id("id", id)?) })
+        Ok(ReadStatus { keys: keys::redpacket(validate::id("id", id)?) })
     }
 }
 
@@ -177,19 +177,19 @@ pub struct PacketStatus {
     pub total: i64,
     /// Number of shares.
     pub count: i64,
-    /// Shares not yet claimed.
+    /// Shares not yet grabbed.
     pub remaining: i64,
-    /// Shares claimed.
-    pub claimed: i64,
-    /// Sum of the claimed shares, in cents.
-    pub claimed_sum: i64,
+    /// Shares grabbed.
+    pub grabbed: i64,
+    /// Sum of the grabbed shares, in cents.
+    pub grabbed_sum: i64,
     /// Creation time, ms since the epoch.
     pub created_ms: i64,
     /// Expiry time, ms since the epoch.
     pub expires_ms: i64,
 }
 
-impl Operation for Status {
+impl Operation for ReadStatus {
     /// `None` when the packet is unknown or expired.
     type Outcome = Option<PacketStatus>;
     const NAME: &'static str = "redpacket_status";
@@ -199,54 +199,54 @@ impl Operation for Status {
     }
 
     fn parse(&self, reply: Value) -> Result<Option<PacketStatus>, ShapeError> {
-        let [found, total, count, remaining, claimed, claimed_sum, created_ms, expires_ms] =
+        let [found, total, count, remaining, grabbed, grabbed_sum, created_ms, expires_ms] =
             reply.into_ints::<8>(Self::NAME)?;
         Ok((found == 1).then_some(PacketStatus {
             total,
             count,
             remaining,
-            claimed,
-            claimed_sum,
+            grabbed,
+            grabbed_sum,
             created_ms,
             expires_ms,
         }))
     }
 }
 
-/// Reads a page of claims, in claim order.
+/// Reads a page of grab records, in grab order.
 #[derive(Debug, Clone)]
-pub struct Claims {
+pub struct ReadGrabs {
     log: String,
     offset: i64,
     limit: i64,
 }
 
-impl Claims {
+impl ReadGrabs {
     /// Validates and builds the operation.
     pub fn new(id: &str, offset: i64, limit: i64) -> Result<Self, InputError> {
         let [_, _, _, log] = keys::redpacket(validate::id("id", id)?);
         validate::range("offset", offset, 0, split::MAX_COUNT)?;
         validate::range("limit", limit, 1, MAX_PAGE)?;
-        Ok(Claims { log, offset, limit })
+        Ok(ReadGrabs { log, offset, limit })
     }
 }
 
-/// One claim record.
+/// One grab record (from the packet's append-only grab log).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimRecord {
+pub struct GrabRecord {
     /// Who won.
     pub user: String,
     /// The share, in cents.
     pub amount: i64,
-    /// Position in claim order, from 1.
+    /// Position in grab order, from 1.
     pub index: i64,
     /// When, in ms since the epoch (server time).
     pub at_ms: i64,
 }
 
-impl Operation for Claims {
-    type Outcome = Vec<ClaimRecord>;
-    const NAME: &'static str = "redpacket_claims";
+impl Operation for ReadGrabs {
+    type Outcome = Vec<GrabRecord>;
+    const NAME: &'static str = "redpacket_grabs";
 
     fn request(&self) -> Request {
         Request::Command(
@@ -257,8 +257,8 @@ impl Operation for Claims {
         )
     }
 
-    fn parse(&self, reply: Value) -> Result<Vec<ClaimRecord>, ShapeError> {
-        let bad = || ShapeError::new(Self::NAME, "malformed claim record");
+    fn parse(&self, reply: Value) -> Result<Vec<GrabRecord>, ShapeError> {
+        let bad = || ShapeError::new(Self::NAME, "malformed grab record");
         reply
             .into_array(Self::NAME)?
             .into_iter()
@@ -271,7 +271,7 @@ impl Operation for Claims {
                     return Err(bad());
                 };
                 let num = |x: &str| x.parse::<i64>().map_err(|_| bad());
-                Ok(ClaimRecord { user: String::from(user), amount: num(a)?, index: num(i)?, at_ms: num(t)? })
+                Ok(GrabRecord { user: String::from(user), amount: num(a)?, index: num(i)?, at_ms: num(t)? })
             })
             .collect()
     }

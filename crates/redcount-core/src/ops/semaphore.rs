@@ -1,4 +1,4 @@
-//! Semaphore with per-holder leases.
+//! UpdateLease with per-holder leases.
 
 use alloc::string::String;
 
@@ -38,7 +38,7 @@ impl Action {
 
 /// One call on a semaphore.
 #[derive(Debug, Clone)]
-pub struct Semaphore {
+pub struct UpdateLease {
     key: String,
     action: Action,
     holder: String,
@@ -46,7 +46,7 @@ pub struct Semaphore {
     lease_ms: i64,
 }
 
-impl Semaphore {
+impl UpdateLease {
     /// Validates and builds the operation.
     pub fn new(
         scope: &str,
@@ -61,7 +61,7 @@ impl Semaphore {
         let holder = validate::id("holder", holder)?;
         validate::range("limit", limit, 1, MAX_LIMIT)?;
         validate::range("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-        Ok(Semaphore { key: keys::semaphore(scope, name), action, holder: String::from(holder), limit, lease_ms })
+        Ok(UpdateLease { key: keys::semaphore(scope, name), action, holder: String::from(holder), limit, lease_ms })
     }
 }
 
@@ -80,7 +80,7 @@ pub enum SemaphoreResult {
     NotHolder,
 }
 
-/// The result of [`Semaphore`].
+/// The result of [`UpdateLease`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SemaphoreOutcome {
     /// What happened.
@@ -95,7 +95,7 @@ pub struct SemaphoreOutcome {
     pub lease_ms: i64,
 }
 
-impl Operation for Semaphore {
+impl Operation for UpdateLease {
     type Outcome = SemaphoreOutcome;
     const NAME: &'static str = "semaphore";
 
@@ -126,4 +126,4 @@ impl Operation for Semaphore {
     }
 }
 
-impl super::Replayable for Semaphore {}
+impl super::Replayable for UpdateLease {}
