@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use redcount_core::{ErrorKind, ErrorReply};
 use redis::Value;
+use serde_json::value::RawValue;
 use serde_json::{Value as Json, json};
 
 use crate::State;
@@ -169,10 +170,15 @@ async fn handle(
     let path = uri.path().to_string();
     // What the request's replies hold of the reply budget, handed to its response.
     let served = REPLY_PERMITS.scope(std::cell::RefCell::new(Vec::new()), serve(&st, &method, &uri, &headers, body));
-    let (response, what) = match served.await {
+    let (mut response, what) = match served.await {
         Ok((r, what)) => (r, what),
         Err((f, what)) => (f.into_response(), what),
     };
+    // Read-your-writes: the official clients echo this token on their next request. Every
+    // read here goes to the primary that took the write, so any fresh token keeps the promise.
+    static SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let token = SYNC.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    response.headers_mut().insert("upstash-sync-token", HeaderValue::from(token));
     log::debug(
         st.log,
         &format!(
@@ -247,27 +253,50 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
         })?,
     };
     let base64 = header_is(headers, "upstash-encoding", "base64");
-    let resp2 = header_is(headers, "upstash-response-format", "resp2");
+    let resp2 = match headers.get("upstash-response-format").map(|v| v.to_str().map(str::trim)) {
+        None => false,
+        Some(Ok(f)) if f.eq_ignore_ascii_case("json") => false,
+        Some(Ok(f)) if f.eq_ignore_ascii_case("resp2") => true,
+        Some(_) => {
+            let why = "ERR Upstash-Response-Format must be json or resp2";
+            return Err((error(StatusCode::BAD_REQUEST, why), none()));
+        }
+    };
+    if resp2 && base64 {
+        let why = "ERR Upstash-Encoding: base64 applies to JSON answers; resp2 carries bytes as they are";
+        return Err((error(StatusCode::BAD_REQUEST, why), none()));
+    }
     let path = uri.path();
     match path {
         "/pipeline" | "/multi-exec" => {
             if *method != Method::POST && *method != Method::PUT {
                 return Err((error(StatusCode::METHOD_NOT_ALLOWED, format!("ERR {path} takes POST")), none()));
             }
-            let cmds = parse_many(&bytes).map_err(|f| (f, none()))?;
-            if path == "/multi-exec" && cmds.len() > st.max_transaction {
+            let atomic = path == "/multi-exec";
+            let entries: Vec<Result<Cmd, Failure>> = parse_many(&bytes)
+                .map_err(|f| (f, none()))?
+                .into_iter()
+                .map(|e| e.and_then(|c| check(st, &c, access).map(|()| c)))
+                .collect();
+            if atomic && entries.len() > st.max_transaction {
                 let why = format!(
                     "ERR a transaction runs in Redis at once, with no stop after --timeout-ms: at most {} commands (--max-transaction-commands); send more as a /pipeline",
                     st.max_transaction
                 );
                 return Err((error(StatusCode::BAD_REQUEST, why), none()));
             }
-            let what =
-                format!("{}x{}", cmds.len(), cmds.first().map(|c| c.name.to_ascii_uppercase()).unwrap_or_default());
-            for c in &cmds {
-                check(st, c, access).map_err(|f| (f, what.clone()))?;
-            }
-            let r = match run_many(st, access, cmds, path == "/multi-exec", base64, resp2).await {
+            let first = entries.iter().find_map(|e| e.as_ref().ok()).map(|c| c.name.to_ascii_uppercase());
+            let what = format!("{}x{}", entries.len(), first.unwrap_or_default());
+            // A transaction is all or nothing: one refused entry refuses it whole.
+            let entries = if atomic {
+                match entries.into_iter().collect::<Result<Vec<Cmd>, Failure>>() {
+                    Ok(cmds) => cmds.into_iter().map(Ok).collect(),
+                    Err(f) => return Err((f, what)),
+                }
+            } else {
+                entries
+            };
+            let r = match run_many(st, access, entries, atomic, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f).await),
                 ok => ok,
             };
@@ -297,6 +326,8 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             if matches!(*method, Method::POST | Method::PUT) && !bytes.is_empty() {
                 parts.push(bytes.to_vec());
             }
+            // Query arguments follow: `POST /set/foo?EX=100` is `SET foo <body> EX 100`.
+            parts.extend(query_args(uri.query().unwrap_or("")).map_err(|f| (f, none()))?);
             let name = String::from_utf8(parts.remove(0))
                 .map_err(|_| (error(StatusCode::BAD_REQUEST, "ERR command name is not UTF-8"), none()))?;
             let cmd = Cmd { name, args: parts };
@@ -311,6 +342,29 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
     }
 }
 
+/// A path-style command's query string as arguments, in order: `k=v` gives `k`, `v`; a bare
+/// `k` gives `k` (a flag such as `NX`). `_token` is refused: a token in a URL ends up in logs.
+fn query_args(query: &str) -> Result<Vec<Vec<u8>>, Failure> {
+    let mut out = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = match pair.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (pair, None),
+        };
+        if k == "_token" {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "ERR a token in the URL is not accepted (URLs get logged): send `Authorization: Bearer <token>`",
+            ));
+        }
+        out.push(percent_decode(k)?);
+        if let Some(v) = v {
+            out.push(percent_decode(v)?);
+        }
+    }
+    Ok(out)
+}
+
 fn header_is(headers: &HeaderMap, name: &str, want: &str) -> bool {
     headers.get(name).and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
 }
@@ -320,25 +374,27 @@ fn percent_decode(seg: &str) -> Result<Vec<u8>, Failure> {
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, "ERR malformed percent-encoding in the path"))
 }
 
-fn command_from_json(v: &Json) -> Result<Cmd, Failure> {
-    let Json::Array(items) = v else {
-        return Err(error(StatusCode::BAD_REQUEST, "ERR a command is a JSON array like [\"SET\", \"key\", \"value\"]"));
-    };
+/// One command from its JSON array. Arguments are sent as the official clients mean them:
+/// strings as their text, numbers as their exact JSON text (no float round trip: `1E3` stays
+/// `1E3`, 2^70 keeps every digit), booleans and null as `true`, `false`, `null` (the clients
+/// send them, and Upstash stores the text).
+fn command_from_json(v: &RawValue) -> Result<Cmd, Failure> {
+    let items: Vec<&RawValue> = serde_json::from_str(v.get()).map_err(|_| {
+        error(StatusCode::BAD_REQUEST, "ERR a command is a JSON array like [\"SET\", \"key\", \"value\"]")
+    })?;
     let mut args = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        args.push(match item {
-            Json::String(s) => s.as_bytes().to_vec(),
-            Json::Number(n) => n.to_string().into_bytes(),
-            other => {
-                let kind = match other {
-                    Json::Null => "null",
-                    Json::Bool(_) => "a boolean",
-                    Json::Array(_) => "an array",
-                    _ => "an object",
-                };
+        let text = item.get();
+        args.push(match text.as_bytes().first() {
+            Some(b'"') => serde_json::from_str::<String>(text)
+                .map_err(|e| error(StatusCode::BAD_REQUEST, format!("ERR argument {i} is not a valid string: {e}")))?
+                .into_bytes(),
+            Some(b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => text.as_bytes().to_vec(),
+            _ => {
+                let kind = if text.starts_with('[') { "an array" } else { "an object" };
                 return Err(error(
                     StatusCode::BAD_REQUEST,
-                    format!("ERR argument {i} is {kind}; every argument must be a string or a number"),
+                    format!("ERR argument {i} is {kind}; every argument must be a string, a number, a boolean or null"),
                 ));
             }
         });
@@ -354,23 +410,25 @@ fn command_from_json(v: &Json) -> Result<Cmd, Failure> {
     Ok(Cmd { name, args })
 }
 
-fn parse_json(bytes: &Bytes) -> Result<Json, Failure> {
+fn parse_json(bytes: &Bytes) -> Result<&RawValue, Failure> {
     serde_json::from_slice(bytes)
         .map_err(|e| error(StatusCode::BAD_REQUEST, format!("ERR body is not valid JSON: {e}")))
 }
 
 fn parse_one(bytes: &Bytes) -> Result<Cmd, Failure> {
-    command_from_json(&parse_json(bytes)?)
+    command_from_json(parse_json(bytes)?)
 }
 
-fn parse_many(bytes: &Bytes) -> Result<Vec<Cmd>, Failure> {
-    let Json::Array(items) = parse_json(bytes)? else {
-        return Err(error(StatusCode::BAD_REQUEST, "ERR body must be a JSON array of commands"));
-    };
+/// The commands of a `/pipeline` or `/multi-exec` body, each parsed on its own: one bad
+/// entry is that entry's error, not the whole request's (with auto-pipelining, unrelated
+/// calls share a body). The body itself must be a non-empty array.
+fn parse_many(bytes: &Bytes) -> Result<Vec<Result<Cmd, Failure>>, Failure> {
+    let items: Vec<&RawValue> = serde_json::from_str(parse_json(bytes)?.get())
+        .map_err(|_| error(StatusCode::BAD_REQUEST, "ERR body must be a JSON array of commands"))?;
     if items.is_empty() {
         return Err(error(StatusCode::BAD_REQUEST, "ERR empty pipeline"));
     }
-    items.iter().map(command_from_json).collect()
+    Ok(items.into_iter().map(command_from_json).collect())
 }
 
 /// Refuses what cannot run over REST, administration unless allowed, and anything but
@@ -728,11 +786,20 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
 async fn run_many(
     st: &State,
     access: Access,
-    mut cmds: Vec<Cmd>,
+    entries: Vec<Result<Cmd, Failure>>,
     atomic: bool,
     base64: bool,
     resp2: bool,
 ) -> Result<Response, Failure> {
+    // Refused entries answer for themselves; the others are sent, in order.
+    let mut refused: Vec<(usize, Failure)> = Vec::new();
+    let mut cmds = Vec::with_capacity(entries.len());
+    for (i, e) in entries.into_iter().enumerate() {
+        match e {
+            Ok(c) => cmds.push(c),
+            Err(f) => refused.push((i, f)),
+        }
+    }
     let mut fixups = Vec::with_capacity(cmds.len());
     for c in &mut cmds {
         fixups.push(prepare(st, access, c));
@@ -828,14 +895,37 @@ async fn run_many(
     let raw = resp2 && !atomic;
     encodable(st, &whole, reply::encoding(base64, raw))?;
     let Value::Array(items) = whole else { unreachable!("built above") };
+    // Back in request order, the refused entries in their places.
+    let mut sent = items.iter();
+    let mut refused = refused.into_iter().peekable();
+    let mut answers: Vec<Result<&Value, Failure>> = Vec::with_capacity(items.len() + refused.len());
+    while let Some(answer) = match refused.peek() {
+        Some((i, _)) if *i == answers.len() => refused.next().map(|(_, f)| Err(f)),
+        _ => sent.next().map(Ok),
+    } {
+        answers.push(answer);
+    }
     if raw {
         let mut out = Vec::new();
-        for item in &items {
-            reply::to_resp2(item, &mut out);
+        for answer in &answers {
+            match answer {
+                Ok(item) => reply::to_resp2(item, &mut out),
+                // One line: the messages are built here, without line breaks.
+                Err(f) => out.extend_from_slice(format!("-{}\r\n", f.message.replace(['\r', '\n'], " ")).as_bytes()),
+            }
         }
         return ok_response(st, out, "application/octet-stream");
     }
-    let body = Json::Array(items.iter().map(|v| reply::entry(v, base64)).collect()).to_string();
+    let body = Json::Array(
+        answers
+            .iter()
+            .map(|a| match a {
+                Ok(item) => reply::entry(item, base64),
+                Err(f) => json!({ "error": f.message }),
+            })
+            .collect(),
+    )
+    .to_string();
     ok_response(st, body.into_bytes(), "application/json")
 }
 
@@ -848,7 +938,7 @@ pub(crate) fn fuzz_parse(path: &str, body: &[u8]) {
     }
     let mut cmds: Vec<Cmd> = parse_one(&bytes).into_iter().collect();
     if let Ok(many) = parse_many(&bytes) {
-        cmds.extend(many);
+        cmds.extend(many.into_iter().flatten());
     }
     for c in &cmds {
         let _ = commands::refusal(&c.name, &c.args);

@@ -17,8 +17,10 @@ pub fn to_json(v: &Value, base64: bool) -> Json {
         Value::Nil => Json::Null,
         Value::Int(n) => json!(n),
         Value::BulkString(b) => string(b),
+        // Upstash leaves a literal OK unencoded in base64 mode, and the clients expect that.
+        Value::SimpleString(s) if s == "OK" => Json::String("OK".into()),
         Value::SimpleString(s) => string(s.as_bytes()),
-        Value::Okay => string(b"OK"),
+        Value::Okay => Json::String("OK".into()),
         Value::Array(a) | Value::Set(a) | Value::Push { data: a, .. } => {
             Json::Array(a.iter().map(|x| to_json(x, base64)).collect())
         }
@@ -64,8 +66,10 @@ fn write_json(v: &Value, base64: bool, out: &mut String) {
             let _ = write!(out, "{n}");
         }
         Value::BulkString(b) => string(b, out),
+        // A literal OK stays unencoded in base64 mode (as in `to_json`).
+        Value::Okay => out.push_str("\"OK\""),
+        Value::SimpleString(s) if s == "OK" => out.push_str("\"OK\""),
         Value::SimpleString(s) => string(s.as_bytes(), out),
-        Value::Okay => string(b"OK", out),
         Value::Array(a) | Value::Set(a) => {
             out.push('[');
             for (i, x) in a.iter().enumerate() {

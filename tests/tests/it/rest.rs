@@ -87,8 +87,6 @@ async fn raw_http_edge_cases() {
         ("\"GET\"", "JSON array"),
         ("[]", "empty command"),
         ("[[\"GET\",\"a\"]]", "argument 0 is an array"),
-        ("[\"SET\",\"k\",null]", "argument 2 is null"),
-        ("[\"SET\",\"k\",true]", "argument 2 is a boolean"),
         ("[\"SET\",\"k\",{}]", "argument 2 is an object"),
         ("[\"NOSUCHCMD\",\"x\"]", "unknown command"),
         ("[\"SUBSCRIBE\",\"ch\"]", "holds a connection"),
@@ -137,7 +135,22 @@ async fn raw_http_edge_cases() {
     assert!(error_of(&v).starts_with("EXECABORT"));
     assert_eq!(raw.post("/", r#"["GET","a"]"#).await.1, json!({"result": "2"}), "nothing of it ran");
     assert_eq!(raw.post("/pipeline", "[]").await.0, 400);
-    assert_eq!(raw.post("/pipeline", r#"[["GET","a"],["BLPOP","l","0"]]"#).await.0, 400);
+    assert_eq!(raw.post("/pipeline", r#"{"a":1}"#).await.0, 400);
+    // In a pipeline each entry fails alone (auto-pipelining puts unrelated calls in one body).
+    let (status, v) =
+        raw.post("/pipeline", r#"[["GET","a"],["BLPOP","l","0"],"GET",["SET","k",{}],["INCR","a"]]"#).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v[0], json!({"result": "2"}));
+    assert!(error_of(&v[1]).contains("BLPOP") || error_of(&v[1]).contains("block"), "{v}");
+    assert!(error_of(&v[2]).contains("JSON array"), "{v}");
+    assert!(error_of(&v[3]).contains("argument 2 is an object"), "{v}");
+    assert_eq!(v[4], json!({"result": 3}), "the entries after a refused one still run");
+    assert_eq!(raw.post("/", r#"["DECR","a"]"#).await.1, json!({"result": 2}));
+    // A transaction is all or nothing: one refused entry refuses it whole, and nothing runs.
+    let (status, v) = raw.post("/multi-exec", r#"[["INCR","a"],["SET","k",{}]]"#).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(error_of(&v).contains("argument 2 is an object"), "{v}");
+    assert_eq!(raw.post("/", r#"["GET","a"]"#).await.1, json!({"result": "2"}), "nothing of it ran");
     // RESP2 responses.
     let resp = reqwest::Client::new()
         .post(format!("{}/", front.url()))
@@ -171,7 +184,81 @@ async fn raw_http_edge_cases() {
         ro.post("/", r#"["EVAL_RO","return redis.call('GET', KEYS[1])",1,"a"]"#).await,
         (200, json!({"result": "2"}))
     );
-    assert_eq!(ro.post("/pipeline", r#"[["GET","a"],["SET","a","3"]]"#).await.0, 403, "one write refuses the pipeline");
+    // Under the read-only token a write in a pipeline is refused alone; it does not run.
+    let (status, v) = ro.post("/pipeline", r#"[["GET","a"],["SET","a","3"]]"#).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v[0], json!({"result": "2"}));
+    assert!(error_of(&v[1]).contains("read-only"), "{v}");
+    assert_eq!(full.post("/", r#"["GET","a"]"#).await.1, json!({"result": "2"}), "the write did not run");
+}
+
+/// What the official clients send and expect, beyond the plain command: JSON booleans, null
+/// and numbers as their text, query-string arguments, a literal OK in base64 mode, the
+/// response-format header checked, and a sync token on every answer.
+#[tokio::test]
+async fn arguments_and_headers_as_the_official_clients_use_them() {
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let raw = Raw::new(&front);
+    let get = |k: &str| {
+        let mut conn = redis.conn();
+        redis::cmd("GET").arg(k).query::<Option<String>>(&mut conn).unwrap()
+    };
+    // Booleans and null are stored as their text, as Upstash does.
+    assert_eq!(raw.post("/", r#"["HSET","h","f",false]"#).await, (200, json!({"result": 1})));
+    let f: String = redis::cmd("HGET").arg("h").arg("f").query(&mut redis.conn()).unwrap();
+    assert_eq!(f, "false");
+    assert_eq!(raw.post("/", r#"["SET","t",true]"#).await.0, 200);
+    assert_eq!(get("t").as_deref(), Some("true"));
+    assert_eq!(raw.post("/", r#"["SET","z",null]"#).await.0, 200);
+    assert_eq!(get("z").as_deref(), Some("null"));
+    // Numbers keep their exact text: no float round trip.
+    for (i, n) in ["1180591620717411303424", "1E3", "-0.5", "0", "9007199254740993", "1.10"].iter().enumerate() {
+        let key = format!("n{i}");
+        assert_eq!(raw.post("/", format!(r#"["SET","{key}",{n}]"#)).await.0, 200, "{n}");
+        assert_eq!(get(&key).as_deref(), Some(*n), "{n} is stored as it was written");
+    }
+    // Query-string arguments follow the path and the body: SET q <body> EX 100.
+    let (status, v) = raw.req(reqwest::Method::POST, "/set/q?EX=100", "body value", &[]).await;
+    assert_eq!((status, v), (200, json!({"result": "OK"})));
+    assert_eq!(get("q").as_deref(), Some("body value"));
+    let ttl: i64 = redis::cmd("TTL").arg("q").query(&mut redis.conn()).unwrap();
+    assert!((90..=100).contains(&ttl), "EX 100 was applied: ttl {ttl}");
+    assert_eq!(raw.req(reqwest::Method::GET, "/set/q/other?NX", "", &[]).await, (200, json!({"result": null})));
+    assert_eq!(get("q").as_deref(), Some("body value"), "a bare flag (NX) is an argument too");
+    let (status, v) = raw.req(reqwest::Method::GET, "/get/q?_token=abc", "", &[]).await;
+    assert_eq!(status, 400);
+    assert!(error_of(&v).contains("Authorization"), "{v}");
+    // Base64 mode leaves a literal OK alone, as Upstash does; other strings are encoded.
+    let b64 = [("upstash-encoding", "base64")];
+    assert_eq!(raw.req(reqwest::Method::POST, "/", r#"["SET","o","OK"]"#, &b64).await.1, json!({"result": "OK"}));
+    assert_eq!(raw.req(reqwest::Method::POST, "/", r#"["GET","o"]"#, &b64).await.1, json!({"result": "T0s="}));
+    let (_, v) = raw.req(reqwest::Method::POST, "/pipeline", r#"[["SET","o","v"],["GET","o"]]"#, &b64).await;
+    assert_eq!(v, json!([{"result": "OK"}, {"result": "dg=="}]));
+    // The response format is json or resp2; anything else, or resp2 with base64, is refused.
+    for (headers, want) in [
+        (vec![("upstash-response-format", "xml")], 400),
+        (vec![("upstash-response-format", "resp2"), ("upstash-encoding", "base64")], 400),
+        (vec![("upstash-response-format", "json")], 200),
+        (vec![("upstash-response-format", "RESP2")], 200),
+    ] {
+        let (status, _) = raw.req(reqwest::Method::POST, "/", r#"["PING"]"#, &headers).await;
+        assert_eq!(status, want, "{headers:?}");
+    }
+    // Every answer carries a sync token (the clients echo it for read-your-writes).
+    let client = reqwest::Client::new();
+    for (path, body) in [("/", r#"["PING"]"#), ("/pipeline", r#"[["PING"]]"#), ("/", "not json")] {
+        let resp = client
+            .post(format!("{}{path}", front.url()))
+            .bearer_auth(&front.token)
+            .header("upstash-sync-token", "7")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let token = resp.headers().get("upstash-sync-token").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        assert!(token.is_some_and(|t| !t.is_empty()), "{path} {body}: no upstash-sync-token");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
