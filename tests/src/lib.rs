@@ -193,6 +193,8 @@ pub struct RestFront {
     pub readonly_token: String,
     log: PathBuf,
     args: Vec<String>,
+    /// Extra environment (e.g. `SSL_CERT_FILE`).
+    env: Vec<(String, String)>,
 }
 
 impl RestFront {
@@ -203,6 +205,11 @@ impl RestFront {
 
     /// Starts it with extra flags.
     pub fn start_with(redis_url: &str, cluster: bool, extra: &[&str]) -> Self {
+        Self::start_env(redis_url, cluster, extra, &[])
+    }
+
+    /// Starts it with extra flags and environment; with `--tls-cert` it serves HTTPS.
+    pub fn start_env(redis_url: &str, cluster: bool, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut args = vec!["--log".to_string(), "debug".into()];
         if cluster {
             args.push("--cluster".into());
@@ -216,9 +223,15 @@ impl RestFront {
             readonly_token: secret("ro"),
             log: scratch_dir("rest").join("rest.log"),
             args,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         f.spawn();
         f
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().and_then(Proc::id).expect("running")
     }
 
     fn spawn(&mut self) {
@@ -228,6 +241,7 @@ impl RestFront {
         let mut cmd = redcount_procs::rest_front_command(&bin_dir(), self.port, &self.redis_url, &args);
         cmd.env("REDCOUNT_REST_TOKEN", &self.token)
             .env("REDCOUNT_REST_READONLY_TOKEN", &self.readonly_token)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log);
         let mut child = Proc::spawn("redcount-rest", &mut cmd).unwrap();
@@ -235,8 +249,11 @@ impl RestFront {
         self.child = Some(child);
     }
 
-    /// Its base URL.
+    /// Its base URL (https with `--tls-cert`, named `localhost` as its certificate is).
     pub fn url(&self) -> String {
+        if self.args.iter().any(|a| a == "--tls-cert") {
+            return format!("https://localhost:{}", self.port);
+        }
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -326,6 +343,18 @@ pub const TEST_POLICIES: &str = r#"{
   "demo-packets": { "kind": "redpackets", "max_shares": 500, "max_total_cents": 1000000, "ttl_ms": 3600000 },
   "inbox":        { "kind": "inbox", "ttl_ms": 604800000, "max_len": 100, "max_age_s": 604800 }
 }"#;
+
+/// An HTTP client for tests. reqwest is built with rustls and no provider of its own (see
+/// `redcount::tls`), so every client is made here, after the provider is installed.
+pub fn http() -> reqwest::Client {
+    http_builder().build().expect("an HTTP client")
+}
+
+/// [`http`], to configure first.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    redcount::tls::install_crypto_provider();
+    reqwest::Client::builder()
+}
 
 /// The real worker (the wasm that `cargo xtask build-worker` built) under `wrangler dev`.
 #[derive(Debug)]

@@ -158,6 +158,7 @@ enum BenchCmd {
 }
 
 fn main() -> std::process::ExitCode {
+    redcount::tls::install_crypto_provider();
     let cli = Cli::parse();
     // The server uses every core; the load generator stays on one thread (its figures were
     // measured that way, and it leaves the other core to what it measures).

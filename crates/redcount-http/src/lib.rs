@@ -97,6 +97,19 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    serve_tls(listener, app, limits, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given (HTTPS; the handshake must finish within
+/// [`Limits::header_timeout`], and a connection still shaking hands can be evicted at the cap
+/// like an idle one).
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    tls: Option<Tls>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let cap = effective_max_connections(limits.max_connections);
     let slots = Arc::new(Semaphore::new(cap));
     let per_ip = Arc::new(PerIp { limit: limits.max_per_ip, held: Mutex::new(HashMap::new()) });
@@ -122,10 +135,16 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let Some(ip_slot) = per_ip.clone().enter(peer.ip()) else {
             let why = format!("this server holds at most {} connections from one address at once", per_ip.limit);
-            refuse_bounded(&refusing, tcp, why);
+            refuse_bounded(&refusing, tcp, why, tls.is_some());
             continue;
         };
-        let conn = Conn { app: app.clone(), limits, idle: idle.clone(), graceful: graceful.clone() };
+        let conn = Conn {
+            app: app.clone(),
+            limits,
+            idle: idle.clone(),
+            graceful: graceful.clone(),
+            tls: tls.as_ref().map(Tls::acceptor),
+        };
         match slots.clone().try_acquire_owned() {
             Ok(permit) => conn.start(tcp, permit, ip_slot),
             Err(_) => {
@@ -136,10 +155,11 @@ pub async fn serve(
                 idle.evict_oldest(Duration::from_secs(1));
                 let slots = slots.clone();
                 let refusing = refusing.clone();
+                let tls = tls.is_some();
                 tokio::spawn(async move {
                     match tokio::time::timeout(Duration::from_millis(300), slots.acquire_owned()).await {
                         Ok(Ok(permit)) => conn.start(tcp, permit, ip_slot),
-                        _ => refuse_bounded(&refusing, tcp, format!("this server holds at most {cap} at once")),
+                        _ => refuse_bounded(&refusing, tcp, format!("this server holds at most {cap} at once"), tls),
                     }
                 });
             }
@@ -152,8 +172,13 @@ pub async fn serve(
     Ok(())
 }
 
-/// Writes a refusal, unless 256 are being written already (then just closes).
-fn refuse_bounded(refusing: &Arc<AtomicUsize>, tcp: TcpStream, why: String) {
+/// Writes a refusal, unless 256 are being written already (then just closes). Over TLS it
+/// only closes: a plain-text answer would mean nothing to a client expecting a handshake, and
+/// a handshake is what the cap saves.
+fn refuse_bounded(refusing: &Arc<AtomicUsize>, tcp: TcpStream, why: String, tls: bool) {
+    if tls {
+        return;
+    }
     if refusing.fetch_add(1, Ordering::Relaxed) < 256 {
         let refusing = refusing.clone();
         tokio::spawn(async move {
@@ -171,6 +196,8 @@ struct Conn {
     limits: Limits,
     idle: Arc<Idle>,
     graceful: Arc<hyper_util::server::graceful::GracefulShutdown>,
+    /// The TLS acceptor in force when the connection arrived.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Conn {
@@ -203,23 +230,119 @@ impl Conn {
                 Ok::<_, std::convert::Infallible>(response.map(|b| Watched { inner: b, watch: Some(watch) }))
             }
         });
-        let io = TokioIo::new(Stalling::new(tcp, self.limits.stall_timeout));
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.limits.header_timeout)
-            .max_buf_size(64 * 1024)
-            .serve_connection(io, service);
-        let conn = self.graceful.watch(conn);
-        let idle = self.idle;
+        let stalling = Stalling::new(tcp, self.limits.stall_timeout);
+        let (limits, graceful, idle, tls) = (self.limits, self.graceful, self.idle, self.tls);
         tokio::spawn(async move {
             // Dropped when the connection ends or is evicted: gives back its places.
             let _held = (permit, ip_slot);
-            tokio::select! {
-                _ = conn => {}
-                () = slot.close.notified() => {}
+            let builder = {
+                let mut b = hyper::server::conn::http1::Builder::new();
+                b.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(64 * 1024);
+                b
+            };
+            match tls {
+                None => {
+                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stalling), service));
+                    tokio::select! {
+                        _ = conn => {}
+                        () = slot.close.notified() => {}
+                    }
+                }
+                Some(acceptor) => {
+                    // The handshake counts as the wait for the first request head.
+                    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stalling));
+                    let stream = tokio::select! {
+                        done = handshake => match done {
+                            Ok(Ok(stream)) => stream,
+                            _ => {
+                                idle.unlist(&slot);
+                                return;
+                            }
+                        },
+                        () = slot.close.notified() => {
+                            idle.unlist(&slot);
+                            return;
+                        }
+                    };
+                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                    tokio::select! {
+                        _ = conn => {}
+                        () = slot.close.notified() => {}
+                    }
+                }
             }
             idle.unlist(&slot);
         });
+    }
+}
+
+/// A server certificate and key from PEM files, reloadable while serving (e.g. on SIGHUP after
+/// a renewal): connections arriving afterwards get the new certificate, open ones keep theirs.
+#[derive(Clone)]
+pub struct Tls {
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    config: Arc<std::sync::RwLock<Arc<rustls::ServerConfig>>>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("cert", &self.cert).field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Reads the certificate chain and private key (PEM). The process's rustls provider must
+    /// be installed (`ring`; see the servers' `main`).
+    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> io::Result<Tls> {
+        let config = Self::load(cert, key)?;
+        Ok(Tls { cert: cert.into(), key: key.into(), config: Arc::new(std::sync::RwLock::new(config)) })
+    }
+
+    /// Reads the files again; on error the certificate in use stays.
+    pub fn reload(&self) -> io::Result<()> {
+        let config = Self::load(&self.cert, &self.key)?;
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        Ok(())
+    }
+
+    fn load(cert: &std::path::Path, key: &std::path::Path) -> io::Result<Arc<rustls::ServerConfig>> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let what = |path: &std::path::Path, e: &dyn std::fmt::Display| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display()))
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .map_err(|e| what(cert, &e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| what(cert, &e))?;
+        if chain.is_empty() {
+            return Err(what(cert, &"no certificate in the file"));
+        }
+        let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| what(key, &e))?;
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key_der)
+            .map_err(|e| what(cert, &e))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// Reloads on every SIGHUP, for as long as the process runs; `report` hears each outcome
+    /// (a failed reload keeps the certificate in use).
+    pub fn reload_on_sighup(&self, report: impl Fn(io::Result<()>) + Send + 'static) -> io::Result<()> {
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let tls = self.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                report(tls.reload());
+            }
+        });
+        Ok(())
+    }
+
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.config.read().unwrap_or_else(|e| e.into_inner()).clone())
     }
 }
 

@@ -103,7 +103,7 @@ enum OnConnect {
     /// On the new connection itself (its user may).
     Here(Vec<Cmd>),
     /// On a connection to this address as another user (the URL's): the new one's may not.
-    Via(Vec<Cmd>, redis::ConnectionInfo),
+    Via(Vec<Cmd>, Box<redis::ConnectionInfo>),
 }
 
 struct Conn {
@@ -330,6 +330,27 @@ impl Pool {
     }
 }
 
+/// The TLS client for `rediss://`: the system's roots (`SSL_CERT_FILE` names another bundle),
+/// built once.
+fn tls_connector() -> io::Result<tokio_rustls::TlsConnector> {
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> = std::sync::OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let mut roots = rustls::RootCertStore::empty();
+        let found = rustls_native_certs::load_native_certs();
+        for cert in found.certs {
+            let _ = roots.add(cert);
+        }
+        if roots.is_empty() {
+            return Err(format!("no trusted root certificates found (SSL_CERT_FILE?): {:?}", found.errors));
+        }
+        Ok(Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()))
+    });
+    match config {
+        Ok(c) => Ok(tokio_rustls::TlsConnector::from(c.clone())),
+        Err(e) => Err(io::Error::other(e.clone())),
+    }
+}
+
 /// Connects to `info` with a stream that fails past `limit` bytes read.
 async fn open(
     info: &redis::ConnectionInfo,
@@ -349,6 +370,22 @@ async fn open(
                 let _ = tcp.set_nodelay(true);
                 let stream =
                     Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
+                spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
+            }
+            ConnectionAddr::TcpTls { host, port, insecure, .. } => {
+                if *insecure {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "rediss:// with #insecure is refused: trust Redis's CA instead (SSL_CERT_FILE)",
+                    )));
+                }
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                let _ = tcp.set_nodelay(true);
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+                let tls = tls_connector()?.connect(name, tcp).await?;
+                let stream =
+                    Counted { inner: tls, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::Unix(path) => {
@@ -413,7 +450,7 @@ impl Backend {
         if let Conns::Single(pool, _) = &self.conns {
             let made = match via.map(|b| &b.conns) {
                 None => OnConnect::Here(cmds),
-                Some(Conns::Single(other, _)) => OnConnect::Via(cmds, other.info.clone()),
+                Some(Conns::Single(other, _)) => OnConnect::Via(cmds, Box::new(other.info.clone())),
                 Some(Conns::Cluster(_)) => return,
             };
             let _ = pool.on_connect.set(made);

@@ -135,6 +135,13 @@ pub struct Config {
     /// or its previous response (so also the idle keep-alive time), in ms.
     #[arg(long, env = "REDCOUNT_REST_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Reloaded, with the
+    /// key, on SIGHUP.
+    #[arg(long, env = "REDCOUNT_REST_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "REDCOUNT_REST_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 
     /// Log level: error, info or debug (debug logs one line per request; never a token).
     #[arg(long, env = "REDCOUNT_REST_LOG", default_value = "info")]
@@ -289,13 +296,27 @@ pub async fn run(config: Config) -> Result<(), String> {
         output_limit,
         run_id,
     });
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => {
+            let tls = redcount_http::Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+            let level = state.log;
+            tls.reload_on_sighup(move |r| match r {
+                Ok(()) => log::info(level, "SIGHUP: TLS certificate reloaded"),
+                Err(e) => log::error(&format!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}")),
+            })
+            .map_err(|e| e.to_string())?;
+            Some(tls)
+        }
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     log::info(
         state.log,
         &format!(
-            "listening on http://{} for Redis {}{}",
+            "listening on {}://{} for Redis {}{}",
+            if tls.is_some() { "https" } else { "http" },
             listener.local_addr().map_err(|e| e.to_string())?,
             backend::redact(&config.redis),
             if config.cluster { " (cluster)" } else { "" }
@@ -307,7 +328,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         header_timeout: Duration::from_millis(config.header_timeout_ms.max(1)),
         stall_timeout: timeout.max(Duration::from_secs(1)),
     };
-    redcount_http::serve(listener, router(state), limits, shutdown()).await.map_err(|e| e.to_string())
+    redcount_http::serve_tls(listener, router(state), limits, tls, shutdown()).await.map_err(|e| e.to_string())
 }
 
 /// Logs a warning when Redis may evict keys: redcount's counting primitives (through the

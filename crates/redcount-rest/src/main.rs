@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // rustls with ring, for rediss:// upstreams and --tls-cert.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = redcount_rest::Config::parse();
     let mut rt = if config.threads == 1 {
         tokio::runtime::Builder::new_current_thread()

@@ -40,6 +40,7 @@ pub mod direct;
 pub mod error;
 #[cfg(feature = "rest")]
 pub mod rest;
+pub mod tls;
 
 use std::future::Future;
 

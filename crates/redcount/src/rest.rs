@@ -25,6 +25,8 @@ impl std::fmt::Debug for Rest {
 impl Rest {
     /// A client of `url` with bearer `token`; each request gives up after `timeout`.
     pub fn new(url: &str, token: &str, timeout: Duration) -> Result<Self, Error> {
+        // https:// needs a rustls provider; installing it here spares every caller the step.
+        crate::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .pool_max_idle_per_host(256)

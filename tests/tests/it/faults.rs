@@ -40,7 +40,7 @@ async fn storm_until_answered<T>(
     users: usize,
     fault: impl std::future::Future<Output = T>,
 ) -> (BTreeMap<usize, Value>, Vec<(u16, Value)>, T) {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let http = redcount_tests::http_builder().timeout(Duration::from_secs(20)).build().unwrap();
     let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..users)
         .map(|i| {
@@ -108,7 +108,7 @@ async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
     let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
     let admin = secret("admin");
     let worker = worker_for(&front, &admin);
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let (_, made) =
         post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":100000,"count":300}"#.into()).await;
     let id = made["id"].as_str().expect("packet").to_string();
@@ -139,7 +139,7 @@ async fn rest_front_killed_under_load_then_back() {
     let front = RestFront::start(&redis.url(), false);
     let admin = secret("admin");
     let worker = worker_for(&front, &admin);
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let (_, made) =
         post(&http, format!("{}/api/redpackets", worker.url()), r#"{"total_cents":50000,"count":200}"#.into()).await;
     let id = made["id"].as_str().expect("packet").to_string();
@@ -163,7 +163,7 @@ async fn a_redis_that_stops_answering_times_out_within_the_bound() {
     let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "1000"]);
     let admin = secret("admin");
     let worker = worker_for(&front, &admin);
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let url = redis.url();
     let sleeper = std::thread::spawn(move || {
         let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -208,7 +208,7 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
         &["--timeout-ms", "800"],
     );
     redis.restart_loading();
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let through_front = || async {
         let r = http.post(front.url()).bearer_auth(&front.token).body(r#"["INCR","n"]"#).send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())

@@ -211,7 +211,7 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
     let redis = debuggable();
     seed(&redis);
     let front = RestFront::start(&redis.url(), false);
-    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let c = Client { http: redcount_tests::http(), url: front.url() };
     let table = entries(&redis);
     let ro = &front.readonly_token;
 
@@ -339,7 +339,7 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
 async fn the_readonly_token_runs_only_scripts_the_full_token_loaded() {
     let redis = RedisServer::start();
     let front = RestFront::start(&redis.url(), false);
-    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let c = Client { http: redcount_tests::http(), url: front.url() };
     let ro = &front.readonly_token;
     let cached = |sha: &str| -> i64 {
         let v: Vec<i64> = redis::cmd("SCRIPT").arg("EXISTS").arg(sha).query(&mut redis.conn()).unwrap();
@@ -394,7 +394,7 @@ async fn the_readonly_token_runs_only_scripts_the_full_token_loaded() {
 async fn the_readonly_token_may_not_walk_the_keyspace() {
     let redis = RedisServer::start();
     let front = RestFront::start(&redis.url(), false);
-    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let c = Client { http: redcount_tests::http(), url: front.url() };
     for cmd in [json!(["KEYS", "*"]), json!(["SCAN", "0"]), json!(["scan", "0", "MATCH", "*"])] {
         let (s, v) = c.send(&front.readonly_token, "/", Some(cmd.clone()), false).await;
         assert_eq!(s, 403, "{cmd}: {v}");
@@ -412,7 +412,7 @@ async fn the_readonly_token_may_not_walk_the_keyspace() {
         .await;
     assert_eq!(s, 400, "{v}");
     // A lower-case scheme is still a bearer token (RFC 7235).
-    let r = reqwest::Client::new()
+    let r = redcount_tests::http()
         .post(front.url())
         .header("Authorization", format!("bearer {}", front.token))
         .body(r#"["PING"]"#)
@@ -427,7 +427,7 @@ async fn administrative_commands_need_a_flag() {
     let redis = debuggable();
     seed(&redis);
     let front = RestFront::start(&redis.url(), false);
-    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let c = Client { http: redcount_tests::http(), url: front.url() };
     let table = entries(&redis);
     let before = snapshot(&redis);
     let mut n = 0;
@@ -496,7 +496,7 @@ async fn administrative_commands_need_a_flag() {
     drop(front);
 
     let front = RestFront::start_with(&redis.url(), false, &["--allow-admin-commands"]);
-    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let c = Client { http: redcount_tests::http(), url: front.url() };
     let (s, v) = c.send(&front.token, "/", Some(json!(["CONFIG", "SET", "maxmemory-samples", "7"])), false).await;
     assert_eq!(s, 200, "{v}");
     let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory-samples").query(&mut redis.conn()).unwrap();
@@ -538,7 +538,7 @@ async fn the_boundary_holds_on_a_cluster() {
         tags.push(tag);
     }
     let front = RestFront::start(&cluster.urls(), true);
-    let c = Client { http: reqwest::Client::new(), url: front.url() };
+    let c = Client { http: redcount_tests::http(), url: front.url() };
     let table = entries(&cluster.nodes[0]);
     let ro = &front.readonly_token;
     let generic = "return redis.call(unpack(ARGV))";

@@ -12,5 +12,6 @@ mod primitives;
 mod rest;
 mod scenario;
 mod scripts;
+mod tls;
 mod worker;
 mod writes_kept;

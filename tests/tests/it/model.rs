@@ -462,7 +462,7 @@ impl Env {
         let url = redis.url();
         let server = NativeServer::start(&[("REDIS_URL", &url)], ADMIN, &policies());
         let api = Api {
-            http: reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap(),
+            http: redcount_tests::http_builder().timeout(Duration::from_secs(15)).build().unwrap(),
             base: server.url(),
         };
         let mut rng = Rng::new(ctx.seed, &format!("{name}/faults"));
@@ -2434,7 +2434,7 @@ async fn a_write_whose_reply_was_lost_is_not_applied_twice_through_the_front() {
     let redis = RedisServer::start();
     let (port, armed) = reply_losing_proxy(redis.port()).await;
     let front = redcount_tests::RestFront::start(&format!("redis://127.0.0.1:{port}/"), false);
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let incr = |key: &'static str| {
         http.post(front.url())
             .bearer_auth(&front.token)

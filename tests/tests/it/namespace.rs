@@ -32,7 +32,7 @@ async fn two_namespaces_on_one_redis_never_meet() {
     let admin = secret("admin");
     let a = NativeServer::start(&backend, &admin, TEST_POLICIES);
     let b = NativeServer::start_with(&backend, &admin, TEST_POLICIES, &["--namespace", "app2"]);
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
 
     // The same policy and subject in both: each has its own quota (daily-prize: 2 a day).
     for n in 1..=2 {

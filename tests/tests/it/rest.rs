@@ -46,7 +46,7 @@ struct Raw {
 
 impl Raw {
     fn new(front: &RestFront) -> Self {
-        Raw { http: reqwest::Client::new(), url: front.url(), token: front.token.clone() }
+        Raw { http: redcount_tests::http(), url: front.url(), token: front.token.clone() }
     }
 
     async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
@@ -152,7 +152,7 @@ async fn raw_http_edge_cases() {
     assert!(error_of(&v).contains("argument 2 is an object"), "{v}");
     assert_eq!(raw.post("/", r#"["GET","a"]"#).await.1, json!({"result": "2"}), "nothing of it ran");
     // RESP2 responses.
-    let resp = reqwest::Client::new()
+    let resp = redcount_tests::http()
         .post(format!("{}/", front.url()))
         .bearer_auth(&front.token)
         .header("Upstash-Response-Format", "resp2")
@@ -162,9 +162,9 @@ async fn raw_http_edge_cases() {
         .unwrap();
     assert_eq!(resp.bytes().await.unwrap().as_ref(), b"*2\r\n$1\r\n2\r\n$-1\r\n");
     // Auth.
-    let anon = reqwest::Client::new().post(format!("{}/", front.url())).body("[\"PING\"]").send().await.unwrap();
+    let anon = redcount_tests::http().post(format!("{}/", front.url())).body("[\"PING\"]").send().await.unwrap();
     assert_eq!(anon.status().as_u16(), 401);
-    let wrong = reqwest::Client::new()
+    let wrong = redcount_tests::http()
         .post(format!("{}/", front.url()))
         .bearer_auth(format!("{}x", front.token))
         .body("[\"PING\"]")
@@ -246,7 +246,7 @@ async fn arguments_and_headers_as_the_official_clients_use_them() {
         assert_eq!(status, want, "{headers:?}");
     }
     // Every answer carries a sync token (the clients echo it for read-your-writes).
-    let client = reqwest::Client::new();
+    let client = redcount_tests::http();
     for (path, body) in [("/", r#"["PING"]"#), ("/pipeline", r#"[["PING"]]"#), ("/", "not json")] {
         let resp = client
             .post(format!("{}{path}", front.url()))

@@ -146,7 +146,7 @@ async fn every_write_route_fails_closed_at_maxmemory() {
 async fn packet_ids_from_idempotency_keys_depend_on_the_server_secret() {
     let redis = RedisServer::start();
     let create = |url: String| async move {
-        let r = reqwest::Client::new()
+        let r = redcount_tests::http()
             .post(format!("{url}/api/redpackets"))
             .header("Idempotency-Key", "the-same-key")
             .body(r#"{"total_cents":500,"count":5}"#)
@@ -174,7 +174,7 @@ async fn redcount_serve_names_redis_when_redis_is_down() {
         "admin-secret-0123456",
         redcount_tests::TEST_POLICIES,
     );
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let add = || http.post(format!("{}/api/counters/running-jobs/x", server.url())).body(r#"{"delta":1}"#).send();
     redis.kill();
     let r = add().await.unwrap();
@@ -204,7 +204,7 @@ async fn redcount_serve_through_the_front_survives_a_redis_restart() {
         "admin-secret-0123456",
         redcount_tests::TEST_POLICIES,
     );
-    let http = reqwest::Client::new();
+    let http = redcount_tests::http();
     let add = || http.post(format!("{}/api/counters/running-jobs/x", server.url())).body(r#"{"delta":1}"#).send();
     // Enough calls that every connection the front shares for redcount's scripts is in use.
     for _ in 0..8 {

@@ -1,0 +1,189 @@
+//! TLS everywhere a user needs it, with a CA made here: Redis on its TLS port (`rediss://`)
+//! under the front, `redcount serve --redis` and `drain`; the front serving HTTPS (and
+//! reloading its certificate on SIGHUP); `redcount serve --rest-url https://…`. Trust comes
+//! from `SSL_CERT_FILE`, as it would for a private CA in production.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use redcount_tests::{NativeServer, RedisServer, RestFront, TEST_POLICIES, bin, free_port, scratch_dir, secret};
+use serde_json::{Value, json};
+
+/// A CA and a server certificate it signed, for `localhost` and 127.0.0.1, as PEM files.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn pki(dir: &Path, name: &str) -> Pki {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("redcount test CA {name}"));
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let p = Pki {
+        ca: dir.join(format!("{name}-ca.pem")),
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}-key.pem")),
+    };
+    std::fs::write(&p.ca, ca.pem()).unwrap();
+    std::fs::write(&p.cert, leaf.pem()).unwrap();
+    std::fs::write(&p.key, leaf_key.serialize_pem()).unwrap();
+    p
+}
+
+/// A Redis answering on a TLS port (plain port kept for the test's own checks).
+fn tls_redis(p: &Pki) -> (RedisServer, u16) {
+    let tls_port = free_port();
+    let (port, cert, key, ca) =
+        (tls_port.to_string(), p.cert.display().to_string(), p.key.display().to_string(), p.ca.display().to_string());
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    (redis, tls_port)
+}
+
+/// An HTTPS client that trusts only `ca`.
+fn https_client(ca: &Path) -> reqwest::Client {
+    redcount::tls::install_crypto_provider();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+    redcount_tests::http_builder().tls_certs_only([ca]).timeout(Duration::from_secs(10)).build().unwrap()
+}
+
+async fn post(http: &reqwest::Client, url: &str, token: &str, body: Value) -> Result<(u16, Value), String> {
+    let r = http.post(url).bearer_auth(token).body(body.to_string()).send().await.map_err(|e| format!("{e:?}"))?;
+    let status = r.status().as_u16();
+    Ok((status, serde_json::from_str(&r.text().await.unwrap()).unwrap_or(Value::Null)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_from_the_client_to_redis_and_a_certificate_reloaded_on_sighup() {
+    let dir = scratch_dir("tls");
+    let p = pki(&dir, "first");
+    let (redis, tls_port) = tls_redis(&p);
+    let rediss = format!("rediss://127.0.0.1:{tls_port}");
+    let ca = p.ca.display().to_string();
+    let (cert, key) = (p.cert.display().to_string(), p.key.display().to_string());
+
+    // The front: HTTPS outside, rediss:// inside.
+    let front =
+        RestFront::start_env(&rediss, false, &["--tls-cert", &cert, "--tls-key", &key], &[("SSL_CERT_FILE", &ca)]);
+    assert!(front.url().starts_with("https://"));
+    let http = https_client(&p.ca);
+    let (status, v) =
+        post(&http, &format!("{}/", front.url()), &front.token, json!(["SET", "through", "tls"])).await.unwrap();
+    assert_eq!((status, v), (200, json!({"result": "OK"})));
+    let got: String = redis::cmd("GET").arg("through").query(&mut redis.conn()).unwrap();
+    assert_eq!(got, "tls", "the write went through the TLS port to this Redis");
+    let tls_clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut redis.conn()).unwrap();
+    assert!(tls_clients.lines().count() >= 2, "the front holds connections: {tls_clients}");
+    // Plain HTTP to the HTTPS port gets no answer.
+    let plain = redcount_tests::http()
+        .post(format!("http://127.0.0.1:{}/", front.port()))
+        .bearer_auth(&front.token)
+        .body(r#"["PING"]"#)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+    assert!(plain.map(|r| r.status().as_u16() != 200).unwrap_or(true), "plain HTTP was served on the TLS port");
+
+    // `redcount serve` through the HTTPS front, and directly over rediss://; drain too.
+    let admin = secret("admin");
+    let via_front = NativeServer::start(
+        &[("REDCOUNT_REST_URL", &front.url()), ("REDCOUNT_REST_TOKEN", &front.token), ("SSL_CERT_FILE", &ca)],
+        &admin,
+        TEST_POLICIES,
+    );
+    let direct = NativeServer::start(&[("REDIS_URL", &rediss), ("SSL_CERT_FILE", &ca)], &admin, TEST_POLICIES);
+    let plain_http = redcount_tests::http();
+    for (server, subject) in [(&via_front, "via-front"), (&direct, "direct")] {
+        let url = format!("{}/api/quotas/daily-prize/{subject}", server.url());
+        let r = plain_http.post(&url).body("{}").send().await.unwrap();
+        let status = r.status().as_u16();
+        let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert_eq!((status, v["remaining"].as_i64()), (200, Some(1)), "{subject}: {v}\n{}", server.log());
+    }
+    let r = plain_http
+        .post(format!("{}/api/redpackets", direct.url()))
+        .body(r#"{"total_cents": 300, "count": 3}"#)
+        .send()
+        .await
+        .unwrap();
+    let made: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    let id = made["id"].as_str().expect("a packet").to_string();
+    let r = plain_http.post(format!("{}/api/redpackets/{id}/grab", direct.url())).body(r#"{"user":"u1"}"#).send().await;
+    assert_eq!(r.unwrap().status().as_u16(), 200);
+    let db = dir.join("drain.sqlite");
+    let out = Command::new(bin("redcount"))
+        .args(["drain", "--redis", &rediss, "--db"])
+        .arg(&db)
+        .env("SSL_CERT_FILE", &ca)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "drain over rediss://: {}", String::from_utf8_lossy(&out.stderr));
+    let n: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM claims WHERE packet = ?1", [&id], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1, "drain copied the one grab over TLS");
+
+    // Without the CA, nothing trusts the certificate: each fails at start, saying why.
+    let untrusted = Command::new(bin("redcount"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis", &rediss])
+        .env("REDCOUNT_POLICIES", TEST_POLICIES)
+        .env("SSL_CERT_FILE", dir.join("nothing.pem"))
+        .output()
+        .unwrap();
+    assert!(!untrusted.status.success(), "redcount serve trusted an unknown CA");
+    let why = String::from_utf8_lossy(&untrusted.stderr).to_lowercase();
+    assert!(why.contains("certificate") || why.contains("tls") || why.contains("issuer"), "{why}");
+
+    // SIGHUP: the front takes a certificate from another CA for new connections.
+    let second = pki(&dir, "second");
+    let fresh = https_client(&second.ca);
+    assert!(
+        post(&fresh, &format!("{}/", front.url()), &front.token, json!(["PING"])).await.is_err(),
+        "a client trusting only the second CA accepted the first certificate"
+    );
+    std::fs::copy(&second.cert, &p.cert).unwrap();
+    std::fs::copy(&second.key, &p.key).unwrap();
+    let hup = Command::new("kill").args(["-HUP", &front.pid().to_string()]).status().unwrap();
+    assert!(hup.success());
+    let mut answered = None;
+    for _ in 0..50 {
+        if let Ok(r) = post(&fresh, &format!("{}/", front.url()), &front.token, json!(["PING"])).await {
+            answered = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        answered,
+        Some((200, json!({"result": "PONG"}))),
+        "after SIGHUP the new certificate is served\n{}",
+        front.log()
+    );
+    // A broken file on the next SIGHUP keeps the certificate in use.
+    std::fs::write(&p.cert, "not a certificate").unwrap();
+    assert!(Command::new("kill").args(["-HUP", &front.pid().to_string()]).status().unwrap().success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = post(&fresh, &format!("{}/", front.url()), &front.token, json!(["PING"])).await.unwrap();
+    assert_eq!(status, 200, "a failed reload keeps the certificate in use");
+    assert!(front.log().contains("not reloaded"), "{}", front.log());
+}
