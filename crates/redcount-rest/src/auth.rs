@@ -1,29 +1,62 @@
 //! Bearer token checks, in constant time.
 
+use std::sync::Arc;
+
 // The core's constant-time comparison, so the API and the front check tokens alike.
 use redcount_core::text::same_secret as same;
 
-/// What a request may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use crate::backend::Backend;
+
+/// What a request may do, and on whose Redis connections it runs.
+#[derive(Clone)]
 pub enum Access {
-    /// Every command.
+    /// `--token`: every command (within the front's own rules).
     Full,
-    /// Read-only commands.
+    /// `--readonly-token`: read-only commands.
     ReadOnly,
+    /// A token from `--tokens`: its own Redis ACL user's connections, so Redis decides what it
+    /// may touch; `readonly` adds the front's read-only rules.
+    Scoped {
+        /// The front's read-only rules apply too.
+        readonly: bool,
+        /// Connections logged in as the token's Redis user.
+        backend: Arc<Backend>,
+    },
 }
 
-/// Checks the `Authorization` header against the tokens.
-pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>) -> Option<Access> {
+impl Access {
+    /// True when the front's read-only rules apply.
+    pub fn readonly(&self) -> bool {
+        matches!(self, Access::ReadOnly | Access::Scoped { readonly: true, .. })
+    }
+}
+
+/// One token of `--tokens`, connected.
+pub struct Scoped {
+    pub token: String,
+    pub readonly: bool,
+    pub backend: Arc<Backend>,
+}
+
+/// Checks the `Authorization` header against every token. Each is compared in full, whatever
+/// the others gave, so the time does not tell which token was close or how many there are
+/// before it.
+pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>, scoped: &[Scoped]) -> Option<Access> {
     let given = redcount_core::text::bearer_token(header?)?;
-    // Compare against both so the time does not tell which token was close.
     let full = same(given.as_bytes(), token.as_bytes());
     let ro = readonly.is_some_and(|r| same(given.as_bytes(), r.as_bytes()));
+    let mut found = None;
+    for s in scoped {
+        if same(given.as_bytes(), s.token.as_bytes()) && found.is_none() {
+            found = Some(Access::Scoped { readonly: s.readonly, backend: s.backend.clone() });
+        }
+    }
     if full {
         Some(Access::Full)
     } else if ro {
         Some(Access::ReadOnly)
     } else {
-        None
+        found
     }
 }
 
@@ -37,13 +70,19 @@ mod tests {
         assert!(!same(b"abc", b"abd"));
         assert!(!same(b"abc", b"abcd"));
         assert!(!same(b"", b"a"));
-        assert_eq!(check(Some("Bearer t1"), "t1", Some("r1")), Some(Access::Full));
-        assert_eq!(check(Some("Bearer r1"), "t1", Some("r1")), Some(Access::ReadOnly));
-        assert_eq!(check(Some("Bearer x"), "t1", Some("r1")), None);
-        assert_eq!(check(Some("t1"), "t1", None), None);
-        assert_eq!(check(Some("bearer t1"), "t1", None), Some(Access::Full));
-        assert_eq!(check(Some("BEARER r1"), "t1", Some("r1")), Some(Access::ReadOnly));
-        assert_eq!(check(Some("Basic t1"), "t1", None), None);
-        assert_eq!(check(None, "t1", None), None);
+        let kind = |header: Option<&str>, ro: Option<&str>| match check(header, "t1", ro, &[]) {
+            Some(Access::Full) => "full",
+            Some(Access::ReadOnly) => "ro",
+            Some(Access::Scoped { .. }) => "scoped",
+            None => "none",
+        };
+        assert_eq!(kind(Some("Bearer t1"), Some("r1")), "full");
+        assert_eq!(kind(Some("Bearer r1"), Some("r1")), "ro");
+        assert_eq!(kind(Some("Bearer x"), Some("r1")), "none");
+        assert_eq!(kind(Some("t1"), None), "none");
+        assert_eq!(kind(Some("bearer t1"), None), "full");
+        assert_eq!(kind(Some("BEARER r1"), Some("r1")), "ro");
+        assert_eq!(kind(Some("Basic t1"), None), "none");
+        assert_eq!(kind(None, None), "none");
     }
 }

@@ -207,7 +207,8 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
         return Err((error(StatusCode::METHOD_NOT_ALLOWED, format!("ERR method {method} is not allowed")), none()));
     }
     let authz = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let Some(access) = auth::check(authz, &st.token, st.readonly_token.as_deref()) else {
+    let scoped = st.scoped.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let Some(access) = auth::check(authz, &st.token, st.readonly_token.as_deref(), &scoped) else {
         return Err((
             error(StatusCode::UNAUTHORIZED, "Unauthorized: a valid `Authorization: Bearer <token>` header is required"),
             none(),
@@ -276,7 +277,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let entries: Vec<Result<Cmd, Failure>> = parse_many(&bytes)
                 .map_err(|f| (f, none()))?
                 .into_iter()
-                .map(|e| e.and_then(|c| check(st, &c, access).map(|()| c)))
+                .map(|e| e.and_then(|c| check(st, &c, &access).map(|()| c)))
                 .collect();
             if atomic && entries.len() > st.max_transaction {
                 let why = format!(
@@ -296,7 +297,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             } else {
                 entries
             };
-            let r = match run_many(st, access, entries, atomic, base64, resp2).await {
+            let r = match run_many(st, &access, entries, atomic, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f).await),
                 ok => ok,
             };
@@ -305,8 +306,8 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
         "/" if *method == Method::POST || *method == Method::PUT => {
             let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
             let what = cmd.name.to_ascii_uppercase();
-            check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
-            let r = match run_one(st, access, cmd, base64, resp2).await {
+            check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
+            let r = match run_one(st, &access, cmd, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f).await),
                 ok => ok,
             };
@@ -332,8 +333,8 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
                 .map_err(|_| (error(StatusCode::BAD_REQUEST, "ERR command name is not UTF-8"), none()))?;
             let cmd = Cmd { name, args: parts };
             let what = cmd.name.to_ascii_uppercase();
-            check(st, &cmd, access).map_err(|f| (f, what.clone()))?;
-            let r = match run_one(st, access, cmd, base64, resp2).await {
+            check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
+            let r = match run_one(st, &access, cmd, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f).await),
                 ok => ok,
             };
@@ -433,7 +434,7 @@ fn parse_many(bytes: &Bytes) -> Result<Vec<Result<Cmd, Failure>>, Failure> {
 
 /// Refuses what cannot run over REST, administration unless allowed, and anything but
 /// reads under the read-only token.
-fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
+fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
     if let Some(why) = commands::refusal(&cmd.name, &cmd.args) {
         return Err(error(StatusCode::BAD_REQUEST, why));
     }
@@ -452,7 +453,7 @@ fn check(st: &State, cmd: &Cmd, access: Access) -> Result<(), Failure> {
             ),
         ));
     }
-    if access != Access::ReadOnly {
+    if !access.readonly() {
         return Ok(());
     }
     if let Some(why) = commands::readonly_refusal(&cmd.name) {
@@ -537,10 +538,10 @@ impl Fixup {
     }
 }
 
-fn prepare(st: &State, access: Access, cmd: &mut Cmd) -> Fixup {
+fn prepare(st: &State, access: &Access, cmd: &mut Cmd) -> Fixup {
     let upper = cmd.name.to_ascii_uppercase();
     match upper.as_str() {
-        "EVAL_RO" if access == Access::ReadOnly && !cmd.args.is_empty() => {
+        "EVAL_RO" if access.readonly() && !cmd.args.is_empty() => {
             let _ = st.scripts.prepare_source(&mut cmd.args[0]);
             let sha = scripts::sha_hex(&cmd.args[0]);
             cmd.name = "EVALSHA_RO".into();
@@ -555,11 +556,7 @@ fn prepare(st: &State, access: Access, cmd: &mut Cmd) -> Fixup {
             Some(rw) => {
                 cmd.args[0] = rw.sha.clone().into_bytes();
                 // The read-only token never makes Redis load a script, not even one it lost.
-                if access == Access::ReadOnly {
-                    Fixup::None
-                } else {
-                    Fixup::Reload { rw, readonly: upper == "EVALSHA_RO" }
-                }
+                if access.readonly() { Fixup::None } else { Fixup::Reload { rw, readonly: upper == "EVALSHA_RO" } }
             }
             None => Fixup::None,
         },
@@ -599,7 +596,7 @@ async fn vetted(st: &State, fixups: &[Fixup]) -> Result<(), Failure> {
     for sha in &shas {
         exists.arg(sha.as_str());
     }
-    let found: Vec<bool> = match timed(st, backend(st, Access::ReadOnly).query(&exists)).await? {
+    let found: Vec<bool> = match timed(st, backend(st, &Access::ReadOnly).query(&exists)).await? {
         Value::Array(items) => items.iter().map(|v| matches!(v, Value::Int(1))).collect(),
         Value::Int(n) => vec![n == 1],
         _ => vec![false],
@@ -717,14 +714,15 @@ fn runs_our_script(c: &Cmd) -> bool {
 }
 
 /// The connections a request runs on.
-fn backend(st: &State, access: Access) -> &Backend {
+fn backend<'a>(st: &'a State, access: &'a Access) -> &'a Backend {
     match (access, &st.readonly_backend) {
+        (Access::Scoped { backend, .. }, _) => backend,
         (Access::ReadOnly, Some(ro)) => ro,
         _ => &st.backend,
     }
 }
 
-async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
+async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
     let fixup = prepare(st, access, &mut cmd);
     vetted(st, std::slice::from_ref(&fixup)).await?;
     let redis_cmd = to_redis(&cmd);
@@ -785,7 +783,7 @@ async fn run_one(st: &State, access: Access, mut cmd: Cmd, base64: bool, resp2: 
 
 async fn run_many(
     st: &State,
-    access: Access,
+    access: &Access,
     entries: Vec<Result<Cmd, Failure>>,
     atomic: bool,
     base64: bool,

@@ -13,8 +13,10 @@ mod http;
 mod log;
 mod reply;
 mod scripts;
+mod tokens;
 mod watchdog;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,6 +137,10 @@ pub struct Config {
     /// or its previous response (so also the idle keep-alive time), in ms.
     #[arg(long, env = "REDCOUNT_REST_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+    /// More tokens, each logged in to Redis as its own ACL user (a JSON array of
+    /// `{"token", "user", "password", "readonly"}`; see the README). Reloaded on SIGHUP.
+    #[arg(long, env = "REDCOUNT_REST_TOKENS_FILE")]
+    pub tokens: Option<std::path::PathBuf>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Reloaded, with the
     /// key, on SIGHUP.
     #[arg(long, env = "REDCOUNT_REST_TLS_CERT", requires = "tls_key")]
@@ -172,6 +178,8 @@ pub(crate) struct State {
     pub allow_admin: bool,
     pub token: String,
     pub readonly_token: Option<String>,
+    /// The tokens of `--tokens`, swapped whole on reload.
+    pub scoped: std::sync::RwLock<Arc<Vec<auth::Scoped>>>,
     pub max_body: usize,
     /// `--max-transaction-commands`.
     pub max_transaction: usize,
@@ -261,7 +269,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         killer.on_connect(settings.clone(), None);
         backend.on_connect(settings.clone(), Some(&killer));
         if let Some(ro) = &readonly_backend {
-            ro.on_connect(settings, Some(&killer));
+            ro.on_connect(settings.clone(), Some(&killer));
         }
     }
     // One budget for large replies: charged while they are read, held until they are sent.
@@ -282,6 +290,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         allow_admin: config.allow_admin_commands,
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
+        scoped: std::sync::RwLock::new(Arc::new(Vec::new())),
         max_body: config.max_body_bytes,
         max_transaction: config.max_transaction_commands.max(1),
         body_budget: tokio::sync::Semaphore::new(
@@ -296,6 +305,9 @@ pub async fn run(config: Config) -> Result<(), String> {
         output_limit,
         run_id,
     });
+    if let Some(path) = &config.tokens {
+        scoped_tokens(&state, &config, path.clone(), settings).await?;
+    }
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => {
             let tls = redcount_http::Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
@@ -449,6 +461,65 @@ async fn restricted_login(
     }
     setup.query(&setuser).await.map_err(|e| e.to_string())?;
     Ok((backend::Login { user, password }, setuser))
+}
+
+/// Loads `--tokens` into `state`, then again on every SIGHUP (a failed reload keeps the
+/// tokens in force and says why; it never prints a token).
+async fn scoped_tokens(
+    state: &Arc<State>,
+    config: &Config,
+    path: std::path::PathBuf,
+    settings: Vec<redis::Cmd>,
+) -> Result<(), String> {
+    let (url, cluster, timeout) =
+        (config.redis.clone(), config.cluster, Duration::from_millis(config.timeout_ms.max(1)));
+    let (max_reply, per_token) = (config.max_response_bytes.max(1024), config.redis_connections.clamp(1, 16));
+    let mut reserved = vec![config.token.clone()];
+    reserved.extend(config.readonly_token.clone());
+    let load = {
+        let state = state.clone();
+        move |logins: HashMap<String, (String, String)>| {
+            let (state, url, path, settings, reserved) =
+                (state.clone(), url.clone(), path.clone(), settings.clone(), reserved.clone());
+            async move {
+                let connect = |login: backend::Login| {
+                    let (url, state, settings) = (url.clone(), state.clone(), settings.clone());
+                    async move {
+                        let b = backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        if !settings.is_empty() {
+                            b.on_connect(settings, Some(&state.killer));
+                        }
+                        b.charge_replies(&state.response_budget);
+                        Ok(b)
+                    }
+                };
+                let previous = state.scoped.read().unwrap_or_else(|e| e.into_inner()).clone();
+                let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
+                let (scoped, logins) = tokens::load(&path, &reserved, &previous, &logins, connect).await?;
+                let n = scoped.len();
+                *state.scoped.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(scoped);
+                Ok::<_, String>((n, logins))
+            }
+        }
+    };
+    let (n, mut logins) = load(HashMap::new()).await?;
+    log::info(state.log, &format!("{n} tokens from --tokens"));
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let level = state.log;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match load(logins.clone()).await {
+                Ok((n, new)) => {
+                    logins = new;
+                    log::info(level, &format!("SIGHUP: {n} tokens from --tokens"));
+                }
+                Err(e) => log::error(&format!("SIGHUP: --tokens not reloaded, the tokens in force stay: {e}")),
+            }
+        }
+    });
+    Ok(())
 }
 
 async fn shutdown() {

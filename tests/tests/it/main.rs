@@ -5,6 +5,7 @@ mod concurrency;
 mod drain;
 mod faults;
 mod front_bounds;
+mod front_tokens;
 mod front_trust;
 mod model;
 mod namespace;

@@ -116,7 +116,8 @@ fn stack(kind: Kind) -> Stack {
         Shell::Worker(w) => w.url(),
         Shell::Native(n) => n.url(),
     };
-    let http = redcount_tests::http_builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
+    let http =
+        redcount_tests::http_builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
     Stack { redis, front, shell, api: Api { http, base, admin } }
 }
 

@@ -1,0 +1,92 @@
+//! `--tokens FILE`: several apps on one front, each token logged in to Redis as its own ACL
+//! user, so Redis itself enforces what the token may touch (key patterns, commands).
+//!
+//! The file is a JSON array:
+//!
+//! ```json
+//! [
+//!   {"token": "…at least 16 characters…", "user": "app1", "password": "…"},
+//!   {"token": "…", "user": "app1-reader", "password": "…", "readonly": true}
+//! ]
+//! ```
+//!
+//! The users are the operator's (`ACL SETUSER app1 on >… ~app1:* +@all -@admin`); the front
+//! only logs in as them. It is read at start and again on SIGHUP; a file that cannot be read
+//! or a user that cannot log in keeps the tokens in force.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::auth::Scoped;
+use crate::backend::{Backend, Login};
+
+/// Shortest token accepted in the file.
+const MIN_TOKEN_LEN: usize = 16;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    token: String,
+    user: String,
+    password: String,
+    #[serde(default)]
+    readonly: bool,
+}
+
+/// Reads and checks the file. Errors name the entry by position and user, never the token.
+fn read(path: &Path, reserved: &[&str]) -> Result<Vec<Entry>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let entries: Vec<Entry> =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not a JSON array of tokens: {e}", path.display()))?;
+    let mut seen = std::collections::HashSet::new();
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("{} entry {i} (user {:?})", path.display(), e.user);
+        if e.token.trim() != e.token || e.token.len() < MIN_TOKEN_LEN {
+            return Err(format!("{at}: the token must be at least {MIN_TOKEN_LEN} characters, no surrounding spaces"));
+        }
+        if e.user.is_empty() {
+            return Err(format!("{at}: no user"));
+        }
+        if !seen.insert(e.token.as_str()) || reserved.contains(&e.token.as_str()) {
+            return Err(format!("{at}: the token is used twice (in the file, or as --token / --readonly-token)"));
+        }
+    }
+    Ok(entries)
+}
+
+/// Reads `path` and connects each token's user (`connect` opens a pool logged in as the user,
+/// set up as the front's other pools), reusing the connections of `previous` for entries
+/// whose token, user and password did not change. Returns the tokens and, beside them, each
+/// one's login (kept to tell what changed at the next reload).
+pub(crate) async fn load<F, Fut>(
+    path: &Path,
+    reserved: &[&str],
+    previous: &[Scoped],
+    logins: &HashMap<String, (String, String)>,
+    connect: F,
+) -> Result<(Vec<Scoped>, HashMap<String, (String, String)>), String>
+where
+    F: Fn(Login) -> Fut,
+    Fut: std::future::Future<Output = Result<Backend, String>>,
+{
+    let entries = read(path, reserved)?;
+    let mut out = Vec::with_capacity(entries.len());
+    let mut new_logins = HashMap::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        let same_login = logins.get(&e.token).is_some_and(|(u, p)| *u == e.user && *p == e.password);
+        let kept = previous.iter().find(|s| same_login && s.token == e.token).map(|s| s.backend.clone());
+        let backend = match kept {
+            Some(b) => b,
+            None => {
+                let login = Login { user: e.user.clone(), password: e.password.clone() };
+                Arc::new(connect(login).await.map_err(|why| {
+                    format!("{} entry {i}: cannot log in to Redis as {:?}: {why}", path.display(), e.user)
+                })?)
+            }
+        };
+        new_logins.insert(e.token.clone(), (e.user, e.password));
+        out.push(Scoped { token: e.token, readonly: e.readonly, backend });
+    }
+    Ok((out, new_logins))
+}
