@@ -79,6 +79,16 @@ struct ServeArgs {
     /// deployments can share one Redis.
     #[arg(long, env = "REDCOUNT_NAMESPACE", default_value = redcount_core::keys::PREFIX)]
     namespace: String,
+    /// Log level: error, info or debug (debug logs one line per request; never a token).
+    #[arg(long, env = "REDCOUNT_LOG", default_value = "info")]
+    log: redcount_http::log::Level,
+    /// Log lines as text or as JSON objects.
+    #[arg(long, env = "REDCOUNT_LOG_FORMAT", default_value = "text")]
+    log_format: redcount_http::log::Format,
+    /// Serve Prometheus metrics at `GET /metrics` on this address (off by default; keep it
+    /// off the public network: it needs no token).
+    #[arg(long, env = "REDCOUNT_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Directory of the demo page.
     #[arg(long, env = "REDCOUNT_WWW", default_value = "www")]
     www: std::path::PathBuf,
@@ -327,6 +337,14 @@ async fn drain(
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     use redcount_cli::serve::Backend;
+    redcount_http::log::init(args.log, args.log_format);
+    if let Some(addr) = args.metrics_listen {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+        tracing::info!("metrics at http://{addr}/metrics");
+    }
     let policies = match args.policies.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--policies @{path}: {e}"))?,
         None => args.policies.clone(),
@@ -359,7 +377,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                         "{risk}; run Redis with maxmemory-policy noeviction (at maxmemory redcount's writes then fail closed with 507), or pass --allow-eviction"
                     ));
                 }
-                eprintln!("redcount serve: warning: {risk} (--allow-eviction)");
+                tracing::warn!("{risk} (--allow-eviction)");
             }
             (Backend::Direct(d), String::from("Redis over RESP"))
         }
@@ -371,7 +389,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    eprintln!("redcount: serving http://{} with {what}", listener.local_addr().map_err(|e| e.to_string())?);
+    tracing::info!("serving http://{} with {what}", listener.local_addr().map_err(|e| e.to_string())?);
     let shutdown = async {
         let term = async {
             if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

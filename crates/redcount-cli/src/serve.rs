@@ -92,26 +92,77 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
         idempotency_key: idem_key.as_deref(),
         body: &bytes,
     };
+    let started = std::time::Instant::now();
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let mut step = api::handle(&s.config, &request, &mut rng);
-    loop {
+    let mut calls = 0u32;
+    let response = loop {
         match step {
-            Step::Respond(r) => return to_response(r),
+            Step::Respond(r) => break r,
             Step::Send(exchange) => {
+                calls += 1;
+                if calls == 2 {
+                    // The one fallback a call makes: EVAL after NOSCRIPT.
+                    metrics::counter!("redcount_noscript_fallbacks_total").increment(1);
+                }
                 step = match &s.backend {
                     Backend::Rest(rest) => match rest.post(exchange.body().to_string()).await {
                         Ok((status, body)) => exchange.receive(status, &body),
-                        Err(e) => Step::Respond(exchange.fail(&e.to_string())),
+                        Err(e) => {
+                            count_backend_error(&e);
+                            Step::Respond(exchange.fail(&e.to_string()))
+                        }
                     },
                     Backend::Direct(d) => match d.send(exchange.command()).await {
                         Ok(v) => exchange.receive_value(Ok(v)),
                         Err(Error::Redis(e)) => exchange.receive_value(Err(e)),
-                        Err(e) => Step::Respond(exchange.fail_at("Redis", &e.to_string())),
+                        Err(e) => {
+                            count_backend_error(&e);
+                            Step::Respond(exchange.fail_at("Redis", &e.to_string()))
+                        }
                     },
                 };
             }
         }
-    }
+    };
+    let (route, policy) = labels(&s.config, uri.path());
+    let status = response.status.to_string();
+    metrics::counter!("redcount_requests_total", "route" => route, "policy" => policy, "status" => status).increment(1);
+    metrics::histogram!("redcount_request_duration_seconds", "route" => route).record(started.elapsed().as_secs_f64());
+    tracing::debug!(method = %method, route, status = response.status, "request");
+    to_response(response)
+}
+
+/// The metrics labels of an API path: its route (the first segment, from a fixed list) and
+/// its policy (only a configured name, so a client cannot add label values).
+fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
+    let mut parts = path.trim_start_matches("/api/").split('/');
+    let route = match parts.next().unwrap_or("") {
+        "health" => "health",
+        "policies" => "policies",
+        "counters" => "counters",
+        "claims" => "claims",
+        "quotas" => "quotas",
+        "semaphores" => "semaphores",
+        "inbox" => "inbox",
+        "redpackets" => "redpackets",
+        _ => "other",
+    };
+    let named = matches!(route, "counters" | "claims" | "quotas" | "semaphores");
+    let policy = parts.next().filter(|p| named && config.policy(p).is_some()).unwrap_or("-");
+    (route, policy.to_string())
+}
+
+/// Counts a call that did not reach the backend or got no answer, by what happened.
+fn count_backend_error(e: &Error) {
+    let kind = match e {
+        Error::Transport(t) if t.timed_out => "timeout",
+        Error::Transport(t) if t.may_have_run => "lost",
+        Error::Transport(_) => "unreachable",
+        Error::Unauthorized(_) => "unauthorized",
+        _ => "other",
+    };
+    metrics::counter!("redcount_backend_errors_total", "kind" => kind).increment(1);
 }
 
 fn to_response(r: ApiResponse) -> Response {

@@ -31,6 +31,8 @@
 //! # }
 //! ```
 
+pub mod log;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -176,6 +178,7 @@ pub async fn serve_tls(
 /// only closes: a plain-text answer would mean nothing to a client expecting a handshake, and
 /// a handshake is what the cap saves.
 fn refuse_bounded(refusing: &Arc<AtomicUsize>, tcp: TcpStream, why: String, tls: bool) {
+    metrics::counter!("redcount_http_refused_connections_total").increment(1);
     if tls {
         return;
     }
@@ -234,7 +237,7 @@ impl Conn {
         let (limits, graceful, idle, tls) = (self.limits, self.graceful, self.idle, self.tls);
         tokio::spawn(async move {
             // Dropped when the connection ends or is evicted: gives back its places.
-            let _held = (permit, ip_slot);
+            let _held = (permit, ip_slot, Open::new());
             let builder = {
                 let mut b = hyper::server::conn::http1::Builder::new();
                 b.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(64 * 1024);
@@ -346,6 +349,22 @@ impl Tls {
     }
 }
 
+/// Counts an open connection for `/metrics` while it lives.
+struct Open;
+
+impl Open {
+    fn new() -> Open {
+        metrics::gauge!("redcount_http_open_connections").increment(1.0);
+        Open
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        metrics::gauge!("redcount_http_open_connections").decrement(1.0);
+    }
+}
+
 /// [`Slot::key`] of a connection that is not listed.
 const UNLISTED: u64 = u64::MAX;
 
@@ -400,6 +419,7 @@ impl Idle {
         }
         let (_, slot) = entry.remove();
         slot.key.store(UNLISTED, Ordering::Relaxed);
+        metrics::counter!("redcount_http_evicted_connections_total").increment(1);
         // Stores a permit if the task is not waiting yet: it closes when it next looks.
         slot.close.notify_one();
     }

@@ -17,7 +17,6 @@ use crate::State;
 use crate::auth::{self, Access};
 use crate::backend::{Backend, Lane, REPLY_PERMITS};
 use crate::commands;
-use crate::log;
 use crate::reply;
 use crate::scripts::{self, Rewritten};
 
@@ -98,6 +97,7 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Failure {
 /// A failure for Redis's error reply `text` (`CODE detail`), classified by the core.
 fn reply_failure(text: String) -> Failure {
     let kind = redcount_core::ErrorReply::new(&text).kind;
+    count_redis_error(kind_label(kind));
     let status = reply_status(text.split(' ').next().unwrap_or(""));
     Failure { status, message: text, cause: Cause::Reply(kind) }
 }
@@ -179,22 +179,43 @@ async fn handle(
     static SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let token = SYNC.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     response.headers_mut().insert("upstash-sync-token", HeaderValue::from(token));
-    log::debug(
-        st.log,
-        &format!(
-            "{method} {path_kind} {what} {} {:?}",
-            response.status().as_u16(),
-            start.elapsed(),
-            path_kind = path_kind(&path)
-        ),
-    );
+    let (route, status, elapsed) = (path_kind(&path), response.status().as_u16(), start.elapsed());
+    // Labels from a fixed set only (route, status): never the client's command names.
+    metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status.to_string()).increment(1);
+    metrics::histogram!("redcount_rest_request_duration_seconds", "route" => route).record(elapsed.as_secs_f64());
+    // The command name is the client's text: cut short in the log.
+    let command: String = what.chars().take(32).collect();
+    tracing::debug!(%method, route, %command, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
     response
 }
 
+/// Counts a failure from Redis (or on the way to it) by kind, for `/metrics`.
+fn count_redis_error(kind: &'static str) {
+    metrics::counter!("redcount_rest_redis_errors_total", "kind" => kind).increment(1);
+}
+
+/// The metrics label of an error kind.
+fn kind_label(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NoScript => "noscript",
+        ErrorKind::WrongType => "wrongtype",
+        ErrorKind::Rejected => "rejected",
+        ErrorKind::CrossSlot => "crossslot",
+        ErrorKind::Redirect => "redirect",
+        ErrorKind::Unavailable => "unavailable",
+        ErrorKind::Denied => "denied",
+        ErrorKind::OutOfMemory => "oom",
+        ErrorKind::IdempotencyConflict => "idempotency_conflict",
+        _ => "other",
+    }
+}
+
 /// The route, without path-style arguments (they may be data).
-fn path_kind(path: &str) -> &str {
+fn path_kind(path: &str) -> &'static str {
     match path {
-        "/" | "/pipeline" | "/multi-exec" => path,
+        "/" => "/",
+        "/pipeline" => "/pipeline",
+        "/multi-exec" => "/multi-exec",
         _ => "/<command>",
     }
 }
@@ -634,6 +655,7 @@ fn reply_status(code: &str) -> StatusCode {
 
 fn failure(st: &State, e: &redis::RedisError) -> Failure {
     if e.is_timeout() {
+        count_redis_error("timeout");
         return error(
             StatusCode::GATEWAY_TIMEOUT,
             format!(
@@ -654,13 +676,15 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
         );
     }
     if e.is_connection_refusal() {
-        log::error(&format!("redis unreachable: {e}"));
+        tracing::error!("redis unreachable: {e}");
+        count_redis_error("unreachable");
         return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis is unreachable: {e}"));
     }
     if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
         // Sent, but the connection ended before the answer: it may have run, so it is not
         // sent again.
-        log::error(&format!("redis connection lost: {e}"));
+        tracing::error!("redis connection lost: {e}");
+        count_redis_error("lost");
         let message = format!("{LOST} (a write may or may not have happened): {e}");
         return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::Lost };
     }
@@ -688,13 +712,16 @@ async fn timed_within<T>(
     match tokio::time::timeout(limit, f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(failure(st, &e)),
-        Err(_) => Err(error(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "ERR Redis did not answer within {} ms (a write may or may not have happened)",
-                st.timeout.as_millis()
-            ),
-        )),
+        Err(_) => {
+            count_redis_error("timeout");
+            Err(error(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "ERR Redis did not answer within {} ms (a write may or may not have happened)",
+                    st.timeout.as_millis()
+                ),
+            ))
+        }
     }
 }
 
@@ -758,6 +785,7 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
     let mut value = match (first, &fixup) {
         (Err(f), Fixup::Reload { rw, readonly }) if f.cause == Cause::Reply(ErrorKind::NoScript) => {
             // Redis lost a script it knew under the rewritten SHA: send the source again.
+            metrics::counter!("redcount_rest_noscript_reloads_total").increment(1);
             let name = if *readonly { "EVAL_RO" } else { "EVAL" };
             let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
             eval.args[0] = rw.source.clone();
@@ -768,6 +796,7 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
     };
     fixup.apply(st, &mut value);
     if let Value::ServerError(e) = &value {
+        count_redis_error(kind_label(ErrorReply::new(e.code()).kind));
         return Err(error(reply_status(e.code()), reply::server_error_text(e)));
     }
     encodable(st, &value, reply::encoding(base64, resp2))?;

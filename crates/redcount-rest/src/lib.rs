@@ -10,7 +10,6 @@ mod auth;
 mod backend;
 mod commands;
 mod http;
-mod log;
 mod reply;
 mod scripts;
 mod tokens;
@@ -24,6 +23,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use http::router;
+use redcount_http::log;
 
 /// The front's request parsing on arbitrary input; for the fuzz targets only.
 #[doc(hidden)]
@@ -152,6 +152,13 @@ pub struct Config {
     /// Log level: error, info or debug (debug logs one line per request; never a token).
     #[arg(long, env = "REDCOUNT_REST_LOG", default_value = "info")]
     pub log: log::Level,
+    /// Log lines as text or as JSON objects.
+    #[arg(long, env = "REDCOUNT_REST_LOG_FORMAT", default_value = "text")]
+    pub log_format: log::Format,
+    /// Serve Prometheus metrics at `GET /metrics` on this address (off by default; keep it
+    /// off the public network: it needs no token).
+    #[arg(long, env = "REDCOUNT_REST_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Config {
@@ -192,7 +199,6 @@ pub(crate) struct State {
     pub timeout: Duration,
     pub scripts: scripts::Scripts,
     pub commands: commands::Table,
-    pub log: log::Level,
     /// Redis's output-buffer limit for normal clients as the front set it (0: not set).
     pub output_limit: usize,
     /// The run id of the Redis the front started with (not on --cluster): a connection
@@ -202,6 +208,14 @@ pub(crate) struct State {
 
 /// Connects to Redis, then serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), String> {
+    log::init(config.log, config.log_format);
+    if let Some(addr) = config.metrics_listen {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+        tracing::info!("metrics at http://{addr}/metrics");
+    }
     if config.token.is_empty() {
         return Err("--token (REDCOUNT_REST_TOKEN) must not be empty".into());
     }
@@ -219,16 +233,16 @@ pub async fn run(config: Config) -> Result<(), String> {
     // The URL's own user: the front's set-up and its SCRIPT KILLs, never a client's request.
     let killer = connect(None, 1).await.map_err(unreachable)?;
     let commands = commands::Table::load(&killer).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
-    let kill_setting = allow_script_kill(&killer, script_timeout, config.log).await;
+    let kill_setting = allow_script_kill(&killer, script_timeout).await;
     let full_login = if config.allow_admin_commands {
         None
     } else {
         match restricted_login(&killer, &config.token, Restriction::Full).await {
             Ok(login) => Some(login),
             Err(e) => {
-                log::error(&format!(
+                tracing::error!(
                     "cannot set up the restricted Redis user for the full token ({e}): scripts it runs may call administrative commands as far as the Redis URL's user may"
-                ));
+                );
                 None
             }
         }
@@ -251,16 +265,16 @@ pub async fn run(config: Config) -> Result<(), String> {
                     .restore_with(setuser, &killer),
             ),
             Err(e) => {
-                log::error(&format!(
+                tracing::error!(
                     "the read-only token may not run scripts: cannot set up the restricted Redis user ({e})"
-                ));
+                );
                 None
             }
         },
     };
     // A restarted Redis has its own settings again: set them on every new connection.
     let output_limit = config.redis_output_limit_bytes.unwrap_or(config.max_response_bytes.max(1024) + (1 << 20));
-    let output_set = bound_output_buffers(&killer, output_limit, config.log).await;
+    let output_set = bound_output_buffers(&killer, output_limit).await;
     let run_id = if config.cluster { None } else { http::run_id(&killer).await };
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
@@ -282,7 +296,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     // Its own connection: a SCRIPT KILL may wait for a script to reach its bound. Where the
     // threshold could not be lowered it still kills, once Redis's own threshold has passed.
-    tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout, config.log));
+    tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout));
     let state = Arc::new(State {
         backend,
         readonly_backend,
@@ -301,7 +315,6 @@ pub async fn run(config: Config) -> Result<(), String> {
         timeout,
         scripts: scripts::Scripts::default(),
         commands,
-        log: config.log,
         output_limit,
         run_id,
     });
@@ -311,10 +324,9 @@ pub async fn run(config: Config) -> Result<(), String> {
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => {
             let tls = redcount_http::Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
-            let level = state.log;
             tls.reload_on_sighup(move |r| match r {
-                Ok(()) => log::info(level, "SIGHUP: TLS certificate reloaded"),
-                Err(e) => log::error(&format!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}")),
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                Err(e) => tracing::error!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}"),
             })
             .map_err(|e| e.to_string())?;
             Some(tls)
@@ -324,15 +336,12 @@ pub async fn run(config: Config) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    log::info(
-        state.log,
-        &format!(
-            "listening on {}://{} for Redis {}{}",
-            if tls.is_some() { "https" } else { "http" },
-            listener.local_addr().map_err(|e| e.to_string())?,
-            backend::redact(&config.redis),
-            if config.cluster { " (cluster)" } else { "" }
-        ),
+    tracing::info!(
+        "listening on {}://{} for Redis {}{}",
+        if tls.is_some() { "https" } else { "http" },
+        listener.local_addr().map_err(|e| e.to_string())?,
+        backend::redact(&config.redis),
+        if config.cluster { " (cluster)" } else { "" }
     );
     let limits = redcount_http::Limits {
         max_connections: config.max_connections,
@@ -362,15 +371,15 @@ async fn warn_if_evicting(killer: &backend::Backend) {
         && max != "0"
         && policy != "noeviction"
     {
-        log::error(&format!(
-            "warning: Redis may evict keys (maxmemory-policy {policy}, maxmemory {max}): redcount's counters, quotas, claims and idempotency records need noeviction"
-        ));
+        tracing::warn!(
+            "Redis may evict keys (maxmemory-policy {policy}, maxmemory {max}): redcount's counters, quotas, claims and idempotency records need noeviction"
+        );
     }
 }
 
 /// Sets Redis's output-buffer limit for normal clients to `bytes` (0: leaves it). Returns the
 /// command that did it, to send again to a restarted Redis.
-async fn bound_output_buffers(backend: &backend::Backend, bytes: usize, level: log::Level) -> Option<redis::Cmd> {
+async fn bound_output_buffers(backend: &backend::Backend, bytes: usize) -> Option<redis::Cmd> {
     if bytes == 0 {
         return None;
     }
@@ -378,13 +387,13 @@ async fn bound_output_buffers(backend: &backend::Backend, bytes: usize, level: l
     set.arg("SET").arg("client-output-buffer-limit").arg(format!("normal {bytes} 0 0"));
     match backend.query(&set).await {
         Ok(_) => {
-            log::info(level, &format!("Redis drops a normal client whose pending reply passes {bytes} bytes"));
+            tracing::info!("Redis drops a normal client whose pending reply passes {bytes} bytes");
             Some(set)
         }
         Err(e) => {
-            log::error(&format!(
+            tracing::error!(
                 "cannot set client-output-buffer-limit ({e}): a request for a huge reply makes Redis build it whole before the front refuses it"
-            ));
+            );
             None
         }
     }
@@ -393,7 +402,7 @@ async fn bound_output_buffers(backend: &backend::Backend, bytes: usize, level: l
 /// Redis only answers other clients (and so SCRIPT KILL) while a script runs once
 /// `busy-reply-threshold` has passed: bring it down to the front's script bound.
 /// Returns the command that did it, to send again to a restarted Redis.
-async fn allow_script_kill(backend: &backend::Backend, bound: Duration, level: log::Level) -> Option<redis::Cmd> {
+async fn allow_script_kill(backend: &backend::Backend, bound: Duration) -> Option<redis::Cmd> {
     let ms = bound.as_millis().to_string();
     let mut set = redis::cmd("CONFIG");
     set.arg("SET").arg("busy-reply-threshold").arg(&ms);
@@ -401,13 +410,13 @@ async fn allow_script_kill(backend: &backend::Backend, bound: Duration, level: l
         set = redis::cmd("CONFIG");
         set.arg("SET").arg("lua-time-limit").arg(&ms);
         if backend.query(&set).await.is_err() {
-            log::error(&format!(
+            tracing::error!(
                 "cannot set busy-reply-threshold ({e}): a runaway script is killed only after Redis's own threshold"
-            ));
+            );
             return None;
         }
     }
-    log::info(level, &format!("scripts are killed after {ms} ms"));
+    tracing::info!("scripts are killed after {ms} ms");
     Some(set)
 }
 
@@ -505,17 +514,16 @@ async fn scoped_tokens(
         }
     };
     let (n, mut logins) = load(HashMap::new()).await?;
-    log::info(state.log, &format!("{n} tokens from --tokens"));
+    tracing::info!("{n} tokens from --tokens");
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(|e| e.to_string())?;
-    let level = state.log;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             match load(logins.clone()).await {
                 Ok((n, new)) => {
                     logins = new;
-                    log::info(level, &format!("SIGHUP: {n} tokens from --tokens"));
+                    tracing::info!("SIGHUP: {n} tokens from --tokens");
                 }
-                Err(e) => log::error(&format!("SIGHUP: --tokens not reloaded, the tokens in force stay: {e}")),
+                Err(e) => tracing::error!("SIGHUP: --tokens not reloaded, the tokens in force stay: {e}"),
             }
         }
     });

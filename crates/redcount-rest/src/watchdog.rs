@@ -13,25 +13,22 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{backend::Backend, log};
+use crate::backend::Backend;
 
 /// Kills scripts past `bound` until the process ends.
-pub(crate) async fn run(conn: Backend, bound: Duration, level: log::Level) {
+pub(crate) async fn run(conn: Backend, bound: Duration) {
     let mut unkillable_logged: Option<Instant> = None;
     loop {
         for kind in ["SCRIPT", "FUNCTION"] {
             let mut kill = redis::cmd(kind);
             kill.arg("KILL");
             match conn.query(&kill).await {
-                Ok(_) => log::info(
-                    level,
-                    &format!("killed a script that ran past --script-timeout-ms ({} ms)", bound.as_millis()),
-                ),
+                Ok(_) => tracing::info!("killed a script that ran past --script-timeout-ms ({} ms)", bound.as_millis()),
                 Err(e) if e.code() == Some("UNKILLABLE") => {
                     if unkillable_logged.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                        log::error(&format!(
+                        tracing::error!(
                             "a script has run past --script-timeout-ms but has written, so Redis cannot kill it: {e}"
-                        ));
+                        );
                         unkillable_logged = Some(Instant::now());
                     }
                 }

@@ -9,6 +9,7 @@ mod front_tokens;
 mod front_trust;
 mod model;
 mod namespace;
+mod observability;
 mod primitives;
 mod rest;
 mod scenario;
