@@ -183,5 +183,30 @@ for (const [name, limiter] of Object.entries(algorithms)) {
   });
 }
 
+// Pub/sub over server-sent events: the client's own subscriber parses the front's stream.
+await check("subscribe / psubscribe over server-sent events", async () => {
+  const redis = new Redis({ url, token, enableTelemetry: false });
+  const channel = `conf:${run}:news`;
+  const got = [];
+  const pgot = [];
+  const sub = redis.subscribe([channel]);
+  const psub = redis.psubscribe([`conf:${run}:ne*`]);
+  sub.on("message", (m) => got.push(m));
+  psub.on("pmessage", (m) => pgot.push(m));
+  const deadline = Date.now() + 10000;
+  // Publish until both subscriptions are in place and have heard it.
+  while ((got.length === 0 || pgot.length === 0) && Date.now() < deadline) {
+    await redis.publish(channel, { hello: "world" });
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await sub.unsubscribe();
+  await psub.unsubscribe();
+  assert.ok(got.length > 0, "no message reached the subscriber");
+  assert.deepEqual(got[0], { channel, message: { hello: "world" } });
+  assert.ok(pgot.length > 0, "no message reached the pattern subscriber");
+  assert.equal(pgot[0].channel, channel);
+  assert.deepEqual(pgot[0].message, { hello: "world" });
+});
+
 console.log(`\nconformance: ${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

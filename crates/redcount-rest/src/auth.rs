@@ -25,6 +25,14 @@ pub enum Access {
 }
 
 impl Access {
+    /// The Redis user a connection of its own logs in as (`None`: the URL's).
+    pub fn login(&self) -> Option<&crate::backend::Login> {
+        match self {
+            Access::Scoped { backend, .. } => backend.login(),
+            _ => None,
+        }
+    }
+
     /// True when the front's read-only rules apply.
     pub fn readonly(&self) -> bool {
         matches!(self, Access::ReadOnly | Access::Scoped { readonly: true, .. })

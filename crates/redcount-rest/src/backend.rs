@@ -27,6 +27,8 @@ pub struct Login {
 
 pub struct Backend {
     conns: Conns,
+    /// The user its connections log in as, when not the URL's.
+    login: Option<Login>,
     /// For connections logged in as a front-made user: the ACL SETUSER that makes it, and
     /// the URL-user connections to send it on. A restarted Redis has forgotten the user
     /// (unless it saved its ACL), so a refused login is answered by making it again.
@@ -442,7 +444,24 @@ macro_rules! retried {
     }};
 }
 
+/// Where a connection of its own (a subscriber's) goes: the first server of `url` (any node
+/// of a Cluster hears every publication), as `login` when given.
+pub fn pubsub_info(url: &str, login: Option<&Login>) -> Result<redis::ConnectionInfo, String> {
+    let first = url.split(',').next().unwrap_or("").trim();
+    let mut info = first.into_connection_info().map_err(|e| format!("ERR {e}"))?;
+    if let Some(l) = login {
+        let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
+        info = info.set_redis_settings(settings);
+    }
+    Ok(info)
+}
+
 impl Backend {
+    /// The user its connections log in as, when not the URL's.
+    pub fn login(&self) -> Option<&Login> {
+        self.login.as_ref()
+    }
+
     /// Sends `cmds` to Redis whenever this backend makes a new connection: on that connection
     /// (`via` is `None`), or through `via`'s. Redis forgets its runtime configuration when it
     /// restarts; the front's connections then are new ones. (Not for `--cluster`.)
@@ -536,7 +555,7 @@ impl Backend {
             Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)), Arc::new(shared))
         };
         backend.query(&redis::cmd("PING"), Lane::Bounded).await?;
-        Ok(Backend { conns: backend, restore: None })
+        Ok(Backend { conns: backend, login: login.cloned(), restore: None })
     }
 }
 

@@ -165,8 +165,11 @@ pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
     let upper = name.to_ascii_uppercase();
     let arg = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
     match upper.as_str() {
-        "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE" | "MONITOR"
-        | "SYNC" | "PSYNC" | "REPLCONF" => {
+        "SUBSCRIBE" | "PSUBSCRIBE" => Some(format!(
+            "ERR {upper} holds a connection open and is not available as a command: POST /{}/<channel> with Accept: text/event-stream",
+            upper.to_ascii_lowercase()
+        )),
+        "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE" | "MONITOR" | "SYNC" | "PSYNC" | "REPLCONF" => {
             Some(format!("ERR {upper} holds a connection open and is not available over REST"))
         }
         "WATCH" | "UNWATCH" | "MULTI" | "EXEC" | "DISCARD" => Some(format!(

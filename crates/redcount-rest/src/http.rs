@@ -274,6 +274,19 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             )
         })?,
     };
+    if let Some((pattern, names)) = crate::subscribe::kind(uri.path()) {
+        let names: Vec<Vec<u8>> = names
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(percent_decode)
+            .collect::<Result<_, _>>()
+            .map_err(|f| (f, none()))?;
+        let what = String::from(if pattern { "PSUBSCRIBE" } else { "SUBSCRIBE" });
+        return match crate::subscribe::serve(st, &access, pattern, names).await {
+            Ok(r) => Ok((r, what)),
+            Err((status, msg)) => Err((error(status, msg), what)),
+        };
+    }
     let base64 = header_is(headers, "upstash-encoding", "base64");
     let resp2 = match headers.get("upstash-response-format").map(|v| v.to_str().map(str::trim)) {
         None => false,

@@ -12,6 +12,7 @@ mod commands;
 mod http;
 mod reply;
 mod scripts;
+mod subscribe;
 mod tokens;
 mod watchdog;
 
@@ -137,6 +138,9 @@ pub struct Config {
     /// or its previous response (so also the idle keep-alive time), in ms.
     #[arg(long, env = "REDCOUNT_REST_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+    /// Subscribers (`/subscribe`, `/psubscribe`) at once; each holds a Redis connection.
+    #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBERS", default_value_t = 256)]
+    pub max_subscribers: usize,
     /// More tokens, each logged in to Redis as its own ACL user (a JSON array of
     /// `{"token", "user", "password", "readonly"}`; see the README). Reloaded on SIGHUP.
     #[arg(long, env = "REDCOUNT_REST_TOKENS_FILE")]
@@ -185,6 +189,10 @@ pub(crate) struct State {
     pub allow_admin: bool,
     pub token: String,
     pub readonly_token: Option<String>,
+    /// Places for subscribers (`--max-subscribers`).
+    pub subscribers: Arc<tokio::sync::Semaphore>,
+    /// The Redis URL (seeds on --cluster), for connections of their own.
+    pub redis_url: String,
     /// The tokens of `--tokens`, swapped whole on reload.
     pub scoped: std::sync::RwLock<Arc<Vec<auth::Scoped>>>,
     pub max_body: usize,
@@ -304,6 +312,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         allow_admin: config.allow_admin_commands,
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
+        subscribers: Arc::new(tokio::sync::Semaphore::new(config.max_subscribers)),
+        redis_url: config.redis.clone(),
         scoped: std::sync::RwLock::new(Arc::new(Vec::new())),
         max_body: config.max_body_bytes,
         max_transaction: config.max_transaction_commands.max(1),

@@ -35,7 +35,10 @@ fn official_upstash_clients_pass_against_the_front() {
     let log = front.log();
     assert!(!log.contains(&front.token) && !log.contains(&front.readonly_token), "no token in the log");
     // The client auto-pipelines: concurrent calls arrive as one /pipeline request.
-    assert!(log.contains("POST /pipeline 12xEVALSHA 200"), "one debug line per request");
+    assert!(
+        log.lines().any(|l| l.contains("/pipeline") && l.contains("12xEVALSHA") && l.contains("status=200")),
+        "one debug line per request:\n{log}"
+    );
 }
 
 struct Raw {
@@ -89,7 +92,7 @@ async fn raw_http_edge_cases() {
         ("[[\"GET\",\"a\"]]", "argument 0 is an array"),
         ("[\"SET\",\"k\",{}]", "argument 2 is an object"),
         ("[\"NOSUCHCMD\",\"x\"]", "unknown command"),
-        ("[\"SUBSCRIBE\",\"ch\"]", "holds a connection"),
+        ("[\"SUBSCRIBE\",\"ch\"]", "/subscribe/<channel>"),
         ("[\"MULTI\"]", "/multi-exec"),
         ("[\"SELECT\",\"1\"]", "shared connection"),
         ("[\"XREAD\",\"BLOCK\",\"0\",\"STREAMS\",\"s\",\"$\"]", "BLOCK"),
@@ -259,6 +262,66 @@ async fn arguments_and_headers_as_the_official_clients_use_them() {
         let token = resp.headers().get("upstash-sync-token").and_then(|v| v.to_str().ok()).map(str::to_owned);
         assert!(token.is_some_and(|t| !t.is_empty()), "{path} {body}: no upstash-sync-token");
     }
+}
+
+/// Reads an event stream until `want` appears in it (or 10 s pass).
+async fn read_until(resp: &mut reqwest::Response, seen: &mut String, want: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains(want) && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(500), resp.chunk()).await {
+            Ok(Ok(Some(c))) => seen.push_str(&String::from_utf8_lossy(&c)),
+            Ok(_) => return false,
+            Err(_) => {}
+        }
+    }
+    seen.contains(want)
+}
+
+/// SUBSCRIBE and PSUBSCRIBE as server-sent events: each subscriber its own Redis connection,
+/// at most --max-subscribers, given back when the client goes.
+#[tokio::test]
+async fn subscribers_get_server_sent_events() {
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-subscribers", "2"]);
+    let open = |path: &str| {
+        redcount_tests::http()
+            .post(format!("{}{path}", front.url()))
+            .bearer_auth(&front.token)
+            .header("Accept", "text/event-stream")
+            .body("[]")
+            .send()
+    };
+    let mut sub = open("/subscribe/news").await.unwrap();
+    assert_eq!(sub.status().as_u16(), 200);
+    assert_eq!(sub.headers()["content-type"], "text/event-stream");
+    let mut psub = open("/psubscribe/ne*").await.unwrap();
+    let (mut seen, mut pseen) = (String::new(), String::new());
+    assert!(read_until(&mut sub, &mut seen, "data: subscribe,news,1\n\n").await, "{seen}");
+    assert!(read_until(&mut psub, &mut pseen, "data: psubscribe,ne*,1\n\n").await, "{pseen}");
+    // The third subscriber is refused while two hold their places.
+    let third = open("/subscribe/other").await.unwrap();
+    assert_eq!(third.status().as_u16(), 503);
+    let n: i64 = redis::cmd("PUBLISH").arg("news").arg("hello\nworld, again").query(&mut redis.conn()).unwrap();
+    assert_eq!(n, 2, "both subscribers listen on Redis");
+    assert!(read_until(&mut sub, &mut seen, "data: message,news,hello\\nworld, again\n\n").await, "{seen}");
+    assert!(read_until(&mut psub, &mut pseen, "data: pmessage,ne*,news,hello\\nworld, again\n\n").await, "{pseen}");
+    // Gone clients give back their Redis connections and their places.
+    drop(sub);
+    drop(psub);
+    let mut freed = false;
+    for _ in 0..50 {
+        let subs: i64 = redis::cmd("PUBLISH").arg("news").arg("x").query(&mut redis.conn()).unwrap();
+        if subs == 0 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(freed, "the subscribers' Redis connections outlived their clients");
+    let again = open("/subscribe/news").await.unwrap();
+    assert_eq!(again.status().as_u16(), 200, "places are given back");
+    // Bad input: no channel.
+    assert_eq!(open("/subscribe/").await.unwrap().status().as_u16(), 400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
