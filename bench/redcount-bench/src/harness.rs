@@ -92,6 +92,16 @@ impl Totals {
 ///
 /// With a `label`, a progress bar shows on a terminal and one line per run is logged to
 /// stderr; without one the run is silent.
+///
+/// ```
+/// use redcount_bench::harness::{Sample, drive, percentile};
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// // Two clients share 10 operations; odd ones "win".
+/// let totals = drive(None, vec![(), ()], 10, |_client, i| async move { Ok(Sample::one(i % 2 == 1)) }).await;
+/// assert_eq!((totals.ops, totals.ok, totals.round_trips, totals.errors), (10, 5, 10, 0));
+/// assert!(percentile(&totals.lat, 0.99) >= percentile(&totals.lat, 0.5));
+/// # });
+/// ```
 pub async fn drive<D, F, Fut>(label: Option<&str>, clients: Vec<D>, ops: usize, call: F) -> Totals
 where
     D: Send + Sync + 'static,

@@ -23,12 +23,25 @@
 //! Whole-request time (a body trickled byte by byte) is the handler's to bound: both
 //! servers read bodies under their request timeout.
 //!
-//! ```no_run
-//! # async fn run() -> std::io::Result<()> {
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
 //! let app = axum::Router::new().fallback(|| async { "hello" });
-//! redcount_http::serve(listener, app, redcount_http::Limits::default(), std::future::pending()).await
-//! # }
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tokio::spawn(redcount_http::serve(listener, app, redcount_http::Limits::default(), async {
+//!     let _ = stopped.await;
+//! }));
+//! let mut client = tokio::net::TcpStream::connect(addr).await?;
+//! client.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+//! let mut answer = String::new();
+//! client.read_to_string(&mut answer).await?;
+//! assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"), "{answer}");
+//! let _ = stop.send(());
+//! server.await.unwrap()?;
+//! # Ok::<(), std::io::Error>(()) }).unwrap();
 //! ```
 
 pub mod log;
