@@ -170,10 +170,11 @@ impl fmt::Debug for Config {
 pub const MIN_SECRET_LEN: usize = 16;
 
 impl Config {
-    /// The key red-packet ids are derived with (from an `Idempotency-Key`): the deployment's
-    /// secrets (`REDCOUNT_REST_TOKEN` where there is one, and the admin token), so ids cannot
-    /// be predicted from a key. Rotating a secret changes the id a replay derives, so rotate
-    /// when no replay is pending (replies are kept 24 h).
+    /// The key red-packet ids are derived with (from an `Idempotency-Key`), so ids cannot be
+    /// predicted from a key: `REDCOUNT_ID_SECRET` when set, else the admin token. It depends
+    /// on nothing about the transport, so every shell of one deployment (the worker, `serve`
+    /// over REST or over RESP) derives the same id for a key. Rotating it changes the id a
+    /// replay derives, so rotate when no replay is pending (replies are kept 24 h).
     pub fn id_secret(&self) -> &[u8] {
         &self.id_secret
     }
@@ -181,8 +182,9 @@ impl Config {
     /// Reads the configuration through `var` (an environment lookup).
     ///
     /// `REDCOUNT_POLICIES` is required; `REDCOUNT_ADMIN_TOKEN`, `REDCOUNT_CORS_ORIGINS`
-    /// (comma-separated) and `REDCOUNT_NAMESPACE` are optional. `REDCOUNT_REST_TOKEN`, when
-    /// set, is read only as a secret (see [`Config::id_secret`]); where REST calls go is
+    /// (comma-separated), `REDCOUNT_NAMESPACE` and `REDCOUNT_ID_SECRET` are optional (an empty
+    /// namespace is refused: unset it for the default). `REDCOUNT_REST_TOKEN`, when set, is
+    /// read only to check the admin token differs from it; where REST calls go is
     /// [`RestTarget`]'s business.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let required = |name: &str| -> Result<String, ConfigError> {
@@ -209,13 +211,22 @@ impl Config {
             .map(|s| s.trim().trim_end_matches('/').to_owned())
             .filter(|s| !s.is_empty())
             .collect();
-        let namespace = match var("REDCOUNT_NAMESPACE").map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()) {
+        // Set but empty is a mistake, not a wish for the default: two deployments would share
+        // every key without anyone having said so.
+        let namespace = match var("REDCOUNT_NAMESPACE").map(|n| n.trim().to_owned()) {
+            Some(n) if n.is_empty() => {
+                return Err(err("REDCOUNT_NAMESPACE", "is empty: unset it for the default namespace (rc)"));
+            }
             Some(n) => Namespace::new(&n).map_err(|e| err("REDCOUNT_NAMESPACE", e.to_string()))?,
             None => Namespace::default(),
         };
-        let mut id_secret = Vec::from(rest_token.as_bytes());
-        id_secret.push(0);
-        id_secret.extend_from_slice(admin_token.as_deref().unwrap_or("").as_bytes());
+        let id_secret = match var("REDCOUNT_ID_SECRET").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()) {
+            Some(t) if t.len() < MIN_SECRET_LEN => {
+                return Err(err("REDCOUNT_ID_SECRET", format!("must be at least {MIN_SECRET_LEN} characters")));
+            }
+            Some(t) => Vec::from(t.as_bytes()),
+            None => Vec::from(admin_token.as_deref().unwrap_or("").as_bytes()),
+        };
         Ok(Config { admin_token, policies, cors_origins, namespace, id_secret })
     }
 

@@ -106,7 +106,8 @@ impl ApiResponse {
         ApiResponse { status, body: body.to_string(), headers: Vec::new() }
     }
 
-    fn error(status: u16, message: impl Into<String>, field: Option<&str>) -> Self {
+    /// An error response: `{"error": message}`, with `"field"` when one input is at fault.
+    pub fn error(status: u16, message: impl Into<String>, field: Option<&str>) -> Self {
         let message = message.into();
         let body = match field {
             Some(f) => json!({ "error": message, "field": f }),
@@ -296,6 +297,13 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
             Step::Send(ex)
         }
     }
+}
+
+/// `r` with the CORS headers a request from `origin` gets, for responses a shell makes
+/// itself ([`too_large`], [`body_timeout`], [`unavailable`]) so a browser can read them too.
+pub fn with_cors(config: &Config, origin: Option<&str>, mut r: ApiResponse) -> ApiResponse {
+    r.headers.extend(cors_headers(config, origin));
+    r
 }
 
 /// The response for a body over [`MAX_BODY`], for shells that stop reading early.

@@ -325,13 +325,43 @@ fn a_namespace_moves_every_key_of_every_call_and_the_reply_key_with_them() {
     assert_eq!(body[2], "2", "{body}");
     assert_eq!(body[3], "app2:{cl:signup-bonus:alice}", "{body}");
     assert!(body[4].as_str().unwrap().starts_with("app2:{cl:signup-bonus:alice}:idem:"), "{body}");
-    // The default namespace leaves keys as they were.
-    let config = Config::from_env(vars("")).unwrap();
+    // The default namespace (unset) leaves keys as they were; set but empty is refused.
+    let config = Config::from_env(|n| vars("rc")(n).filter(|_| n != "REDCOUNT_NAMESPACE")).unwrap();
     let Step::Send(ex) = api::handle(&config, &request, &mut StdRng::seed_from_u64(1)) else { panic!() };
     assert!(ex.body().contains(r#""rc:{cl:signup-bonus:alice}""#), "{}", ex.body());
     // A namespace that could break a key or a SCAN pattern is refused, naming the variable.
-    for bad in ["a:b", "a{b", "a*", "x y"] {
+    for bad in ["", "  ", "a:b", "a{b", "a*", "x y"] {
         let e = Config::from_env(vars(bad)).unwrap_err();
         assert_eq!(e.variable, "REDCOUNT_NAMESPACE", "{bad}: {e}");
     }
+}
+
+/// A red packet's id derived from an Idempotency-Key depends on the deployment's secret only,
+/// not on the transport: a retry that lands on another shell (REST or RESP) gets the same id.
+#[test]
+fn packet_ids_from_a_key_do_not_depend_on_the_transport() {
+    let policies = r#"{"demo-packets": {"kind": "redpackets", "max_shares": 100, "max_total_cents": 10000}}"#;
+    let id_of = |pairs: &[(&str, &str)]| {
+        let config = Config::from_env(|n| {
+            if n == "REDCOUNT_POLICIES" {
+                return Some(policies.to_string());
+            }
+            pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        let request = ApiRequest {
+            idempotency_key: Some("retry-1"),
+            ..req("POST", "/api/redpackets", r#"{"total_cents": 1000, "count": 5}"#)
+        };
+        let Step::Send(ex) = api::handle(&config, &request, &mut StdRng::seed_from_u64(7)) else { panic!() };
+        let body: Value = serde_json::from_str(ex.body()).unwrap();
+        body[3].as_str().unwrap().to_string() // the packet's meta key holds its id
+    };
+    let over_rest = id_of(&[("REDCOUNT_ADMIN_TOKEN", ADMIN), ("REDCOUNT_REST_TOKEN", "rest-token")]);
+    let over_resp = id_of(&[("REDCOUNT_ADMIN_TOKEN", ADMIN)]);
+    assert_eq!(over_rest, over_resp, "the REST token changed the id");
+    let other_secret = id_of(&[("REDCOUNT_ADMIN_TOKEN", ADMIN), ("REDCOUNT_ID_SECRET", "another-secret-0123")]);
+    assert_ne!(other_secret, over_resp, "REDCOUNT_ID_SECRET is the secret");
+    let other_admin = id_of(&[("REDCOUNT_ADMIN_TOKEN", "another-admin-0123456")]);
+    assert_ne!(other_admin, over_resp, "without REDCOUNT_ID_SECRET the admin token is");
 }

@@ -75,12 +75,24 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
     if !uri.path().starts_with("/api/") {
         return static_file(&s.www, &method, uri.path()).await;
     }
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let own = |r: ApiResponse| to_response(api::with_cors(&s.config, header(header::ORIGIN), r));
+    // A declared body over the bound is refused before reading it (and before any
+    // `100 Continue`).
+    let declared = header(header::CONTENT_LENGTH).and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > api::MAX_BODY as u64) {
+        return own(api::too_large());
+    }
     let bytes = match tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, api::MAX_BODY)).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => return to_response(api::too_large()),
-        Err(_) => return to_response(api::body_timeout(s.body_timeout.as_millis() as u64)),
+        Ok(Err(_)) => return own(api::too_large()),
+        Err(_) => return own(api::body_timeout(s.body_timeout.as_millis() as u64)),
     };
-    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    // Two keys would let a proxy that keeps the other one apply a retry twice.
+    if headers.get_all("idempotency-key").iter().count() > 1 {
+        let why = "give one Idempotency-Key header, not several";
+        return own(ApiResponse::error(400, why, Some("Idempotency-Key")));
+    }
     let idem_key = headers.get("idempotency-key").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let request = ApiRequest {
         method: method.as_str(),
@@ -181,21 +193,15 @@ fn to_response(r: ApiResponse) -> Response {
 /// The demo page's files; nothing outside `www` is reachable.
 async fn static_file(www: &Path, method: &Method, path: &str) -> Response {
     // Outside /api/ only the demo page's files: say so in JSON, as the API's errors do.
-    let not_found = || {
-        let body = r#"{"error":"no such file (the API is under /api/)"}"#;
-        (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-    };
+    let not_found = || to_response(ApiResponse::error(404, "no such file (the API is under /api/)", None));
     if method != Method::GET && method != Method::HEAD {
-        let body = format!(
-            r#"{{"error":"method {} not allowed here: outside /api/ only the demo page's files are served (GET, HEAD)"}}"#,
+        let why = format!(
+            "method {} not allowed here: outside /api/ only the demo page's files are served (GET, HEAD)",
             method.as_str().escape_default()
         );
-        return (
-            StatusCode::METHOD_NOT_ALLOWED,
-            [(header::ALLOW, "GET, HEAD"), (header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response();
+        let mut r = ApiResponse::error(405, why, None);
+        r.headers.push(("Allow", "GET, HEAD".to_string()));
+        return to_response(r);
     }
     let rel = path.trim_start_matches('/');
     let rel = if rel.is_empty() { "index.html" } else { rel };

@@ -1206,6 +1206,15 @@ rows! {
         .json("/field", "x"),
     body_over_16_kib_is_413 => post("/api/counters/steps/{s}", padded_delta(16 * 1024 + 1)).then(413)
         .json("/error", "body larger than 16384 bytes").json("/field", absent()),
+    body_over_16_kib_is_413_readable_by_an_allowed_origin => post("/api/counters/steps/{s}", padded_delta(16 * 1024 + 1))
+        .origin(ORIGIN).then(413).header("access-control-allow-origin", ORIGIN),
+    body_declared_over_16_kib_is_413_before_it_is_read => post("/api/counters/steps/{s}", "").never_ending()
+        .header("content-length", "99999999").then(413).json("/error", "body larger than 16384 bytes"),
+    body_that_never_arrives_is_408_readable_by_an_allowed_origin => post("/api/counters/steps/{s}", "").never_ending()
+        .origin(ORIGIN).body_timeout(Duration::from_millis(300)).then(408)
+        .header("access-control-allow-origin", ORIGIN),
+    two_idempotency_keys_are_refused => post("/api/counters/steps/{s}", r#"{"delta":1}"#).key("k1-{s}").key("k2-{s}")
+        .then(400).json("/field", "Idempotency-Key"),
     body_of_exactly_16_kib_is_served => post("/api/counters/steps/{s}", padded_delta(16 * 1024)).then(200)
         .json("/value", 1),
     body_that_never_arrives_is_408 => post("/api/counters/steps/{s}", "").never_ending()
@@ -1227,5 +1236,6 @@ rows! {
     static_nested_parent_traversal_is_refused => get("/sub/../../secret.txt").then(404).lacks("top secret"),
     static_encoded_parent_traversal_is_refused => get("/%2e%2e/secret.txt").then(404).lacks("top secret"),
     static_absolute_path_stays_inside_www => get("//etc/passwd").then(404).lacks("root:"),
-    static_post_is_405 => post("/index.html", "").then(405).header("allow", "GET, HEAD"),
+    static_post_is_405 => post("/index.html", "").then(405).header("allow", "GET, HEAD")
+        .header("cache-control", "no-store").header("content-type", "application/json"),
 }

@@ -532,7 +532,9 @@ impl Backend {
         connections: usize,
         max_reply: usize,
     ) -> RedisResult<Self> {
-        let connect_timeout = Duration::from_secs(2);
+        // A connection made for a request (the shared ones are made on first use) may take as
+        // long as the request may: a short stall of Redis is waited out, not a failure.
+        let connect_timeout = timeout.max(Duration::from_secs(2));
         let backend = if cluster {
             let seeds: Vec<String> = url.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
             let mut builder = ClusterClientBuilder::new(seeds)

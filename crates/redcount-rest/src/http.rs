@@ -73,9 +73,11 @@ pub(crate) async fn run_id(backend: &crate::backend::Backend) -> Option<String> 
 
 /// A connection Redis closed in the middle of a request while Redis itself stayed up (same
 /// run id) was dropped on purpose, and with the front's output-buffer limit in force the
-/// reason is almost surely that the reply passed it: say so, as the client's error.
-async fn explain_lost(st: &State, f: Failure) -> Failure {
-    if f.cause != Cause::Lost || st.output_limit == 0 || st.run_id.is_none() {
+/// reason is most likely that the reply passed it: say so, as the client's error. Not for
+/// `small` requests (redcount's own scripts, whose replies are a few integers): those lost
+/// their connection some other way (a kill, the network) and stay a 503.
+async fn explain_lost(st: &State, f: Failure, small: bool) -> Failure {
+    if small || f.cause != Cause::Lost || st.output_limit == 0 || st.run_id.is_none() {
         return f;
     }
     if run_id(&st.killer).await != st.run_id {
@@ -331,8 +333,9 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             } else {
                 entries
             };
+            let small = entries.iter().all(|e| e.as_ref().is_ok_and(runs_our_script));
             let r = match run_many(st, &access, entries, atomic, base64, resp2).await {
-                Err(f) => Err(explain_lost(st, f).await),
+                Err(f) => Err(explain_lost(st, f, small).await),
                 ok => ok,
             };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
@@ -341,8 +344,9 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
+            let small = runs_our_script(&cmd);
             let r = match run_one(st, &access, cmd, base64, resp2).await {
-                Err(f) => Err(explain_lost(st, f).await),
+                Err(f) => Err(explain_lost(st, f, small).await),
                 ok => ok,
             };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
@@ -368,8 +372,9 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let cmd = Cmd { name, args: parts };
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
+            let small = runs_our_script(&cmd);
             let r = match run_one(st, &access, cmd, base64, resp2).await {
-                Err(f) => Err(explain_lost(st, f).await),
+                Err(f) => Err(explain_lost(st, f, small).await),
                 ok => ok,
             };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))

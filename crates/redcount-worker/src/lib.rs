@@ -140,20 +140,22 @@ async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result
     };
     let headers = req.headers();
     let header = |name: &str| headers.get(name).ok().flatten();
+    let origin = header("Origin");
+    let own = |r: ApiResponse| respond(api::with_cors(&config, origin.as_deref(), r));
     // Refuse an oversized body before reading it.
     if header("Content-Length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0) > api::MAX_BODY {
-        return Ok(respond(api::too_large()));
+        return Ok(own(api::too_large()));
     }
     let body = match body_bytes(req.array_buffer()).await {
         Ok(b) => b,
-        Err(e) => return Ok(respond(api::unavailable(&format!("the request body could not be read: {e}")))),
+        Err(e) => return Ok(own(api::unavailable(&format!("the request body could not be read: {e}")))),
     };
     // The runtime hands us a parsed, absolute URL; splitting its text avoids linking a URL
     // parser (with its Unicode tables) into the bundle.
     let url = req.url();
     let (path, query) = split_url(&url);
     let method = req.method();
-    let (authorization, origin) = (header("Authorization"), header("Origin"));
+    let authorization = header("Authorization");
     let idempotency_key = header("Idempotency-Key");
     let request = ApiRequest {
         method: &method,
@@ -165,7 +167,7 @@ async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result
         body: &body,
     };
     let Some(mut rng) = PlatformRng::new() else {
-        return Ok(respond(api::unavailable("no randomness (crypto.getRandomValues is missing)")));
+        return Ok(own(api::unavailable("no randomness (crypto.getRandomValues is missing)")));
     };
     let mut step = api::handle(&config, &request, &mut rng);
     loop {
