@@ -5,6 +5,7 @@
 //! Std only, so it compiles in seconds.
 
 mod bench;
+mod compat;
 mod dev;
 mod fuzz;
 mod procs;
@@ -36,6 +37,10 @@ Tasks:
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
+  compat [js|py]
+           the official clients' own test suites (@upstash/redis with bun, upstash-redis-py
+           with pytest; pinned commits fetched into target/compat) against redcount-rest, each
+           failure classified by tests/compat/expected.toml (see COMPAT.md); takes minutes
 ";
 
 fn main() -> ExitCode {
@@ -49,6 +54,7 @@ fn main() -> ExitCode {
         Some("build-worker") => worker::build(),
         Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
         Some("soak") => soak(&args[1..]),
+        Some("compat") => compat::compat(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
