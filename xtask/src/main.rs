@@ -6,6 +6,7 @@
 
 mod bench;
 mod compat;
+mod deploy;
 mod dev;
 mod fuzz;
 mod procs;
@@ -31,6 +32,10 @@ Tasks:
            prints each seed and stops at the first failure (REDCOUNT_SEED: that seed only)
   build-worker
            build the Cloudflare Worker (wasm32) and print its bundle size
+  deploy [--dry-run]
+           build the worker and run `wrangler deploy` (needs CLOUDFLARE_API_TOKEN); with
+           --dry-run, offline and without an account: print the upload size wrangler reports
+           beside the bundle size build-worker measures
   bench    every scenario through every variant (Lua over RESP / REST front / worker, the
            naive client-side ways, the @upstash/ratelimit peer), one run; writes BENCHMARKS.md
            and BENCHMARKS.svg
@@ -52,6 +57,7 @@ fn main() -> ExitCode {
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build(),
+        Some("deploy") => deploy::deploy(&args[1..]),
         Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
         Some("soak") => soak(&args[1..]),
         Some("compat") => compat::compat(&args[1..]),
