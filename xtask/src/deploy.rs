@@ -13,7 +13,7 @@
 //! credential variables, are blanked out of anything wrangler prints all the same.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::setup::{self, root};
@@ -38,8 +38,7 @@ pub fn deploy(args: &[String]) -> Result<(), String> {
                     accounts); `cargo xtask deploy --dry-run` needs none"
             .into());
     }
-    worker::build()?;
-    let (raw, gz) = bundle_size(&root().join("crates/redcount-worker/build"))?;
+    let (raw, gz) = worker::build()?;
 
     let dir = setup::target_dir().join("deploy");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -238,30 +237,6 @@ fn parse_upload(line: &str) -> Option<(f64, f64)> {
     let (raw, gz) = rest.split_once("/ gzip:")?;
     let num = |s: &str| s.trim().strip_suffix("KiB")?.trim().parse::<f64>().ok();
     Some((num(raw)?, num(gz)?))
-}
-
-/// Raw and gzipped bytes of the bundle's wasm and JS, counted as `build-worker` counts them
-/// (each file `gzip -9`).
-fn bundle_size(dir: &Path) -> Result<(u64, u64), String> {
-    let mut files = Vec::new();
-    collect(dir, &mut files);
-    let (mut raw, mut gz) = (0u64, 0u64);
-    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "wasm" || e == "js" || e == "mjs")) {
-        raw += std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
-        let out =
-            Command::new("gzip").args(["-9", "-c"]).arg(f).output().map_err(|e| format!("cannot run gzip: {e}"))?;
-        gz += out.stdout.len() as u64;
-    }
-    Ok((raw, gz))
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() { collect(&p, out) } else { out.push(p) }
-        }
-    }
 }
 
 #[cfg(test)]

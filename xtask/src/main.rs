@@ -56,7 +56,7 @@ fn main() -> ExitCode {
         Some("nostd") => setup::nostd_check(),
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
-        Some("build-worker") => worker::build(),
+        Some("build-worker") => worker::build().map(|_| ()),
         Some("deploy") => deploy::deploy(&args[1..]),
         Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
         Some("soak") => soak(&args[1..]),
@@ -82,6 +82,8 @@ fn test(extra: &[String]) -> Result<(), String> {
     setup::lint()?;
     setup::nostd_check()?;
     fuzz::fuzz(10)?;
+    // The tasks' own unit tests (config rewriting, output parsing), before the long run.
+    setup::run(setup::cargo().args(["test", "-p", "xtask", "--quiet"]))?;
     let bins = setup::build_bins(false)?;
     worker::build()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];

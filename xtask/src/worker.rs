@@ -86,8 +86,8 @@ fn toolchain() -> Result<Toolchain, String> {
 pub const MAX_BUNDLE_GZ: u64 = 150 * 1024;
 
 /// Builds the worker into `crates/redcount-worker/build/`, prints the bundle size, and fails
-/// when it is over [`MAX_BUNDLE_GZ`].
-pub fn build() -> Result<(), String> {
+/// when it is over [`MAX_BUNDLE_GZ`]. Returns the bundle's raw and gzipped bytes.
+pub fn build() -> Result<(u64, u64), String> {
     setup::ensure_npm()?;
     let wb_version = locked_wasm_bindgen()?;
     let worker_build = ensure_cargo_tool("worker-build", "worker-build", WORKER_BUILD_VERSION)?;
@@ -122,7 +122,7 @@ pub fn build() -> Result<(), String> {
     }
     run(&mut cmd)?;
     optimize(&crate_dir.join("build/index_bg.wasm"))?;
-    let gz = report_size(&crate_dir.join("build"))?;
+    let (raw, gz) = report_size(&crate_dir.join("build"))?;
     if gz > MAX_BUNDLE_GZ {
         return Err(format!(
             "the worker bundle is {:.1} KB gzipped, over the {} KB limit: find what grew (e.g. `twiggy top` on \
@@ -131,7 +131,7 @@ pub fn build() -> Result<(), String> {
             MAX_BUNDLE_GZ / 1024
         ));
     }
-    Ok(())
+    Ok((raw, gz))
 }
 
 /// `wasm-opt -Oz` (binaryen from npm; Debian's is too old for wasm-bindgen's output), dropping
@@ -164,8 +164,8 @@ fn optimize(wasm: &Path) -> Result<(), String> {
     std::fs::rename(&out, wasm).map_err(|e| e.to_string())
 }
 
-/// Prints the bundle size (wasm + JS, raw and gzipped) and returns the gzipped bytes.
-fn report_size(dir: &Path) -> Result<u64, String> {
+/// Prints the bundle size (wasm + JS, raw and gzipped, each file `gzip -9`) and returns it.
+fn report_size(dir: &Path) -> Result<(u64, u64), String> {
     let mut files = Vec::new();
     collect(dir, &mut files);
     let (mut raw, mut gz) = (0u64, 0u64);
@@ -181,7 +181,7 @@ fn report_size(dir: &Path) -> Result<u64, String> {
         gz as f64 / 1024.0,
         MAX_BUNDLE_GZ / 1024
     );
-    Ok(gz)
+    Ok((raw, gz))
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
