@@ -5,7 +5,8 @@
 //! position of the next record to copy, and advances it in the same SQLite transaction that
 //! inserts the records (table `claims`, its first name; primary key:
 //! packet + user). A crash at any point leaves either both written or neither: run again,
-//! and it continues where the last commit stopped. Redis is only read.
+//! and it continues where the last commit stopped. Redis is only read. On a Redis Cluster
+//! (`--cluster`) every master is scanned for logs, and each log is read from its master.
 
 use std::path::Path;
 
@@ -146,35 +147,14 @@ pub async fn drain_packet(
 }
 
 /// Ids of the packets in namespace `ns` that have a grab log, found with SCAN (an admin tool
-/// may scan).
+/// may scan) on the server, or on every master of a Redis Cluster (each log is then read from
+/// the master that serves it). Sorted, each once.
 pub async fn packets(redis: &Direct, ns: &Namespace) -> Result<Vec<String>, Error> {
-    use redcount_core::{Command, Value};
     let mut out = Vec::new();
-    let mut cursor = String::from("0");
-    loop {
-        let reply = redis
-            .send(
-                &Command::new("SCAN")
-                    .arg(cursor.clone())
-                    .arg("MATCH")
-                    .arg(ns.redpacket_logs())
-                    .arg("COUNT")
-                    .arg("1000"),
-            )
-            .await?;
-        let mut parts = reply.into_array("scan").map_err(redcount::Error::Shape)?.into_iter();
-        let (Some(next), Some(Value::Array(keys))) = (parts.next(), parts.next()) else {
-            return Err(redcount::Error::Protocol("unexpected SCAN reply".into()).into());
-        };
-        for k in keys {
-            let k = k.into_string("scan").map_err(redcount::Error::Shape)?;
-            if let Some(id) = ns.redpacket_of_log(&k) {
-                out.push(id.to_string());
-            }
-        }
-        cursor = next.into_string("scan").map_err(redcount::Error::Shape)?;
-        if cursor == "0" {
-            break;
+    for key in redis.scan(&ns.redpacket_logs()).await? {
+        // A key that is not UTF-8 matched the pattern but is no packet's log.
+        if let Some(id) = std::str::from_utf8(&key).ok().and_then(|k| ns.redpacket_of_log(k)) {
+            out.push(id.to_string());
         }
     }
     out.sort();

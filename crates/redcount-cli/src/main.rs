@@ -23,9 +23,13 @@ enum Cmd {
     Serve(ServeArgs),
     /// Copy red-packet claims from Redis into SQLite, exactly once (safe to kill and rerun).
     Drain {
-        /// Redis URL.
+        /// Redis URL; with --cluster, a comma-separated list of seed nodes.
         #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
         redis: String,
+        /// Treat --redis as Redis Cluster seed nodes: SCAN every master for grab logs, read
+        /// each log from the master that serves it.
+        #[arg(long, env = "REDCOUNT_CLUSTER")]
+        cluster: bool,
         /// SQLite database file (created if missing).
         #[arg(long)]
         db: std::path::PathBuf,
@@ -63,15 +67,24 @@ struct ServeArgs {
     /// Token of the REST front.
     #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
     rest_token: Option<String>,
-    /// Backend: Redis itself, over RESP (redis://host:port/db).
+    /// Backend: Redis itself, over RESP (redis://host:port/db); with --cluster, a
+    /// comma-separated list of Redis Cluster seed nodes.
     #[arg(long, env = "REDIS_URL")]
     redis: Option<String>,
+    /// Treat --redis as Redis Cluster seed nodes (slot routing; MOVED/ASK followed and
+    /// TRYAGAIN/CLUSTERDOWN waited out within --timeout-ms, a write never sent twice).
+    #[arg(long, env = "REDCOUNT_CLUSTER")]
+    cluster: bool,
     /// Policies: JSON, or @path of a JSON file (see wrangler.toml for the format).
     #[arg(long, env = "REDCOUNT_POLICIES")]
     policies: String,
     /// Admin token (at least 16 characters); without it admin actions are refused.
     #[arg(long, env = "REDCOUNT_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Secret red-packet ids are derived with from an Idempotency-Key (at least 16
+    /// characters; default: the admin token). Give every shell of a deployment the same one.
+    #[arg(long, env = "REDCOUNT_ID_SECRET", hide_env_values = true)]
+    id_secret: Option<String>,
     /// Browser origins allowed to call the API (comma-separated).
     #[arg(long, env = "REDCOUNT_CORS_ORIGINS", default_value = "")]
     cors_origins: String,
@@ -217,8 +230,9 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 }
             }
         }
-        Cmd::Drain { redis, db, packets, batch, follow, interval_ms, namespace } => {
-            if let Err(e) = drain(&redis, &db, packets, batch, follow, interval_ms, &namespace).await {
+        Cmd::Drain { redis, cluster, db, packets, batch, follow, interval_ms, namespace } => {
+            let redis = RedisTarget { urls: &redis, cluster };
+            if let Err(e) = drain(redis, &db, packets, batch, follow, interval_ms, &namespace).await {
                 eprintln!("redcount: drain: {e}");
                 return std::process::ExitCode::FAILURE;
             }
@@ -276,8 +290,14 @@ async fn run(cli: Cli) -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
+/// Where drain reads: one Redis, or a Redis Cluster through seed nodes (comma-separated).
+struct RedisTarget<'a> {
+    urls: &'a str,
+    cluster: bool,
+}
+
 async fn drain(
-    redis: &str,
+    redis: RedisTarget<'_>,
     db: &std::path::Path,
     packets: Vec<String>,
     batch: i64,
@@ -291,7 +311,7 @@ async fn drain(
         redcount_core::validate::id("packet", p)?;
     }
     let namespace = redcount_core::keys::Namespace::new(namespace)?;
-    let direct = redcount::Direct::connect(redis).await?;
+    let direct = &redcount::Direct::connect_to(redis.urls, redis.cluster, std::time::Duration::from_secs(5)).await?;
     let mut store = drain::Store::open(db)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if follow {
@@ -312,10 +332,10 @@ async fn drain(
     }
     let mut total = 0u64;
     loop {
-        let ids = if packets.is_empty() { drain::packets(&direct, &namespace).await? } else { packets.clone() };
+        let ids = if packets.is_empty() { drain::packets(direct, &namespace).await? } else { packets.clone() };
         let mut pass = 0u64;
         for id in &ids {
-            let n = drain::drain_packet(&direct, &namespace, &mut store, id, batch).await?;
+            let n = drain::drain_packet(direct, &namespace, &mut store, id, batch).await?;
             if n > 0 {
                 let (count, sum) = store.totals(id)?;
                 eprintln!("drain: packet {id}: +{n} claims ({count} stored, {sum} cents)");
@@ -354,6 +374,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             "REDCOUNT_REST_URL" => args.rest_url.clone(),
             "REDCOUNT_REST_TOKEN" => args.rest_token.clone(),
             "REDCOUNT_ADMIN_TOKEN" => args.admin_token.clone(),
+            "REDCOUNT_ID_SECRET" => args.id_secret.clone(),
             "REDCOUNT_POLICIES" => Some(policies.clone()),
             "REDCOUNT_CORS_ORIGINS" => Some(args.cors_origins.clone()),
             "REDCOUNT_NAMESPACE" => Some(args.namespace.clone()),
@@ -362,6 +383,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let config = redcount_api::Config::from_env(var).map_err(|e| e.to_string())?;
     let timeout = std::time::Duration::from_millis(args.timeout_ms.max(1));
+    if args.cluster && (args.redis.is_none() || args.rest_url.is_some()) {
+        return Err("--cluster is for --redis: give --redis with the Redis Cluster's seed nodes".into());
+    }
     let (backend, what) = match (&args.rest_url, &args.redis) {
         (Some(url), _) => {
             let target = redcount_api::RestTarget::from_env(var).map_err(|e| e.to_string())?;
@@ -369,8 +393,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             (Backend::Rest(r), format!("REST front {url}"))
         }
         (None, Some(url)) => {
-            let d =
-                redcount::Direct::connect_with(url, timeout).await.map_err(|e| format!("cannot reach Redis: {e}"))?;
+            let what = if args.cluster { "the Redis Cluster" } else { "Redis" };
+            let d = redcount::Direct::connect_to(url, args.cluster, timeout)
+                .await
+                .map_err(|e| format!("cannot reach {what}: {e}"))?;
             if let Some(risk) = d.eviction_risk().await {
                 if !args.allow_eviction {
                     return Err(format!(
@@ -379,7 +405,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                 }
                 tracing::warn!("{risk} (--allow-eviction)");
             }
-            (Backend::Direct(d), String::from("Redis over RESP"))
+            let what = if args.cluster { "Redis Cluster over RESP" } else { "Redis over RESP" };
+            (Backend::Direct(d), String::from(what))
         }
         (None, None) => return Err("give a backend: --rest-url (with --rest-token) or --redis".into()),
     };

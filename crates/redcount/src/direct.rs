@@ -1,32 +1,91 @@
-//! Runs core operations on Redis directly (RESP, through redis-rs).
+//! Runs core operations on Redis directly (RESP, through redis-rs): one server, or a Redis
+//! Cluster through its seed nodes.
+//!
+//! On a Cluster every redcount call names keys of one hash slot, so it goes to the one master
+//! that serves it. redis-rs's own retries are off there: it would send a command again after a
+//! lost connection or a timed-out reply, and a write may then run twice. [`Direct`] sends a
+//! command again only when Redis itself answered that it did not run it: `MOVED` (after the
+//! slot map is refreshed), `ASK` (`ASKING` and the command to the node named), `TRYAGAIN` and
+//! `CLUSTERDOWN` (waited out with short pauses), all within the call's time limit.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use redcount_core::{Command, ErrorReply, Operation, Value};
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{ErrorKind, ServerErrorKind};
 
 use crate::{Error, Transport};
 
-/// A multiplexed connection to one Redis that reconnects by itself, able to run any core
-/// operation.
+/// A multiplexed connection to one Redis, or to a Redis Cluster, that reconnects by itself,
+/// able to run any core operation.
 #[derive(Clone)]
 pub struct Direct {
-    conn: redis::aio::ConnectionManager,
+    conn: Conn,
+    /// The longest a call may take, redirections and waits included.
+    timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Conn {
+    One(redis::aio::ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 impl fmt::Debug for Direct {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Direct")
+        f.write_str(match self.conn {
+            Conn::One(_) => "Direct",
+            Conn::Cluster(_) => "Direct(cluster)",
+        })
     }
+}
+
+/// A Cluster node, as the Cluster names it (`CLUSTER SLOTS`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Node {
+    host: String,
+    port: u16,
+}
+
+impl Node {
+    /// `host:port` (the last colon splits, so an IPv6 address keeps its own).
+    fn parse(addr: &str) -> Option<Node> {
+        let (host, port) = addr.rsplit_once(':')?;
+        Some(Node { host: host.to_string(), port: port.parse().ok()? })
+    }
+
+    fn route(&self) -> SingleNodeRoutingInfo {
+        SingleNodeRoutingInfo::ByAddress { host: self.host.clone(), port: self.port }
+    }
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Where a Cluster call goes next.
+enum Hop {
+    /// To the master of the command's key (redis-rs's slot map).
+    Key,
+    /// `ASKING`, then the command, to this node (a slot in migration).
+    Ask(Node),
+    /// To this node, no redirection followed (per-node administration: SCAN, CONFIG GET).
+    At(Node),
 }
 
 impl Direct {
     /// Connects to `url` (`redis://host:port/db`); a call waits at most 5 s for its reply.
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        Self::connect_with(url, std::time::Duration::from_secs(5)).await
+        Self::connect_with(url, Duration::from_secs(5)).await
     }
 
     /// Connects to `url`; a call waits at most `timeout` for its reply.
-    pub async fn connect_with(url: &str, timeout: std::time::Duration) -> Result<Self, Error> {
+    pub async fn connect_with(url: &str, timeout: Duration) -> Result<Self, Error> {
         // RESP3: the manager is told when its connection ends and reconnects at once, so a
         // command is never sent on a connection that died with an old Redis process.
         let mut info = redis::IntoConnectionInfo::into_connection_info(url)
@@ -35,46 +94,281 @@ impl Direct {
         info = info.set_redis_settings(settings);
         let client = redis::Client::open(info).map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
         let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+            .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(1)
-            .set_max_delay(std::time::Duration::from_millis(500));
+            .set_max_delay(Duration::from_millis(500));
         let conn = redis::aio::ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| Error::Transport(transport(&e)))?;
-        Ok(Direct { conn })
+        Ok(Direct { conn: Conn::One(conn), timeout })
     }
 
-    /// Sends one command and returns its reply, an error reply as `Err(Error::Redis)`.
+    /// Connects to a Redis Cluster through `seeds` (`redis://host:port` URLs of some of its
+    /// nodes; the rest are found from them); a call takes at most `timeout`, redirections and
+    /// waits for a slot in migration included.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redcount::Error> {
+    /// let seeds = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"];
+    /// let redis = redcount::Direct::connect_cluster(&seeds, std::time::Duration::from_secs(5)).await?;
+    /// assert!(redis.is_cluster());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster<S: AsRef<str>>(seeds: &[S], timeout: Duration) -> Result<Self, Error> {
+        let mut infos = Vec::new();
+        for (i, seed) in seeds.iter().enumerate() {
+            let seed = seed.as_ref().trim();
+            let info = redis::IntoConnectionInfo::into_connection_info(seed)
+                .map_err(|e| Error::Config(format!("Redis Cluster seed {} ({}): {e}", i + 1, redact(seed))))?;
+            infos.push(info);
+        }
+        if infos.is_empty() {
+            return Err(Error::Config("Redis Cluster: no seed node given".into()));
+        }
+        let client = redis::cluster::ClusterClientBuilder::new(infos)
+            // RESP3: a node's connection that ends is replaced at once (as for one server).
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(timeout)
+            // No resending by redis-rs: see the module's documentation.
+            .retries(0)
+            .build()
+            .map_err(|e| Error::Config(format!("Redis Cluster seeds: {e}")))?;
+        let conn = client.get_async_connection().await.map_err(|e| match server_error(&e) {
+            Some(reply) => Error::Redis(reply),
+            None => Error::Transport(transport(&e)),
+        })?;
+        Ok(Direct { conn: Conn::Cluster(conn), timeout })
+    }
+
+    /// Connects as `redcount serve --redis URLS [--cluster]` does: with `cluster`, `urls` is a
+    /// comma-separated list of seed nodes ([`connect_cluster`](Self::connect_cluster));
+    /// without, one URL ([`connect_with`](Self::connect_with)).
+    pub async fn connect_to(urls: &str, cluster: bool, timeout: Duration) -> Result<Self, Error> {
+        if cluster {
+            let seeds: Vec<&str> = urls.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+            Self::connect_cluster(&seeds, timeout).await
+        } else {
+            Self::connect_with(urls, timeout).await
+        }
+    }
+
+    /// Whether this is a Redis Cluster connection ([`connect_cluster`](Self::connect_cluster)).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// Sends one command and returns its reply, an error reply as `Err(Error::Redis)`. On a
+    /// Cluster it goes to the master of its first key (any node when it has none), following
+    /// redirections.
     pub async fn send(&self, command: &Command) -> Result<Value, Error> {
-        let parts = command.parts();
-        let mut cmd = redis::cmd(&parts[0]);
-        for a in &parts[1..] {
-            cmd.arg(a.as_bytes());
+        let cmd = to_cmd(command);
+        match &self.conn {
+            Conn::One(manager) => {
+                let mut conn = manager.clone();
+                let mut result = cmd.query_async::<redis::Value>(&mut conn).await;
+                // Refused while Redis was down: nothing was sent and the manager is
+                // reconnecting, so send it once more rather than fail the first request after
+                // Redis is back. (Never on "broken pipe": redis-rs says that also of a command
+                // whose reply was lost after it ran.)
+                if let Err(e) = &result
+                    && e.is_connection_refusal()
+                {
+                    result = cmd.query_async::<redis::Value>(&mut conn).await;
+                }
+                match result {
+                    Ok(v) => from_redis(v).map_err(Error::Redis),
+                    Err(e) => Err(match server_error(&e) {
+                        Some(reply) => Error::Redis(reply),
+                        None => Error::Transport(transport(&e)),
+                    }),
+                }
+            }
+            Conn::Cluster(conn) => self.send_cluster(conn, &cmd, Hop::Key).await,
         }
-        let mut conn = self.conn.clone();
-        let mut result = cmd.query_async::<redis::Value>(&mut conn).await;
-        // Refused while Redis was down: nothing was sent and the manager is reconnecting, so
-        // send it once more rather than fail the first request after Redis is back. (Never on
-        // "broken pipe": redis-rs says that also of a command whose reply was lost after it
-        // ran.)
-        if let Err(e) = &result
-            && e.is_connection_refusal()
-        {
-            result = cmd.query_async::<redis::Value>(&mut conn).await;
+    }
+
+    /// One Cluster call: sent again only after a reply saying Redis did not run it (MOVED,
+    /// ASK, TRYAGAIN, CLUSTERDOWN), within the time limit.
+    async fn send_cluster(&self, conn: &ClusterConnection, cmd: &redis::Cmd, first: Hop) -> Result<Value, Error> {
+        let deadline = Instant::now() + self.timeout;
+        let fixed = matches!(first, Hop::At(_));
+        let mut hop = first;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let result = match tokio::time::timeout(remaining, attempt(conn.clone(), cmd, &hop)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(Error::Transport(Transport {
+                        may_have_run: true,
+                        timed_out: true,
+                        detail: format!("Redis Cluster: no answer within {} ms", self.timeout.as_millis()),
+                    }));
+                }
+            };
+            let e = match result {
+                Ok(v) => return from_redis(v).map_err(Error::Redis),
+                Err(e) => e,
+            };
+            // Only a reply from Redis proves the command did not run. Any other failure may
+            // come after it was sent (redis-rs also hands in-flight calls the error of a failed
+            // slot-map refresh), so it is final and "may have run".
+            let (next, wait) = match e.kind() {
+                ErrorKind::Server(ServerErrorKind::Moved) if !fixed => (Hop::Key, true),
+                ErrorKind::Server(ServerErrorKind::Ask) if !fixed => {
+                    match e.redirect_node().and_then(|(addr, _)| Node::parse(addr)) {
+                        Some(node) => (Hop::Ask(node), false),
+                        None => return Err(final_error(&e)),
+                    }
+                }
+                ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
+                    (if fixed { hop } else { Hop::Key }, true)
+                }
+                _ => return Err(final_error(&e)),
+            };
+            // MOVED: redis-rs refreshes its slot map; a short pause lets it finish.
+            let wait = if wait { pause } else { Duration::ZERO };
+            if Instant::now() + wait >= deadline {
+                return Err(match e.kind() {
+                    // Still unavailable: Redis's own answer (the API says 503).
+                    ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => final_error(&e),
+                    _ => Error::Transport(Transport {
+                        may_have_run: false,
+                        timed_out: true,
+                        detail: format!("Redis Cluster: still redirected after {} ms ({e})", self.timeout.as_millis()),
+                    }),
+                });
+            }
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            hop = next;
         }
-        match result {
-            Ok(v) => from_redis(v).map_err(Error::Redis),
-            Err(e) => Err(match server_error(&e) {
-                Some(reply) => Error::Redis(reply),
-                None => Error::Transport(transport(&e)),
-            }),
+    }
+
+    /// The masters of the Cluster (`CLUSTER SLOTS`: the first node of each slot range).
+    async fn masters(&self, conn: &ClusterConnection) -> Result<Vec<Node>, Error> {
+        let reply = self.send_cluster(conn, &redis::cmd("CLUSTER").arg("SLOTS").to_owned(), Hop::Key).await?;
+        let bad = || Error::Protocol("unexpected CLUSTER SLOTS reply".into());
+        let mut out = Vec::new();
+        for range in reply.into_array("cluster slots").map_err(Error::Shape)? {
+            let Value::Array(parts) = range else { return Err(bad()) };
+            let Some(Value::Array(master)) = parts.get(2) else { return Err(bad()) };
+            let (Some(Value::Bytes(host)), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
+                return Err(bad());
+            };
+            let node = Node {
+                host: String::from_utf8_lossy(host).into_owned(),
+                port: u16::try_from(*port).map_err(|_| bad())?,
+            };
+            if !out.contains(&node) {
+                out.push(node);
+            }
         }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Where per-node administration goes: the one server, or every master of the Cluster.
+    async fn targets(&self) -> Result<Vec<Option<Node>>, Error> {
+        match &self.conn {
+            Conn::One(_) => Ok(vec![None]),
+            Conn::Cluster(conn) => Ok(self.masters(conn).await?.into_iter().map(Some).collect()),
+        }
+    }
+
+    /// Sends `command` to `node` (a master of the Cluster), or as [`send`](Self::send) does.
+    async fn send_at(&self, node: Option<&Node>, command: &Command) -> Result<Value, Error> {
+        match (&self.conn, node) {
+            (Conn::Cluster(conn), Some(node)) => self.send_cluster(conn, &to_cmd(command), Hop::At(node.clone())).await,
+            _ => self.send(command).await,
+        }
+    }
+
+    /// Every key that matches `pattern` (`SCAN … MATCH pattern`), on every master of a
+    /// Cluster, deduplicated and sorted. During a slot migration a key on its way from a
+    /// master not yet scanned to one already scanned can be missed: scan again later.
+    pub async fn scan(&self, pattern: &str) -> Result<Vec<Vec<u8>>, Error> {
+        let mut keys = std::collections::BTreeSet::new();
+        for node in self.targets().await? {
+            let mut cursor = String::from("0");
+            loop {
+                let scan = Command::new("SCAN").arg(cursor.clone()).arg("MATCH").arg(pattern).arg("COUNT").arg("1000");
+                let reply = self.send_at(node.as_ref(), &scan).await?;
+                let mut parts = reply.into_array("scan").map_err(Error::Shape)?.into_iter();
+                let (Some(next), Some(Value::Array(found))) = (parts.next(), parts.next()) else {
+                    return Err(Error::Protocol("unexpected SCAN reply".into()));
+                };
+                for k in found {
+                    match k {
+                        Value::Bytes(k) => {
+                            keys.insert(k);
+                        }
+                        _ => return Err(Error::Protocol("unexpected SCAN reply".into())),
+                    }
+                }
+                cursor = next.into_string("scan").map_err(Error::Shape)?;
+                if cursor == "0" {
+                    break;
+                }
+            }
+        }
+        Ok(keys.into_iter().collect())
     }
 
     /// Runs `op` in one round trip (two when the script cache has lost the script).
     pub async fn run<O: Operation + Sync>(&self, op: &O) -> Result<O::Outcome, Error> {
         crate::Driver::run(self, op).await
+    }
+}
+
+/// One try of a Cluster call.
+async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> redis::RedisResult<redis::Value> {
+    match hop {
+        Hop::Key => conn.req_packed_command(cmd).await,
+        Hop::At(node) => conn.route_command(cmd.clone(), RoutingInfo::SingleNode(node.route())).await,
+        Hop::Ask(node) => {
+            // One write on the node's connection: nothing else comes between ASKING and the
+            // command.
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd.clone());
+            let mut replies = conn.route_pipeline(pipe, 1, 1, node.route()).await?;
+            replies.pop().ok_or_else(|| redis::RedisError::from((ErrorKind::Client, "no reply after ASKING")))
+        }
+    }
+}
+
+/// A core command as redis-rs's.
+fn to_cmd(command: &Command) -> redis::Cmd {
+    let parts = command.parts();
+    let mut cmd = redis::cmd(&parts[0]);
+    for a in &parts[1..] {
+        cmd.arg(a.as_bytes());
+    }
+    cmd
+}
+
+/// A failed Cluster call that is not sent again: Redis's error reply, or a transport error
+/// that may have run the command.
+fn final_error(e: &redis::RedisError) -> Error {
+    match server_error(e) {
+        Some(reply) => Error::Redis(reply),
+        None => Error::Transport(Transport {
+            may_have_run: true,
+            timed_out: e.is_timeout(),
+            detail: format!("Redis Cluster: {e}"),
+        }),
+    }
+}
+
+/// A Redis URL with its password replaced, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
     }
 }
 
@@ -129,12 +423,13 @@ fn from_redis(v: redis::Value) -> Result<Value, ErrorReply> {
 impl Direct {
     /// Whether Redis may evict redcount's keys: `Some(why)` when `maxmemory` is set and
     /// `maxmemory-policy` is not `noeviction` (every redcount key has a TTL, so `volatile-*`
-    /// policies evict them too). An evicted claim, quota window or idempotency record breaks
-    /// redcount's promises. `None` also when Redis does not let this user read its
-    /// configuration (managed Redis): then it cannot be told.
+    /// policies evict them too) on the server, or on any master of a Cluster (named). An
+    /// evicted claim, quota window or idempotency record breaks redcount's promises. `None`
+    /// also when Redis does not let this user read its configuration (managed Redis): then it
+    /// cannot be told.
     pub async fn eviction_risk(&self) -> Option<String> {
-        let get = |name: &'static str| async move {
-            match self.send(&Command::new("CONFIG").arg("GET").arg(name)).await {
+        let get = |node: Option<Node>, name: &'static str| async move {
+            match self.send_at(node.as_ref(), &Command::new("CONFIG").arg("GET").arg(name)).await {
                 Ok(Value::Array(pair)) => match pair.get(1) {
                     Some(Value::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
                     _ => None,
@@ -142,9 +437,19 @@ impl Direct {
                 _ => None,
             }
         };
-        let policy = get("maxmemory-policy").await?;
-        let max = get("maxmemory").await?;
-        (max != "0" && policy != "noeviction")
-            .then(|| format!("maxmemory-policy is {policy} with maxmemory {max}: Redis may evict redcount's keys"))
+        for node in self.targets().await.ok()? {
+            let (Some(policy), Some(max)) =
+                (get(node.clone(), "maxmemory-policy").await, get(node.clone(), "maxmemory").await)
+            else {
+                continue;
+            };
+            if max != "0" && policy != "noeviction" {
+                let on = node.map(|n| format!(" on {n}")).unwrap_or_default();
+                return Some(format!(
+                    "maxmemory-policy is {policy} with maxmemory {max}{on}: Redis may evict redcount's keys"
+                ));
+            }
+        }
+        None
     }
 }

@@ -1,6 +1,7 @@
 //! redcount's integration tests: one binary, real servers.
 
 mod bad_input;
+mod cluster_native;
 mod concurrency;
 mod drain;
 mod faults;

@@ -1,0 +1,626 @@
+//! `redcount serve --cluster` and `redcount drain --cluster` on a local 3-master Redis
+//! Cluster, natively (RESP, no REST front): the route contract's basics, a red-packet storm
+//! while the packet's slot migrates to another master, drain over every master, eviction
+//! checked on every master, and writes never sent twice: not after a master stalled past the
+//! time limit, nor after a reply was lost (redis-rs's own cluster retries would resend it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use redcount::Direct;
+use redcount_core::keys;
+use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
+use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
+use redcount_tests::{
+    NativeServer, RedisCluster, RedisServer, TEST_POLICIES, bin, free_port, root, scratch_dir, secret,
+};
+use serde_json::{Value, json};
+
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    admin: String,
+}
+
+impl Api {
+    fn new(server: &NativeServer, admin: &str) -> Self {
+        let http =
+            redcount_tests::http_builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
+        Api { http, base: server.url(), admin: admin.to_string() }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<&str>, admin: bool) -> (u16, Value) {
+        let mut r = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(b) = body {
+            r = r.header("Content-Type", "application/json").body(b.to_string());
+        }
+        if admin {
+            r = r.bearer_auth(&self.admin);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let json =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        (status, json)
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, None, false).await
+    }
+
+    async fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        self.call("POST", path, Some(body), false).await
+    }
+}
+
+/// `redcount serve --cluster` before `seeds` (comma-separated).
+fn serve(seeds: &str, extra: &[&str]) -> (NativeServer, String) {
+    let admin = secret("admin");
+    let args: Vec<&str> = ["--cluster"].into_iter().chain(extra.iter().copied()).collect();
+    let server = NativeServer::start_with(&[("REDIS_URL", seeds)], &admin, TEST_POLICIES, &args);
+    (server, admin)
+}
+
+/// The slot of `key`.
+fn slot_of(cluster: &RedisCluster, key: &str) -> i64 {
+    redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut cluster.nodes[0].conn()).unwrap()
+}
+
+fn node_id(n: &RedisServer) -> String {
+    redis::cmd("CLUSTER").arg("MYID").query(&mut n.conn()).unwrap()
+}
+
+/// The id of the master that serves `slot` as `view` sees it (CLUSTER NODES).
+fn owner_seen_by(view: &RedisServer, slot: i64) -> String {
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut view.conn()).unwrap();
+    let mut owners = nodes.lines().filter_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let serves = f.iter().skip(8).filter(|r| !r.starts_with('[')).any(|r| {
+            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+            (lo.parse::<i64>().unwrap()..=hi.parse::<i64>().unwrap()).contains(&slot)
+        });
+        (f[2].contains("master") && serves).then(|| f[0].to_string())
+    });
+    let owner = owners.next().unwrap_or_else(|| panic!("no master serves slot {slot}:\n{nodes}"));
+    assert!(owners.next().is_none(), "two masters serve slot {slot}:\n{nodes}");
+    owner
+}
+
+/// The index of the master that serves `slot`, every node agreeing.
+fn owner(cluster: &RedisCluster, slot: i64) -> usize {
+    let ids: Vec<String> = cluster.nodes.iter().map(node_id).collect();
+    let seen: BTreeSet<String> = cluster.nodes.iter().map(|n| owner_seen_by(n, slot)).collect();
+    assert_eq!(seen.len(), 1, "the nodes disagree on who serves slot {slot}: {seen:?}");
+    ids.iter().position(|id| seen.contains(id)).expect("the owner is one of the nodes")
+}
+
+/// Runs `cmd` on whichever node serves its key (the others answer MOVED).
+fn on_key<T: redis::FromRedisValue>(cluster: &RedisCluster, cmd: &redis::Cmd) -> T {
+    let mut errors = Vec::new();
+    for n in &cluster.nodes {
+        match cmd.query::<T>(&mut n.conn()) {
+            Ok(v) => return v,
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    panic!("no node ran the command: {errors:?}")
+}
+
+/// A packet's grab log as Redis holds it: user -> (amount, index).
+fn log_of(cluster: &RedisCluster, packet: &str) -> BTreeMap<String, (i64, i64)> {
+    let log: Vec<String> = on_key(cluster, redis::cmd("LRANGE").arg(&keys::redpacket(packet)[3]).arg(0).arg(-1));
+    let mut out = BTreeMap::new();
+    for rec in &log {
+        let f: Vec<&str> = rec.split(':').collect();
+        let prev = out.insert(f[0].to_string(), (f[1].parse().unwrap(), f[2].parse().unwrap()));
+        assert!(prev.is_none(), "user {} twice in the log of {packet}", f[0]);
+    }
+    assert_eq!(out.len(), log.len());
+    out
+}
+
+/// A seeded RNG, the seed printed (`REDCOUNT_TEST_SEED` replays one).
+fn seeded_rng(test: &str) -> rand::rngs::StdRng {
+    let seed =
+        std::env::var("REDCOUNT_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
+    println!("{test}: seed {seed} (REDCOUNT_TEST_SEED={seed} replays it)");
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_on_a_cluster_answers_the_route_contract_basics() {
+    let cluster = RedisCluster::start(3);
+    let (server, admin) = serve(&cluster.urls(), &[]);
+    let api = Api::new(&server, &admin);
+
+    let (status, health) = api.get("/api/health").await;
+    assert_eq!((status, &health["ok"]), (200, &json!(true)), "{health}");
+
+    // Quota: 2 per day, the third denied with Retry-After; peek; admin reset.
+    for want in [true, true, false] {
+        let (status, q) = api.post("/api/quotas/daily-prize/bob", r#"{"cost":1}"#).await;
+        assert_eq!((status, &q["allowed"]), (200, &json!(want)), "{q}");
+    }
+    assert_eq!(api.get("/api/quotas/daily-prize/bob").await.1["remaining"], 0);
+    assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, false).await.0, 401);
+    assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, true).await.1, json!({"reset": true}));
+    assert_eq!(api.post("/api/quotas/daily-prize/bob", "").await.1["allowed"], json!(true));
+
+    // Claim: once per window.
+    assert_eq!(api.post("/api/claims/signup-bonus/alice", "").await.1["claimed"], json!(true));
+    let (_, again) = api.post("/api/claims/signup-bonus/alice", "").await;
+    assert_eq!(again["claimed"], json!(false));
+    assert!(again["retry_after_ms"].as_i64().unwrap() > 86_000_000, "{again}");
+
+    // Counter: clamped at 0, then counts.
+    let (_, c) = api.post("/api/counters/running-jobs/app-1", r#"{"delta":-1}"#).await;
+    assert_eq!(c, json!({"value": 0, "applied": 0, "status": "clamped"}));
+    assert_eq!(api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await.1["value"], 1);
+    assert_eq!(api.get("/api/counters/running-jobs/app-1").await.1, json!({"value": 1}));
+
+    // Red packet: created, grabbed to the end, each user once, the sum exact.
+    let (status, made) = api.post("/api/redpackets", r#"{"total_cents":1000,"count":3}"#).await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+    let api = &api;
+    let grab = |user: &str| {
+        let (path, body) = (format!("/api/redpackets/{id}/grab"), format!(r#"{{"user":"{user}"}}"#));
+        async move { api.post(&path, &body).await }
+    };
+    let first = grab("u1").await.1;
+    assert_eq!(first["outcome"], json!("won"), "{first}");
+    let again = grab("u1").await.1;
+    assert_eq!((&again["outcome"], &again["amount_cents"]), (&json!("already"), &first["amount_cents"]));
+    let mut sum = first["amount_cents"].as_i64().unwrap();
+    for u in ["u2", "u3"] {
+        let g = grab(u).await.1;
+        assert_eq!(g["outcome"], json!("won"), "{g}");
+        sum += g["amount_cents"].as_i64().unwrap();
+    }
+    assert_eq!(grab("u4").await.1["outcome"], json!("empty"));
+    assert_eq!(sum, 1000);
+    let (_, st) = api.get(&format!("/api/redpackets/{id}")).await;
+    assert_eq!(
+        (st["claimed"].as_i64(), st["claimed_cents"].as_i64(), st["remaining"].as_i64()),
+        (Some(3), Some(1000), Some(0))
+    );
+    let log = log_of(&cluster, &id);
+    assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ["u1", "u2", "u3"]);
+    assert_eq!(log.values().map(|(a, _)| a).sum::<i64>(), 1000, "Redis's log agrees");
+    assert_eq!(api.post("/api/redpackets/0123456789abcdef/grab", r#"{"user":"u1"}"#).await.0, 404);
+
+    // Objects of many subjects land on every master, each call on the one that serves it, in
+    // one round trip (a first round loads the script on each master).
+    let calls = |c: &str| -> Vec<u64> { cluster.nodes.iter().map(|n| n.calls(c)).collect() };
+    for round in 0..2 {
+        let (sha0, eval0) = (calls("evalsha"), calls("eval"));
+        for i in 0..60 {
+            let (status, q) = api.post(&format!("/api/quotas/burst/r{round}-{i}"), "").await;
+            assert_eq!((status, &q["allowed"]), (200, &json!(true)), "{q}");
+        }
+        let per_node: Vec<u64> = calls("evalsha").iter().zip(&sha0).map(|(a, b)| a - b).collect();
+        assert!(per_node.iter().all(|n| *n > 0), "every master ran some of the 60 calls: {per_node:?}");
+        if round == 1 {
+            assert_eq!(per_node.iter().sum::<u64>(), 60, "one EVALSHA per request: {per_node:?}");
+            assert_eq!(calls("eval"), eval0, "no EVAL once the scripts are loaded");
+        }
+    }
+
+    let log = server.log();
+    assert!(log.contains("Redis Cluster over RESP"), "{log}");
+    assert!(!log.contains("panicked") && !log.contains(&admin), "{log}");
+}
+
+/// Moves `slot` from `from` to `to` as `redis-cli --cluster reshard` does: IMPORTING /
+/// MIGRATING, MIGRATE key by key with pauses (so the storm meets the slot split over two
+/// nodes: ASK, TRYAGAIN), then NODE everywhere. Returns when the first key moved.
+fn migrate_slot(cluster: &RedisCluster, slot: i64, from: usize, to: usize) -> Instant {
+    let (src, dst) = (&cluster.nodes[from], &cluster.nodes[to]);
+    let (src_id, dst_id) = (node_id(src), node_id(dst));
+    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&src_id).query::<()>(&mut dst.conn()).unwrap();
+    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&dst_id).query::<()>(&mut src.conn()).unwrap();
+    let started = Instant::now();
+    loop {
+        let keys: Vec<String> =
+            redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(dst.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query::<()>(&mut src.conn())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for n in &cluster.nodes {
+        redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
+    }
+    started
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grab_storm_through_serve_while_the_packet_slot_migrates() {
+    let cluster = RedisCluster::start(3);
+    let (server, admin) = serve(&cluster.urls(), &[]);
+    let api = std::sync::Arc::new(Api::new(&server, &admin));
+    let (shares, total, users) = (300i64, 123_456i64, 900usize);
+    let (status, made) = api.post("/api/redpackets", &format!(r#"{{"total_cents":{total},"count":{shares}}}"#)).await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+    println!("packet {id}");
+    let slot = slot_of(&cluster, &keys::redpacket(&id)[0]);
+    let from = owner(&cluster, slot);
+    let to = (from + 1) % cluster.nodes.len();
+
+    let storm: Vec<_> = (0..users)
+        .map(|i| {
+            let (api, id) = (api.clone(), id.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis((i as u64 * 1500) / users as u64)).await;
+                let mut unavailable = 0;
+                loop {
+                    let (status, body) =
+                        api.post(&format!("/api/redpackets/{id}/grab"), &format!(r#"{{"user":"u{i}"}}"#)).await;
+                    match status {
+                        200 => return (i, body, unavailable, Instant::now()),
+                        // The one 5xx allowed: a clear 503, and the grab (idempotent per user)
+                        // is tried again.
+                        503 => {
+                            assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "a 503 says why: {body}");
+                            if unavailable == 0 {
+                                eprintln!("u{i}: 503 {body}");
+                            }
+                            unavailable += 1;
+                            assert!(unavailable < 100, "u{i} kept getting 503: {body}");
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        _ => panic!("u{i}: {status} {body}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cluster = std::sync::Arc::new(cluster);
+    let mover = {
+        let c = cluster.clone();
+        tokio::task::spawn_blocking(move || migrate_slot(&c, slot, from, to))
+    };
+    let mut won = BTreeMap::new();
+    let (mut empty, mut retried) = (0, 0);
+    let mut answered = Vec::new();
+    for t in storm {
+        let (i, body, unavailable, at) = t.await.unwrap();
+        retried += unavailable;
+        answered.push(at);
+        match body["outcome"].as_str() {
+            Some("won") => {
+                let prev = won
+                    .insert(format!("u{i}"), (body["amount_cents"].as_i64().unwrap(), body["index"].as_i64().unwrap()));
+                assert!(prev.is_none());
+            }
+            // Only after a 503 whose grab had run after all: the same share again.
+            Some("already") => {
+                assert!(unavailable > 0, "u{i} answered 'already' on a first try: {body}");
+                won.insert(format!("u{i}"), (body["amount_cents"].as_i64().unwrap(), body["index"].as_i64().unwrap()));
+            }
+            Some("empty") => empty += 1,
+            _ => panic!("u{i}: {body}"),
+        }
+    }
+    let moving = mover.await.unwrap();
+    // TRYAGAIN (the packet's keys split over two masters) is waited out within the call, so a
+    // 503 is rare: answering it at once gave some 150 in this storm.
+    assert!(retried < users / 20, "{retried} grabs answered 503 during the migration");
+
+    // Exactly `shares` wins, summing to the total, each share once, each user at most once.
+    assert_eq!((won.len(), empty), (shares as usize, users - shares as usize));
+    let indexes: BTreeSet<i64> = won.values().map(|(_, i)| *i).collect();
+    assert_eq!(indexes.len(), shares as usize, "no share issued twice");
+    assert_eq!(won.values().map(|(a, _)| a).sum::<i64>(), total);
+    assert_eq!(log_of(&cluster, &id), won, "Redis's grab log holds exactly the answered wins");
+    let (_, st) = api.get(&format!("/api/redpackets/{id}")).await;
+    assert_eq!(
+        (st["claimed"].as_i64(), st["claimed_cents"].as_i64(), st["remaining"].as_i64()),
+        (Some(shares), Some(total), Some(0)),
+        "{st}"
+    );
+
+    // The slot really moved while the storm ran: another master serves it in every node's
+    // view, its keys are there only, and grabs were answered before the first key moved and
+    // after.
+    assert_ne!(from, to);
+    assert_eq!(owner(&cluster, slot), to, "slot {slot} still served by its first master");
+    let count = |n: &RedisServer| -> i64 {
+        redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap()
+    };
+    assert_eq!(count(&cluster.nodes[from]), 0, "the old owner keeps none of the slot's keys");
+    assert!(count(&cluster.nodes[to]) >= 3, "the packet's keys are on the new owner");
+    assert!(answered.iter().any(|at| *at < moving), "grabs answered before the slot moved");
+    assert!(answered.iter().any(|at| *at > moving + Duration::from_millis(200)), "and after");
+    let log = server.log();
+    assert!(!log.contains("panicked"), "{log}");
+    println!(
+        "slot {slot} moved from node {from} to node {to} mid-storm; {retried} 503s, each retried to an answer; counts exact"
+    );
+}
+
+/// Claims stored by drain: (packet, user) -> (amount, index).
+fn db_claims(db: &std::path::Path) -> BTreeMap<(String, String), (i64, i64)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut st = conn.prepare("SELECT packet, user, amount, idx FROM claims").unwrap();
+    let rows = st.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?)))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// Runs `redcount drain --cluster` to its end; returns how many claims it says it copied.
+fn drain(seeds: &str, db: &std::path::Path) -> u64 {
+    let out = Command::new(bin("redcount"))
+        .args(["drain", "--cluster", "--redis", seeds, "--batch", "7", "--db"])
+        .arg(db)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "drain failed: {err}");
+    let line = err.lines().find_map(|l| l.strip_prefix("drain: ")?.strip_suffix(" claims copied")).expect(&err);
+    line.parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drain_copies_every_grab_of_packets_on_every_master_once() {
+    let cluster = RedisCluster::start(3);
+    let mut rng = seeded_rng("drain_copies_every_grab_of_packets_on_every_master_once");
+    // Seeds: one node only; drain finds the other masters from it.
+    let seeds = cluster.nodes[1].url();
+    let d = Direct::connect_cluster(&[seeds.as_str()], Duration::from_secs(5)).await.unwrap();
+    assert!(d.is_cluster());
+    // Two packets on each master.
+    let mut packets: Vec<String> = Vec::new();
+    let mut per_master = [0usize; 3];
+    while per_master.iter().any(|n| *n < 2) {
+        let id = redpacket::new_id(&mut rng);
+        let m = owner(&cluster, slot_of(&cluster, &keys::redpacket(&id)[0]));
+        if per_master[m] < 2 {
+            per_master[m] += 1;
+            d.run(&Create::new(&id, 50_000, 200, 1, 3_600_000, &mut rng).unwrap()).await.unwrap();
+            packets.push(id);
+        }
+        assert!(packets.len() <= 6);
+    }
+    println!("packets {packets:?}");
+    let grab_all = |users: std::ops::Range<usize>| {
+        let mut tasks = Vec::new();
+        for t in 0..6 {
+            let (d, packets, users) = (d.clone(), packets.clone(), users.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in users.skip(t).step_by(6) {
+                    let op = Grab::new(&packets[i % packets.len()], &format!("user-{i}")).unwrap();
+                    assert!(matches!(d.run(&op).await.unwrap(), GrabOutcome::Won { .. }));
+                }
+            }));
+        }
+        tasks
+    };
+    for t in grab_all(0..600) {
+        t.await.unwrap();
+    }
+    let redis_claims = || -> BTreeMap<(String, String), (i64, i64)> {
+        let mut out = BTreeMap::new();
+        for p in &packets {
+            for (user, v) in log_of(&cluster, p) {
+                out.insert((p.clone(), user), v);
+            }
+        }
+        out
+    };
+    let want = redis_claims();
+    assert_eq!(want.len(), 600);
+    for m in 0..3 {
+        let logs: Vec<String> = redis::cmd("KEYS").arg("rc:{rp:*}:log").query(&mut cluster.nodes[m].conn()).unwrap();
+        assert_eq!(logs.len(), 2, "master {m} holds two packets' logs: {logs:?}");
+    }
+
+    let db = scratch_dir("drain-cluster").join("claims.sqlite");
+    assert_eq!(drain(&seeds, &db), 600, "the first run copies every grab");
+    assert_eq!(db_claims(&db), want, "SQLite holds exactly Redis's grabs, from all three masters");
+
+    // More grabs (the rest of every packet), then again: only the new ones are copied.
+    for t in grab_all(600..1200) {
+        t.await.unwrap();
+    }
+    let want = redis_claims();
+    assert_eq!(want.len(), 1200);
+    assert_eq!(drain(&format!("{seeds},{}", cluster.nodes[2].url()), &db), 600, "only the new grabs are copied");
+    assert_eq!(db_claims(&db), want);
+    assert_eq!(drain(&seeds, &db), 0, "nothing is copied twice");
+    let sum: i64 = db_claims(&db).values().map(|(a, _)| a).sum();
+    assert_eq!(sum, 6 * 50_000);
+}
+
+#[test]
+fn serve_refuses_a_cluster_any_master_of_which_may_evict() {
+    let cluster = RedisCluster::start(3);
+    // Only the third master evicts; the seed given is the first.
+    let risky = &cluster.nodes[2];
+    redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1gb").query::<()>(&mut risky.conn()).unwrap();
+    redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query::<()>(&mut risky.conn()).unwrap();
+    let mut child = Command::new(bin("redcount"))
+        .args(["serve", "--cluster", "--redis", &cluster.nodes[0].url()])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--www")
+        .arg(root().join("www"))
+        .env("REDCOUNT_POLICIES", TEST_POLICIES)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve started on a cluster one master of which evicts");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("allkeys-lru") && err.contains(&format!("127.0.0.1:{}", risky.port())), "{err}");
+    assert!(err.contains("--allow-eviction"), "{err}");
+    // With --allow-eviction it starts, and says so.
+    let (server, _) = serve(&cluster.nodes[0].url(), &["--allow-eviction"]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(server.log().contains("allkeys-lru"), "{}", server.log());
+}
+
+/// Sends SIGCONT on drop, so a failed assertion leaves no node stopped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> Self {
+        assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_stalled_master_times_out_and_runs_once() {
+    let cluster = RedisCluster::start(3);
+    let seeds: Vec<String> = cluster.nodes.iter().map(RedisServer::url).collect();
+    let d = Direct::connect_cluster(&seeds, Duration::from_millis(400)).await.unwrap();
+    let add = |delta| AddCounter::new("stall", "x", Storage::Key, delta, Bounds::default()).unwrap();
+    d.run(&add(0)).await.unwrap(); // the script is cached on the owner
+    let m = owner(&cluster, slot_of(&cluster, &keys::counter("stall", "x")));
+    let info: String = redis::cmd("INFO").arg("server").query(&mut cluster.nodes[m].conn()).unwrap();
+    let pid: u32 = info.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap().trim().parse().unwrap();
+
+    let stopped = Stopped::stop(pid);
+    let started = Instant::now();
+    let got = d.run(&add(1)).await;
+    let took = started.elapsed();
+    // Stalled below the cluster's node timeout (2 s), so no failover starts.
+    std::thread::sleep(Duration::from_millis(800).saturating_sub(took));
+    drop(stopped);
+    match &got {
+        Err(redcount::Error::Transport(t)) => assert!(t.may_have_run && t.timed_out, "{t:?}"),
+        other => panic!("a stalled master answered {other:?}"),
+    }
+    assert!(took < Duration::from_millis(700), "the call gave up at its time limit, took {took:?}");
+    // The command waited in the node's socket: it runs once when the node goes on, never twice.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stored: i64 = on_key(&cluster, redis::cmd("GET").arg(keys::counter("stall", "x")));
+    assert_eq!(stored, 1, "a write that timed out was applied {stored} times");
+    let next = d.run(&add(1)).await.unwrap();
+    assert_eq!(next.value, 2, "the connection serves again");
+}
+
+/// A TCP proxy before `redis_port` that, once armed, forwards the next script call, lets
+/// Redis run it, and closes the client's connection before the reply reaches it: a reply lost
+/// after the command left.
+async fn reply_losing_proxy(redis_port: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = armed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let armed = flag.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await else { return };
+                let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
+                loop {
+                    tokio::select! {
+                        n = client.read(&mut up) => {
+                            let Ok(n @ 1..) = n else { return };
+                            if server.write_all(&up[..n]).await.is_err() {
+                                return;
+                            }
+                            let script = up[..n].windows(4).any(|w| w.eq_ignore_ascii_case(b"EVAL"));
+                            if script && armed.swap(false, Ordering::SeqCst) {
+                                // Redis runs it and answers; the answer goes nowhere.
+                                let _ = server.read(&mut down).await;
+                                return; // both connections close
+                            }
+                        }
+                        n = server.read(&mut down) => {
+                            let Ok(n @ 1..) = n else { return };
+                            if client.write_all(&down[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, armed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
+    use std::sync::atomic::Ordering;
+    let cluster = RedisCluster::start(3);
+    // Master 1 is announced at a proxy's port, so clients reach it only through the proxy.
+    let m = 1;
+    let (proxy, armed) = reply_losing_proxy(cluster.nodes[m].port()).await;
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy)
+        .query::<()>(&mut cluster.nodes[m].conn())
+        .unwrap();
+    let id = node_id(&cluster.nodes[m]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for n in &cluster.nodes {
+        loop {
+            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut n.conn()).unwrap();
+            if nodes.lines().any(|l| l.starts_with(&id) && l.contains(&format!("127.0.0.1:{proxy}@"))) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the proxy's port was not announced:\n{nodes}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let seeds = [format!("redis://127.0.0.1:{proxy}/")];
+    let d = Direct::connect_cluster(&seeds, Duration::from_secs(2)).await.unwrap();
+    // A counter that master 1 serves.
+    let subject = (0..)
+        .map(|i| format!("s{i}"))
+        .find(|s| owner(&cluster, slot_of(&cluster, &keys::counter("lost", s))) == m)
+        .unwrap();
+    let add = |delta| AddCounter::new("lost", &subject, Storage::Key, delta, Bounds::default()).unwrap();
+    d.run(&add(0)).await.unwrap(); // the script is cached and the connection is up
+    armed.store(true, Ordering::SeqCst);
+    let got = d.run(&add(1)).await;
+    assert!(!armed.load(Ordering::SeqCst), "the proxy dropped a reply");
+    let stored: i64 = on_key(&cluster, redis::cmd("GET").arg(keys::counter("lost", &subject)));
+    assert_eq!(stored, 1, "one call, answered {got:?}, applied {stored} times: sent again after its reply was lost");
+    match &got {
+        Err(redcount::Error::Transport(t)) => assert!(t.may_have_run, "{t:?}"),
+        Ok(o) => assert_eq!(o.value, 1),
+        other => panic!("{other:?}"),
+    }
+}
