@@ -24,6 +24,13 @@ pub enum Error {
     Redis(redcount::Error),
     /// The database could not be read or written (nothing of the failed batch was kept).
     Store(rusqlite::Error),
+    /// The database holds another namespace's grabs (packet ids are unique only within one).
+    OtherNamespace {
+        /// The namespace the database was made for.
+        stored: String,
+        /// The namespace asked for.
+        asked: String,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -31,6 +38,10 @@ impl std::fmt::Display for Error {
         match self {
             Error::Redis(e) => e.fmt(f),
             Error::Store(e) => write!(f, "sqlite: {e}"),
+            Error::OtherNamespace { stored, asked } => write!(
+                f,
+                "this database holds the grabs of namespace {stored:?}, not {asked:?}: give each namespace a database of its own"
+            ),
         }
     }
 }
@@ -70,8 +81,9 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens (or creates) the database.
-    pub fn open(path: &Path) -> Result<Self, Error> {
+    /// Opens (or creates) the database of namespace `ns`: it records the namespace on first
+    /// use and refuses another one afterwards.
+    pub fn open(path: &Path, ns: &Namespace) -> Result<Self, Error> {
         let db = Connection::open(path)?;
         // WAL + FULL: a committed transaction survives a crash of this process or the machine.
         db.execute_batch(
@@ -81,8 +93,14 @@ impl Store {
                  packet TEXT NOT NULL, user TEXT NOT NULL,
                  amount INTEGER NOT NULL, idx INTEGER NOT NULL, at_ms INTEGER NOT NULL,
                  PRIMARY KEY (packet, user));
-             CREATE TABLE IF NOT EXISTS cursors (packet TEXT PRIMARY KEY, next INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS cursors (packet TEXT PRIMARY KEY, next INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )?;
+        db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('namespace', ?1)", params![ns.as_str()])?;
+        let stored: String = db.query_row("SELECT value FROM meta WHERE key = 'namespace'", [], |r| r.get(0))?;
+        if stored != ns.as_str() {
+            return Err(Error::OtherNamespace { stored, asked: ns.as_str().to_string() });
+        }
         Ok(Store { db })
     }
 

@@ -312,7 +312,7 @@ async fn drain(
     }
     let namespace = redcount_core::keys::Namespace::new(namespace)?;
     let direct = &redcount::Direct::connect_to(redis.urls, redis.cluster, std::time::Duration::from_secs(5)).await?;
-    let mut store = drain::Store::open(db)?;
+    let mut store = drain::Store::open(db, &namespace)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if follow {
         let stop = stop.clone();

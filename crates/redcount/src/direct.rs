@@ -94,7 +94,8 @@ impl Direct {
         info = info.set_redis_settings(settings);
         let client = redis::Client::open(info).map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
         let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
+            // A reconnect may take as long as a call may: a short stall is waited out.
+            .set_connection_timeout(Some(timeout.max(Duration::from_secs(2))))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
@@ -129,7 +130,7 @@ impl Direct {
         let client = redis::cluster::ClusterClientBuilder::new(infos)
             // RESP3: a node's connection that ends is replaced at once (as for one server).
             .use_protocol(redis::ProtocolVersion::RESP3)
-            .connection_timeout(Duration::from_secs(2))
+            .connection_timeout(timeout.max(Duration::from_secs(2)))
             .response_timeout(timeout)
             // No resending by redis-rs: see the module's documentation.
             .retries(0)
@@ -424,11 +425,11 @@ impl Direct {
     /// Whether Redis may evict redcount's keys: `Some(why)` when `maxmemory` is set and
     /// `maxmemory-policy` is not `noeviction` (every redcount key has a TTL, so `volatile-*`
     /// policies evict them too) on the server, or on any master of a Cluster (named). An
-    /// evicted claim, quota window or idempotency record breaks redcount's promises. `None`
-    /// also when Redis does not let this user read its configuration (managed Redis): then it
-    /// cannot be told.
+    /// evicted claim, quota window or idempotency record breaks redcount's promises. Read with
+    /// CONFIG GET, else INFO memory (managed Redis often refuses CONFIG); when neither answers
+    /// it cannot be told, and that is reported as a risk too (fail closed).
     pub async fn eviction_risk(&self) -> Option<String> {
-        let get = |node: Option<Node>, name: &'static str| async move {
+        let config = |node: Option<Node>, name: &'static str| async move {
             match self.send_at(node.as_ref(), &Command::new("CONFIG").arg("GET").arg(name)).await {
                 Ok(Value::Array(pair)) => match pair.get(1) {
                     Some(Value::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -437,14 +438,33 @@ impl Direct {
                 _ => None,
             }
         };
-        for node in self.targets().await.ok()? {
-            let (Some(policy), Some(max)) =
-                (get(node.clone(), "maxmemory-policy").await, get(node.clone(), "maxmemory").await)
-            else {
-                continue;
+        // Managed Redis often refuses CONFIG: INFO memory says the same to any user.
+        let info = |node: Option<Node>| async move {
+            let text = match self.send_at(node.as_ref(), &Command::new("INFO").arg("memory")).await {
+                Ok(Value::Bytes(b)) => String::from_utf8_lossy(&b).into_owned(),
+                _ => return None,
+            };
+            let field = |name: &str| {
+                text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_string())
+            };
+            Some((field("maxmemory_policy")?, field("maxmemory")?))
+        };
+        let Ok(targets) = self.targets().await else {
+            return Some("cannot list the masters to check their eviction policy".into());
+        };
+        for node in targets {
+            let on = node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
+            let read = match (config(node.clone(), "maxmemory-policy").await, config(node.clone(), "maxmemory").await) {
+                (Some(policy), Some(max)) => Some((policy, max)),
+                _ => info(node.clone()).await,
+            };
+            // Not knowing is a risk too: fail closed.
+            let Some((policy, max)) = read else {
+                return Some(format!(
+                    "cannot tell whether Redis may evict keys{on} (CONFIG GET and INFO memory both refused)"
+                ));
             };
             if max != "0" && policy != "noeviction" {
-                let on = node.map(|n| format!(" on {n}")).unwrap_or_default();
                 return Some(format!(
                     "maxmemory-policy is {policy} with maxmemory {max}{on}: Redis may evict redcount's keys"
                 ));

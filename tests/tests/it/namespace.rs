@@ -83,6 +83,15 @@ async fn two_namespaces_on_one_redis_never_meet() {
     let dir = scratch_dir("namespace");
     assert_eq!(drain("rc", &dir.join("rc.sqlite")), 0, "the default namespace holds no claim of b's packet");
     assert_eq!(drain("app2", &dir.join("app2.sqlite")), 3, "drain --namespace app2 copies b's three claims");
+    // A database remembers its namespace: draining another into it is refused, not silently
+    // mixed (packet ids are unique only within a namespace).
+    let out = Command::new(bin("redcount"))
+        .args(["drain", "--redis", &redis.url(), "--namespace", "rc", "--db"])
+        .arg(dir.join("app2.sqlite"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("database of its own"), "{err}");
 
     // A namespace that is not an id is refused at start, naming the setting.
     let out = Command::new(bin("redcount"))

@@ -299,6 +299,28 @@ fn a_redis_that_may_evict_is_refused_or_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("allkeys-lru") && err.contains("--allow-eviction") && err.contains("noeviction"), "{err}");
+    // A user who may not read CONFIG (as on managed Redis) still finds the policy through
+    // INFO memory; one who may read neither cannot tell, and is refused too (fail closed).
+    let mut c = redis.conn();
+    for rules in [
+        vec!["noconf", "on", ">pw-noconf-0123", "~*", "+@all", "-@admin", "-config"],
+        vec!["blind", "on", ">pw-blind-01234", "~*", "+@all", "-@admin", "-config", "-info"],
+    ] {
+        let _: () = redis::cmd("ACL").arg("SETUSER").arg(&rules).query(&mut c).unwrap();
+    }
+    for (user, want) in [("noconf:pw-noconf-0123", "allkeys-lru"), ("blind:pw-blind-01234", "cannot tell")] {
+        let url = format!("redis://{user}@127.0.0.1:{}", redis.port());
+        let out = std::process::Command::new(redcount_tests::bin("redcount"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", redcount_tests::free_port())])
+            .env("REDIS_URL", &url)
+            .env("REDCOUNT_POLICIES", redcount_tests::TEST_POLICIES)
+            .env("REDCOUNT_WWW", redcount_tests::root().join("www"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{user}: started on an evicting Redis: {err}");
+        assert!(err.contains(want) && err.contains("--allow-eviction"), "{user}: {err}");
+    }
     let server = redcount_tests::NativeServer::start_with(
         &[("REDIS_URL", &redis.url())],
         "admin-secret-0123456",
