@@ -195,6 +195,12 @@ impl Client {
         }
         let resp = r.send().await.unwrap();
         let status = resp.status().as_u16();
+        // A subscription (path style /subscribe/…) answers an event stream that does not end:
+        // its status says what happened; it changes nothing.
+        let streaming = resp.headers().get("content-type").is_some_and(|v| v == "text/event-stream");
+        if streaming {
+            return (status, Value::String("event stream".into()));
+        }
         let text = resp.text().await.unwrap();
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
