@@ -20,7 +20,7 @@ enum Cmd {
         redis: String,
     },
     /// Serve the HTTP API and the demo page (the worker's routes, natively).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Copy red-packet claims from Redis into SQLite, exactly once (safe to kill and rerun).
     Drain {
         /// Redis URL; with --cluster, a comma-separated list of seed nodes.
@@ -102,6 +102,13 @@ struct ServeArgs {
     /// off the public network: it needs no token).
     #[arg(long, env = "REDCOUNT_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Reloaded, with the
+    /// key, on SIGHUP.
+    #[arg(long, env = "REDCOUNT_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "REDCOUNT_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Directory of the demo page.
     #[arg(long, env = "REDCOUNT_WWW", default_value = "www")]
     www: std::path::PathBuf,
@@ -238,7 +245,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             }
         }
         Cmd::Serve(args) => {
-            if let Err(e) = serve(args).await {
+            if let Err(e) = serve(*args).await {
                 eprintln!("redcount: serve: {e}");
                 return std::process::ExitCode::FAILURE;
             }
@@ -413,10 +420,23 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     if !args.www.join("index.html").exists() {
         return Err(format!("--www {}: no index.html there", args.www.display()));
     }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let tls = redcount_http::Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+            tls.reload_on_sighup(|r| match r {
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                Err(e) => tracing::error!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}"),
+            })
+            .map_err(|e| e.to_string())?;
+            Some(tls)
+        }
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    tracing::info!("serving http://{} with {what}", listener.local_addr().map_err(|e| e.to_string())?);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!("serving {scheme}://{} with {what}", listener.local_addr().map_err(|e| e.to_string())?);
     let shutdown = async {
         let term = async {
             if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -431,7 +451,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         header_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
         stall_timeout: timeout.max(std::time::Duration::from_secs(1)),
     };
-    redcount_cli::serve::serve(listener, config, backend, args.www, limits, timeout, shutdown)
+    redcount_cli::serve::serve(listener, config, backend, args.www, limits, timeout, tls, shutdown)
         .await
         .map_err(|e| e.to_string())
 }

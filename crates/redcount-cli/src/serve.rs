@@ -58,7 +58,9 @@ pub fn app(config: Config, backend: Backend, www: PathBuf, body_timeout: std::ti
 }
 
 /// Serves [`app`] until the future `shutdown` completes, holding clients within `limits`
-/// (connection cap, eviction at the cap, header/idle and stall timeouts).
+/// (connection cap, eviction at the cap, header/idle and stall timeouts); over HTTPS when
+/// `tls` is given.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: Config,
@@ -66,9 +68,10 @@ pub async fn serve(
     www: PathBuf,
     limits: redcount_http::Limits,
     body_timeout: std::time::Duration,
+    tls: Option<redcount_http::Tls>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    redcount_http::serve(listener, app(config, backend, www, body_timeout), limits, shutdown).await
+    redcount_http::serve_tls(listener, app(config, backend, www, body_timeout), limits, tls, shutdown).await
 }
 
 async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {

@@ -119,6 +119,20 @@ async fn tls_from_the_client_to_redis_and_a_certificate_reloaded_on_sighup() {
         let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
         assert_eq!((status, v["remaining"].as_i64()), (200, Some(1)), "{subject}: {v}\n{}", server.log());
     }
+    // `redcount serve` serving HTTPS itself.
+    let https_serve = NativeServer::start_with(
+        &[("REDIS_URL", &rediss), ("SSL_CERT_FILE", &ca)],
+        &admin,
+        TEST_POLICIES,
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
+    let url = format!("https://localhost:{}/api/claims/signup-bonus/over-https", https_serve.port());
+    let r = http.post(&url).body("").send().await.unwrap();
+    let status = r.status().as_u16();
+    let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!((status, v["claimed"].as_bool()), (200, Some(true)), "{v}\n{}", https_serve.log());
+    let plain = plain_http.post(format!("http://127.0.0.1:{}/api/health", https_serve.port())).send().await;
+    assert!(plain.map(|r| r.status().as_u16() != 200).unwrap_or(true), "plain HTTP served on serve's TLS port");
     let r = plain_http
         .post(format!("{}/api/redpackets", direct.url()))
         .body(r#"{"total_cents": 300, "count": 3}"#)
