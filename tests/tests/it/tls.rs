@@ -103,6 +103,19 @@ async fn tls_from_the_client_to_redis_and_a_certificate_reloaded_on_sighup() {
         .await;
     assert!(plain.map(|r| r.status().as_u16() != 200).unwrap_or(true), "plain HTTP was served on the TLS port");
 
+    // The official clients, unmodified, over HTTPS (Node trusts the test's CA).
+    let out = Command::new("node")
+        .arg(redcount_tests::root().join("tests/node/upstash-conformance.mjs"))
+        .current_dir(redcount_tests::root())
+        .env("REST_URL", front.url())
+        .env("REST_TOKEN", &front.token)
+        .env("REST_READONLY_TOKEN", &front.readonly_token)
+        .env("NODE_EXTRA_CA_CERTS", &ca)
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains(", 0 failed"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+
     // `redcount serve` through the HTTPS front, and directly over rediss://; drain too.
     let admin = secret("admin");
     let via_front = NativeServer::start(
