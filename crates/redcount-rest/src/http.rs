@@ -186,7 +186,11 @@ async fn handle(
     metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status.to_string()).increment(1);
     metrics::histogram!("redcount_rest_request_duration_seconds", "route" => route).record(elapsed.as_secs_f64());
     // The command name is the client's text: cut short in the log.
-    let command: String = what.chars().take(32).collect();
+    let command: String = what
+        .chars()
+        .take(32)
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '|') { c } else { '?' })
+        .collect();
     tracing::debug!(%method, route, %command, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
     response
 }
@@ -491,6 +495,22 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
                 display_name(cmd)
             ),
         ));
+    }
+    if matches!(access, Access::Scoped { .. }) {
+        // A token of one app among several: commands that reach every app's keys at once
+        // are refused whatever its Redis user may do (an ACL's key patterns do not stop them).
+        let upper = cmd.name.to_ascii_uppercase();
+        let sub = cmd.args.first().map(|a| String::from_utf8_lossy(a).to_ascii_uppercase()).unwrap_or_default();
+        let wide =
+            matches!(upper.as_str(), "FLUSHALL" | "FLUSHDB" | "KEYS" | "SCAN" | "RANDOMKEY" | "DBSIZE" | "SWAPDB")
+                || (upper == "SCRIPT" && sub == "FLUSH")
+                || (upper == "FUNCTION" && matches!(sub.as_str(), "FLUSH" | "DELETE" | "RESTORE" | "LOAD"));
+        if wide {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                format!("NOPERM {} reaches every app's keys; a --tokens token may not run it", display_name(cmd)),
+            ));
+        }
     }
     if !access.readonly() {
         return Ok(());

@@ -64,6 +64,20 @@ async fn scoped_tokens_are_held_to_their_redis_users() {
         assert!((400..500).contains(&status), "{cmd}: {status} {v}");
         assert!(v["error"].as_str().is_some_and(|e| e.contains("NOPERM") || e.contains("permission")), "{cmd}: {v}");
     }
+    // Commands that reach every app's keys at once are refused to a file token, whatever its
+    // ACL user may do (the README's example user may run them).
+    for cmd in [
+        json!(["FLUSHALL"]),
+        json!(["FLUSHDB"]),
+        json!(["SCRIPT", "FLUSH"]),
+        json!(["FUNCTION", "FLUSH"]),
+        json!(["KEYS", "*"]),
+        json!(["SCAN", "0"]),
+        json!(["RANDOMKEY"]),
+    ] {
+        let (status, v) = post(&url, &t1, cmd.clone()).await;
+        assert_eq!(status, 403, "{cmd}: {v}");
+    }
     let got: String = redis::cmd("GET").arg("app2:x").query(&mut redis.conn()).unwrap();
     assert_eq!(got, "2", "app2's key is untouched");
     // A read-only token reads its user's keys and may not write them (the front's rule).

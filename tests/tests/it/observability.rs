@@ -99,6 +99,9 @@ async fn the_front_counts_what_it_served_and_logs_json_without_secrets() {
     assert_eq!(post(url.clone(), Some(&front.token), r#"["NOSUCHCOMMAND_XYZ"]"#.into()).await.0, 400);
     let (text, _) = scrape(metrics).await;
     assert!(!text.contains("NOSUCHCOMMAND_XYZ"), "{text}");
+    // A path whose first segment forges a log line stays on one line, its breaks replaced.
+    let forged = format!("{}/foo%0A2026-01-01T00:00:00Z%20ERROR%20forged", front.url());
+    post(forged, Some(&front.token), String::new()).await;
     assert!(!text.contains(&front.token) && !text.contains(&front.readonly_token), "a token in the metrics");
 
     // Logs: JSON lines, one per request at debug, never a token.
@@ -110,7 +113,8 @@ async fn the_front_counts_what_it_served_and_logs_json_without_secrets() {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
     let requests: Vec<&Value> = lines.iter().filter(|l| l["fields"]["message"] == "request").collect();
-    assert_eq!(requests.len(), 8, "{log}");
+    assert_eq!(requests.len(), 9, "{log}");
+    assert!(requests.iter().all(|l| l["fields"]["command"].as_str().is_some_and(|c| !c.contains(' '))), "{log}");
     assert!(requests.iter().any(|l| l["fields"]["status"] == json!(401) && l["fields"]["route"] == "/"), "{log}");
     assert!(!log.contains(&front.token) && !log.contains(&front.readonly_token), "a token in the log");
 }
