@@ -326,6 +326,12 @@ impl RedisCluster {
         RedisCluster { nodes }
     }
 
+    /// A cluster connection (follows MOVED), for reading what the front wrote.
+    pub fn conn(&self) -> redis::cluster::ClusterConnection {
+        let seeds: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
+        redis::cluster::ClusterClient::new(seeds).unwrap().get_connection().unwrap()
+    }
+
     /// Seed URLs, comma-separated.
     pub fn urls(&self) -> String {
         self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>().join(",")

@@ -15,7 +15,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
-use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisResult, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisResult, ServerErrorKind, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Who a backend logs in as; `None` is the URL's own user.
@@ -499,9 +499,21 @@ impl Backend {
         retried!(self, self.conns.query(cmd, lane))
     }
 
-    /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`).
-    pub async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Value> {
-        retried!(self, self.conns.pipeline(pipe, lane))
+    /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`). `None`
+    /// when nothing was sent because its commands' keys are in more than one slot: a Cluster
+    /// client sends a pipeline to one node, and refuses one that spans slots before sending.
+    pub async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Option<Value>> {
+        match retried!(self, self.conns.pipeline(pipe, lane)) {
+            // With `ignore_errors` a CROSSSLOT reply from Redis is an entry, not the whole
+            // result: this one is the client's refusal.
+            Err(e)
+                if matches!(self.conns, Conns::Cluster(_))
+                    && e.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) =>
+            {
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
     }
 
     /// Whether a failed call may be sent again: it never reached Redis (a connection known

@@ -922,7 +922,7 @@ async fn run_many(
             // LOADING (a restart): none ran, so the whole chunk may run again.
             let all_busy = match &value {
                 Err(f) => f.cause == Cause::Reply(ErrorKind::Unavailable),
-                Ok(Value::Array(items)) => items.iter().all(
+                Ok(Some(Value::Array(items))) => items.iter().all(
                     |v| matches!(v, Value::ServerError(e) if ErrorReply::new(e.code()).kind == ErrorKind::Unavailable),
                 ),
                 _ => false,
@@ -932,9 +932,21 @@ async fn run_many(
                 continue;
             }
             match value? {
-                Value::Array(got) if got.len() == part.len() => break got,
+                Some(Value::Array(got)) if got.len() == part.len() => break Some(got),
+                // On a Cluster the chunk spans slots and was not sent: send less at once.
+                None if part.len() > 1 && !atomic => break None,
+                None => {
+                    return Err(error(
+                        StatusCode::BAD_REQUEST,
+                        "CROSSSLOT a transaction's keys must hash to one slot on a Redis Cluster (use a {hash tag}); nothing ran",
+                    ));
+                }
                 _ => return Err(error(StatusCode::BAD_GATEWAY, "ERR unexpected pipeline reply from Redis")),
             }
+        };
+        let Some(got) = got else {
+            chunk = part.len() / 2;
+            continue;
         };
         // The chunks' replies together stay within the reply bound, as one call's would.
         held += got.iter().map(|v| reply::encoded_len_bound(v, reply::Encoding::Resp2)).sum::<usize>();

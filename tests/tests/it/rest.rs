@@ -358,6 +358,71 @@ async fn every_primitive_through_the_front_on_a_cluster() {
     assert!(keys_per_node.iter().filter(|&&k| k > 0).count() >= 2, "{keys_per_node:?}");
 }
 
+/// A `/pipeline` whose entries live on several masters runs every entry exactly once and
+/// answers each for itself; a cross-slot `/multi-exec` runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_across_masters_runs_each_entry_once() {
+    use rand::{Rng, SeedableRng};
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start(&cluster.urls(), true);
+    let raw = Raw::new(&front);
+    let (status, v) = raw.post("/pipeline", r#"[["incr","k1"],["incr","k2"],["incr","k3"],["incr","k4"]]"#).await;
+    assert_eq!((status, v), (200, json!([{"result": 1}, {"result": 1}, {"result": 1}, {"result": 1}])));
+    // Randomized: INCRBYs on keys spread over every master, keyless commands and a
+    // cross-slot command among them, against a model of what each key must hold.
+    let seed: u64 = rand::rng().random();
+    println!("seed {seed} (replay: set it in a_pipeline_across_masters_runs_each_entry_once)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut model = std::collections::HashMap::<String, i64>::new();
+    for round in 0..20 {
+        let mut entries = Vec::new();
+        let mut expected = Vec::new();
+        for _ in 0..rng.random_range(1..40) {
+            match rng.random_range(0..10) {
+                0 => {
+                    entries.push(json!(["PING"]));
+                    expected.push(json!({"result": "PONG"}));
+                }
+                1 => {
+                    // Two keys in different slots: this entry fails alone.
+                    entries.push(json!(["MGET", "p1", "p2"]));
+                    expected.push(Value::Null);
+                }
+                _ => {
+                    let key = format!("p{}", rng.random_range(0..30));
+                    let by = rng.random_range(1..5i64);
+                    let now = *model.entry(key.clone()).and_modify(|n| *n += by).or_insert(by);
+                    entries.push(json!(["INCRBY", key, by]));
+                    expected.push(json!({"result": now}));
+                }
+            }
+        }
+        let (status, v) = raw.post("/pipeline", Value::Array(entries).to_string()).await;
+        assert_eq!(status, 200, "round {round} (seed {seed}): {v}");
+        let got = v.as_array().unwrap();
+        assert_eq!(got.len(), expected.len(), "round {round} (seed {seed})");
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            if e.is_null() {
+                assert!(g["error"].as_str().is_some_and(|e| e.contains("CROSSSLOT")), "entry {i}: {g}");
+            } else {
+                assert_eq!(g, e, "round {round} entry {i} (seed {seed})");
+            }
+        }
+    }
+    let mut conn = cluster.conn();
+    for (key, n) in &model {
+        let got: i64 = redis::cmd("GET").arg(key).query(&mut conn).unwrap();
+        assert_eq!(got, *n, "{key} (seed {seed})");
+    }
+    // A transaction cannot span slots: refused whole, nothing ran.
+    let (status, v) = raw.post("/multi-exec", r#"[["incr","m1"],["incr","m2"],["incr","m3"]]"#).await;
+    assert_eq!(status, 400, "{v}");
+    for k in ["m1", "m2", "m3"] {
+        let got: Option<i64> = redis::cmd("GET").arg(k).query(&mut conn).unwrap();
+        assert_eq!(got, None, "{k} did not run");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_under_the_front() {
     let mut redis = RedisServer::start();
