@@ -21,6 +21,9 @@ pub enum Access {
         readonly: bool,
         /// Connections logged in as the token's Redis user.
         backend: Arc<Backend>,
+        /// Cancelled when a reload removes the token (or changes its login): its open
+        /// subscriptions end.
+        revoked: tokio_util::sync::CancellationToken,
     },
 }
 
@@ -29,6 +32,14 @@ impl Access {
     pub fn login(&self) -> Option<&crate::backend::Login> {
         match self {
             Access::Scoped { backend, .. } => backend.login(),
+            _ => None,
+        }
+    }
+
+    /// Cancelled when the token is removed; `None` for tokens that cannot be.
+    pub fn revoked(&self) -> Option<&tokio_util::sync::CancellationToken> {
+        match self {
+            Access::Scoped { revoked, .. } => Some(revoked),
             _ => None,
         }
     }
@@ -44,6 +55,8 @@ pub struct Scoped {
     pub token: String,
     pub readonly: bool,
     pub backend: Arc<Backend>,
+    /// See [`Access::Scoped`].
+    pub revoked: tokio_util::sync::CancellationToken,
 }
 
 /// Checks the `Authorization` header against every token. Each is compared in full, whatever
@@ -56,7 +69,8 @@ pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>, scoped: 
     let mut found = None;
     for s in scoped {
         if same(given.as_bytes(), s.token.as_bytes()) && found.is_none() {
-            found = Some(Access::Scoped { readonly: s.readonly, backend: s.backend.clone() });
+            found =
+                Some(Access::Scoped { readonly: s.readonly, backend: s.backend.clone(), revoked: s.revoked.clone() });
         }
     }
     if full {

@@ -141,6 +141,11 @@ pub struct Config {
     /// Subscribers (`/subscribe`, `/psubscribe`) at once; each holds a Redis connection.
     #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBERS", default_value_t = 256)]
     pub max_subscribers: usize,
+    /// Bytes of messages a subscriber may leave unread; a slower one is dropped (its stream
+    /// ends), as Redis drops a slow subscriber of its own. The front holds at most
+    /// --max-subscribers times this for subscribers.
+    #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBER_BACKLOG_BYTES", default_value_t = 1 << 20)]
+    pub max_subscriber_backlog_bytes: usize,
     /// More tokens, each logged in to Redis as its own ACL user (a JSON array of
     /// `{"token", "user", "password", "readonly"}`; see the README). Reloaded on SIGHUP.
     #[arg(long, env = "REDCOUNT_REST_TOKENS_FILE")]
@@ -191,6 +196,8 @@ pub(crate) struct State {
     pub readonly_token: Option<String>,
     /// Places for subscribers (`--max-subscribers`).
     pub subscribers: Arc<tokio::sync::Semaphore>,
+    /// `--max-subscriber-backlog-bytes`.
+    pub subscriber_backlog: usize,
     /// The Redis URL (seeds on --cluster), for connections of their own.
     pub redis_url: String,
     /// The tokens of `--tokens`, swapped whole on reload.
@@ -313,6 +320,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         token: config.token.clone(),
         readonly_token: config.readonly_token.clone(),
         subscribers: Arc::new(tokio::sync::Semaphore::new(config.max_subscribers)),
+        subscriber_backlog: config.max_subscriber_backlog_bytes.max(1024),
         redis_url: config.redis.clone(),
         scoped: std::sync::RwLock::new(Arc::new(Vec::new())),
         max_body: config.max_body_bytes,
@@ -518,6 +526,7 @@ async fn scoped_tokens(
                 let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
                 let (scoped, logins) = tokens::load(&path, &reserved, &previous, &logins, connect).await?;
                 let n = scoped.len();
+                tokens::revoke_dropped(&previous, &scoped);
                 *state.scoped.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(scoped);
                 Ok::<_, String>((n, logins))
             }

@@ -4,6 +4,8 @@
 //! `data: subscribe,<channel>,<count>`, `data: message,<channel>,<message>` and
 //! `data: pmessage,<pattern>,<channel>,<message>`. The connection ends when the client goes.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -13,6 +15,10 @@ use futures_util::StreamExt;
 
 use crate::State;
 use crate::auth::Access;
+
+/// How often an idle stream gets a comment line.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+const KEEPALIVE_LINE: &[u8] = b": keep-alive\n\n";
 
 /// Whether `path` asks for a subscription, and of which kind.
 pub(crate) fn kind(path: &str) -> Option<(bool, &str)> {
@@ -75,24 +81,63 @@ pub(crate) async fn serve(
         first.push(event(&[what, name, (i + 1).to_string().as_bytes()]));
     }
     metrics::gauge!("redcount_rest_subscribers").increment(1.0);
-    let messages = pubsub.into_on_message().map(move |m| {
-        let payload = m.get_payload_bytes();
-        let channel = m.get_channel_name().as_bytes();
-        let line = match m.get_pattern::<Option<Vec<u8>>>().ok().flatten() {
-            Some(p) => event(&[b"pmessage", &p, channel, payload]),
-            None => event(&[b"message", channel, payload]),
+    // redis-rs reads a subscriber's connection as fast as Redis sends, whether or not the
+    // client reads its stream: a task moves each message into the stream and counts what
+    // waits unread there, so a client that stops reading is dropped, not buffered for.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<axum::body::Bytes>();
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let (backlog, revoked) = (st.subscriber_backlog, access.revoked().cloned().unwrap_or_default());
+    let counted = waiting.clone();
+    tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        // A comment now and then: a client that went away is noticed by the failed write
+        // (and the stall timeout), and proxies keep the stream open.
+        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        let why: &str = loop {
+            let m = tokio::select! {
+                () = tx.closed() => return,
+                () = revoked.cancelled() => break "the token was removed",
+                _ = keepalive.tick() => {
+                    counted.fetch_add(KEEPALIVE_LINE.len(), Ordering::Relaxed);
+                    if tx.send(axum::body::Bytes::from_static(KEEPALIVE_LINE)).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                m = messages.next() => m,
+            };
+            let Some(m) = m else { break "the Redis connection ended" };
+            let payload = m.get_payload_bytes();
+            let channel = m.get_channel_name().as_bytes();
+            let line = match m.get_pattern::<Option<Vec<u8>>>().ok().flatten() {
+                Some(p) => event(&[b"pmessage", &p, channel, payload]),
+                None => event(&[b"message", channel, payload]),
+            };
+            if counted.fetch_add(line.len(), Ordering::Relaxed) + line.len() > backlog {
+                metrics::counter!("redcount_rest_subscribers_dropped_total").increment(1);
+                tracing::info!(
+                    "a subscriber left more than --max-subscriber-backlog-bytes ({backlog}) unread: dropped"
+                );
+                break "more than --max-subscriber-backlog-bytes waited unread";
+            }
+            if tx.send(axum::body::Bytes::from(line)).is_err() {
+                return;
+            }
         };
-        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line))
+        // An SSE comment: clients skip it; a person reading the stream sees why it ended.
+        let _ = tx.send(axum::body::Bytes::from(format!(": closed: {why}\n\n")));
     });
-    // A comment now and then: a client that went away is noticed by the failed write (and
-    // the stall timeout), and proxies keep the stream open.
-    let keepalive = futures_util::stream::unfold((), |()| async {
-        tokio::time::sleep(Duration::from_secs(15)).await;
-        Some((Ok(axum::body::Bytes::from_static(b": keep-alive\n\n")), ()))
+    let messages = futures_util::stream::unfold(rx, move |mut rx| {
+        let waiting = waiting.clone();
+        async move {
+            let line = rx.recv().await?;
+            waiting.fetch_sub(line.len().min(waiting.load(Ordering::Relaxed)), Ordering::Relaxed);
+            Some((Ok::<_, std::convert::Infallible>(line), rx))
+        }
     });
     let head = futures_util::stream::iter(first.into_iter().map(|l| Ok(axum::body::Bytes::from(l))));
     let held = Held(permit);
-    let body = head.chain(futures_util::stream::select(messages, keepalive)).map(move |item| {
+    let body = head.chain(messages).map(move |item| {
         let _held = &held;
         item
     });

@@ -75,18 +75,31 @@ where
     let mut new_logins = HashMap::new();
     for (i, e) in entries.into_iter().enumerate() {
         let same_login = logins.get(&e.token).is_some_and(|(u, p)| *u == e.user && *p == e.password);
-        let kept = previous.iter().find(|s| same_login && s.token == e.token).map(|s| s.backend.clone());
-        let backend = match kept {
-            Some(b) => b,
+        let kept =
+            previous.iter().find(|s| same_login && s.token == e.token).map(|s| (s.backend.clone(), s.revoked.clone()));
+        let (backend, revoked) = match kept {
+            Some(k) => k,
             None => {
                 let login = Login { user: e.user.clone(), password: e.password.clone() };
-                Arc::new(connect(login).await.map_err(|why| {
+                let b = connect(login).await.map_err(|why| {
                     format!("{} entry {i}: cannot log in to Redis as {:?}: {why}", path.display(), e.user)
-                })?)
+                })?;
+                (Arc::new(b), tokio_util::sync::CancellationToken::new())
             }
         };
         new_logins.insert(e.token.clone(), (e.user, e.password));
-        out.push(Scoped { token: e.token, readonly: e.readonly, backend });
+        out.push(Scoped { token: e.token, readonly: e.readonly, backend, revoked });
     }
     Ok((out, new_logins))
+}
+
+/// Ends what the tokens of `previous` that `now` no longer has (or has with another login)
+/// hold open: their subscriptions. Their pooled connections close as the last request using
+/// them ends.
+pub(crate) fn revoke_dropped(previous: &[Scoped], now: &[Scoped]) {
+    for p in previous {
+        if !now.iter().any(|s| s.token == p.token && Arc::ptr_eq(&s.backend, &p.backend)) {
+            p.revoked.cancel();
+        }
+    }
 }

@@ -145,3 +145,68 @@ async fn scoped_tokens_are_held_to_their_redis_users() {
         assert!(!err.contains(&t1), "the token is printed: {err}");
     }
 }
+
+/// A token removed from the file by SIGHUP loses what it holds: its open subscriptions end
+/// and its Redis connections close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_token_loses_its_subscriptions_and_connections() {
+    let redis = RedisServer::start();
+    acl(&redis, &["app1", "on", ">pw-app1-0123456789", "~app1:*", "&app1:*", "+@all", "-@admin"]);
+    acl(&redis, &["app2", "on", ">pw-app2-0123456789", "~app2:*", "&app2:*", "+@all", "-@admin"]);
+    let (t1, t2) = (secret("t1"), secret("t2"));
+    let file = scratch_dir("tokens-revoke").join("tokens.json");
+    write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false), (&t2, "app2", "pw-app2-0123456789", false)]);
+    let front = RestFront::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
+    let url = front.url();
+    let clients_of = |user: &str| -> usize {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut redis.conn()).unwrap();
+        list.lines().filter(|l| l.contains(&format!(" user={user} "))).count()
+    };
+    assert_eq!(post(&url, &t2, json!(["SET", "app2:x", "1"])).await, (200, json!({"result": "OK"})));
+    assert_eq!(post(&url, &t1, json!(["SET", "app1:x", "1"])).await, (200, json!({"result": "OK"})));
+    let mut sub = redcount_tests::http()
+        .post(format!("{url}/subscribe/app2:news"))
+        .bearer_auth(&t2)
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sub.status().as_u16(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(5), sub.chunk()).await.unwrap().unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("subscribe,app2:news,1"));
+    assert!(clients_of("app2") >= 2, "a pooled connection and the subscriber's");
+
+    write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
+    assert!(Command::new("kill").args(["-HUP", &front.pid().to_string()]).status().unwrap().success());
+    let mut revoked = false;
+    for _ in 0..50 {
+        if post(&url, &t2, json!(["PING"])).await.0 == 401 {
+            revoked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(revoked, "t2 is refused after SIGHUP\n{}", front.log());
+    // The stream ends (a comment may say why first).
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match sub.chunk().await {
+                Ok(Some(_)) => continue,
+                _ => break,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the removed token's subscription is still open");
+    let mut gone = false;
+    for _ in 0..50 {
+        if clients_of("app2") == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "{} connections of the removed token's user remain", clients_of("app2"));
+    assert!(clients_of("app1") >= 1, "the other token keeps its connections");
+    assert_eq!(post(&url, &t1, json!(["GET", "app1:x"])).await, (200, json!({"result": "1"})));
+}

@@ -324,6 +324,61 @@ async fn subscribers_get_server_sent_events() {
     assert_eq!(open("/subscribe/").await.unwrap().status().as_u16(), 400);
 }
 
+/// A subscriber that never reads is dropped once its backlog passes
+/// --max-subscriber-backlog-bytes: the front does not hold every message published for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_does_not_read_is_dropped() {
+    use tokio::io::AsyncWriteExt;
+    let redis = RedisServer::start();
+    let front = RestFront::start_with(&redis.url(), false, &["--max-subscriber-backlog-bytes", "262144"]);
+    let addr = front.url().trim_start_matches("http://").to_string();
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let before = rss(front.pid());
+    // Three clients ask and then never read a byte.
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let req = format!(
+            "POST /subscribe/flood HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n",
+            front.token
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        sockets.push(s);
+    }
+    let mut conn = redis.conn();
+    // Redis would drop a subscriber connection the front did not read (32 MB); here only
+    // the front's own bound may.
+    let _: () =
+        redis::cmd("CONFIG").arg("SET").arg("client-output-buffer-limit").arg("pubsub 0 0 0").query(&mut conn).unwrap();
+    let mut listening = 0;
+    for _ in 0..100 {
+        listening = redis::cmd("PUBLISH").arg("flood").arg("hello").query::<i64>(&mut conn).unwrap();
+        if listening == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(listening, 3, "three subscribers");
+    // 60 MB published: without a bound the front holds it all, per subscriber.
+    let payload = "x".repeat(64 * 1024);
+    let mut left = -1;
+    for _ in 0..960 {
+        left = redis::cmd("PUBLISH").arg("flood").arg(&payload).query::<i64>(&mut conn).unwrap();
+        if left == 0 {
+            break;
+        }
+    }
+    assert_eq!(left, 0, "the subscribers that did not read still listen on Redis");
+    let grown = rss(front.pid()).saturating_sub(before);
+    assert!(grown < 48 << 20, "the front grew by {} MB", grown >> 20);
+    assert!(front.log().contains("backlog"), "the drop is logged:\n{}", front.log());
+    drop(sockets);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_primitive_through_the_front() {
     let redis = RedisServer::start();
