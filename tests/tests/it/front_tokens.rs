@@ -188,15 +188,8 @@ async fn a_removed_token_loses_its_subscriptions_and_connections() {
     }
     assert!(revoked, "t2 is refused after SIGHUP\n{}", front.log());
     // The stream ends (a comment may say why first).
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match sub.chunk().await {
-                Ok(Some(_)) => continue,
-                _ => break,
-            }
-        }
-    })
-    .await;
+    let ended =
+        tokio::time::timeout(Duration::from_secs(5), async { while let Ok(Some(_)) = sub.chunk().await {} }).await;
     assert!(ended.is_ok(), "the removed token's subscription is still open");
     let mut gone = false;
     for _ in 0..50 {
