@@ -124,7 +124,7 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                     Backend::Rest(rest) => match rest.post(exchange.body().to_string()).await {
                         Ok((status, body)) => exchange.receive(status, &body),
                         Err(e) => {
-                            count_backend_error(&e);
+                            report_backend_error(&e);
                             Step::Respond(exchange.fail(&e.to_string()))
                         }
                     },
@@ -132,7 +132,7 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                         Ok(v) => exchange.receive_value(Ok(v)),
                         Err(Error::Redis(e)) => exchange.receive_value(Err(e)),
                         Err(e) => {
-                            count_backend_error(&e);
+                            report_backend_error(&e);
                             Step::Respond(exchange.fail_at("Redis", &e.to_string()))
                         }
                     },
@@ -168,8 +168,9 @@ fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
     (route, policy.to_string())
 }
 
-/// Counts a call that did not reach the backend or got no answer, by what happened.
-fn count_backend_error(e: &Error) {
+/// Counts and logs a call that did not reach the backend or got no answer, by what happened.
+fn report_backend_error(e: &Error) {
+    tracing::warn!("backend: {e}");
     let kind = match e {
         Error::Transport(t) if t.timed_out => "timeout",
         Error::Transport(t) if t.may_have_run => "lost",

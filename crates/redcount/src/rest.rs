@@ -72,11 +72,15 @@ impl Rest {
     /// What a failed HTTP exchange says about the command: a refused connection sent
     /// nothing; anything later may have reached Redis.
     fn transport(&self, e: &reqwest::Error) -> Error {
-        Error::Transport(Transport {
-            may_have_run: !e.is_connect(),
-            timed_out: e.is_timeout(),
-            detail: format!("REST front {}: {e}", self.url),
-        })
+        // reqwest's own text is "error sending request"; the reason (a certificate not
+        // trusted, a refused connection) is in its sources.
+        let mut detail = format!("REST front {}: {e}", self.url);
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            detail.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        Error::Transport(Transport { may_have_run: !e.is_connect(), timed_out: e.is_timeout(), detail })
     }
 
     /// Runs `op`: EVALSHA, then EVAL once on NOSCRIPT.

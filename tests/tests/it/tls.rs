@@ -132,6 +132,21 @@ async fn tls_from_the_client_to_redis_and_a_certificate_reloaded_on_sighup() {
         let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
         assert_eq!((status, v["remaining"].as_i64()), (200, Some(1)), "{subject}: {v}\n{}", server.log());
     }
+    // Through a front whose certificate it does not trust, `redcount serve` fails closed and
+    // its log says why (the TLS reason, not only "error sending request").
+    let distrust = NativeServer::start(
+        &[
+            ("REDCOUNT_REST_URL", &front.url()),
+            ("REDCOUNT_REST_TOKEN", &front.token),
+            ("SSL_CERT_FILE", dir.join("nothing.pem").to_str().unwrap()),
+        ],
+        &admin,
+        TEST_POLICIES,
+    );
+    let r = plain_http.post(format!("{}/api/quotas/daily-prize/x", distrust.url())).body("{}").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let log = distrust.log().to_lowercase();
+    assert!(log.contains("certificate") && log.contains("issuer"), "{log}");
     // `redcount serve` serving HTTPS itself.
     let https_serve = NativeServer::start_with(
         &[("REDIS_URL", &rediss), ("SSL_CERT_FILE", &ca)],
