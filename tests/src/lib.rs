@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 pub use redcount_procs::{Proc, free_port, scratch_dir};
 
 /// A `redis-server` of our own, on a free port, with no persistence unless asked.
@@ -332,6 +334,65 @@ impl RedisCluster {
         redis::cluster::ClusterClient::new(seeds).unwrap().get_connection().unwrap()
     }
 
+    /// The cluster id of node `i` (CLUSTER MYID).
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER").arg("MYID").query(&mut self.nodes[i].conn()).unwrap()
+    }
+
+    /// The index of the node that holds keys of `slot`, if any does.
+    pub fn holder_of(&self, slot: i64) -> Option<usize> {
+        self.nodes.iter().position(|n| {
+            let count: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap();
+            count > 0
+        })
+    }
+
+    /// Moves `slot` from node `from` to node `to` as `redis-cli --cluster reshard` does:
+    /// IMPORTING / MIGRATING, MIGRATE one key at a time with pauses (so traffic meets the
+    /// slot split over two nodes: ASK, TRYAGAIN), then NODE everywhere. Returns when the
+    /// first key moved.
+    pub fn migrate_slot(&self, slot: i64, from: usize, to: usize) -> Instant {
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let (src_id, dst_id) = (self.node_id(from), self.node_id(to));
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&src_id)
+            .query::<()>(&mut dst.conn())
+            .unwrap();
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&dst_id)
+            .query::<()>(&mut src.conn())
+            .unwrap();
+        let started = Instant::now();
+        loop {
+            let keys: Vec<String> =
+                redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(dst.port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query::<()>(&mut src.conn())
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        for n in &self.nodes {
+            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
+        }
+        started
+    }
+
     /// Seed URLs, comma-separated.
     pub fn urls(&self) -> String {
         self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>().join(",")
@@ -349,6 +410,158 @@ pub const TEST_POLICIES: &str = r#"{
   "demo-packets": { "kind": "redpackets", "max_shares": 500, "max_total_cents": 1000000, "ttl_ms": 3600000 },
   "inbox":        { "kind": "inbox", "ttl_ms": 604800000, "max_len": 100, "max_age_s": 604800 }
 }"#;
+
+/// A client of the HTTP API of the worker or `redcount serve`.
+#[derive(Debug)]
+pub struct Api {
+    /// The HTTP client.
+    pub http: reqwest::Client,
+    /// The server's base URL.
+    pub base: String,
+    /// The admin token, sent when a call asks for it.
+    pub admin: String,
+}
+
+/// An answer: status, headers and the JSON body (a string when not JSON, null when empty).
+#[derive(Debug)]
+pub struct Reply {
+    /// The HTTP status.
+    pub status: u16,
+    /// The response headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// The body.
+    pub json: Value,
+}
+
+impl Reply {
+    /// The status and the body.
+    pub fn parts(self) -> (u16, Value) {
+        (self.status, self.json)
+    }
+}
+
+impl Api {
+    /// A client of `base` (a pool large enough for storms, calls bounded at 60 s).
+    pub fn new(base: String, admin: &str) -> Self {
+        let http = http_builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
+        Api { http, base, admin: admin.to_string() }
+    }
+
+    /// Sends a request (with the admin token when `admin`).
+    pub async fn call(&self, method: &str, path: &str, body: Option<&str>, admin: bool) -> Reply {
+        let mut r = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(b) = body {
+            r = r.header("Content-Type", "application/json").body(b.to_string());
+        }
+        if admin {
+            r = r.bearer_auth(&self.admin);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        let json =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Reply { status, headers, json }
+    }
+    /// GET without a token.
+    pub async fn get(&self, path: &str) -> Reply {
+        self.call("GET", path, None, false).await
+    }
+    /// POST without a token.
+    pub async fn post(&self, path: &str, body: &str) -> Reply {
+        self.call("POST", path, Some(body), false).await
+    }
+
+    /// A request with an `Idempotency-Key`.
+    pub async fn keyed(&self, method: &str, path: &str, body: &str, key: &str, admin: bool) -> (u16, Value) {
+        let (status, json, _) = self.keyed_replayed(method, path, body, key, admin).await;
+        (status, json)
+    }
+
+    /// [`Api::keyed`], and whether the response says it is a replay (`Idempotent-Replayed`).
+    pub async fn keyed_replayed(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        key: &str,
+        admin: bool,
+    ) -> (u16, Value, bool) {
+        let mut r =
+            self.http.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("Idempotency-Key", key);
+        if !body.is_empty() {
+            r = r.body(body.to_string());
+        }
+        if admin {
+            r = r.bearer_auth(&self.admin);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let replayed = resp.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
+        (status, serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null), replayed)
+    }
+
+    /// Sends a request and hangs up without reading the answer: a client that timed out.
+    pub async fn keyed_and_dropped(&self, method: &str, path: &str, body: &str, key: &str) {
+        use tokio::io::AsyncWriteExt;
+        let addr = self.base.trim_start_matches("http://");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        s.flush().await.unwrap();
+        drop(s);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A TCP proxy before `redis_port` that, once armed, forwards the next script call (EVAL or
+/// EVALSHA), lets Redis run it, and closes the client's connection before the reply reaches
+/// it: a reply lost after the command left (as when Redis dies between its write and its
+/// reply), without any limit involved. Returns its port and the arming flag.
+pub async fn reply_losing_proxy(redis_port: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = armed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let armed = flag.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await else { return };
+                let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
+                loop {
+                    tokio::select! {
+                        n = client.read(&mut up) => {
+                            let Ok(n @ 1..) = n else { return };
+                            if server.write_all(&up[..n]).await.is_err() {
+                                return;
+                            }
+                            let script = up[..n].windows(4).any(|w| w.eq_ignore_ascii_case(b"EVAL"));
+                            if script && armed.swap(false, Ordering::SeqCst) {
+                                // Redis runs it and answers; the answer goes nowhere.
+                                let _ = server.read(&mut down).await;
+                                return; // both connections close
+                            }
+                        }
+                        n = server.read(&mut down) => {
+                            let Ok(n @ 1..) = n else { return };
+                            if client.write_all(&down[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, armed)
+}
 
 /// An HTTP client for tests. reqwest is built with rustls and no provider of its own (see
 /// `redcount::tls`), so every client is made here, after the provider is installed.

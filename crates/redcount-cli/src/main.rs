@@ -365,13 +365,7 @@ async fn drain(
 async fn serve(args: ServeArgs) -> Result<(), String> {
     use redcount_cli::serve::Backend;
     redcount_http::log::init(args.log, args.log_format);
-    if let Some(addr) = args.metrics_listen {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
-        tracing::info!("metrics at http://{addr}/metrics");
-    }
+    redcount_http::serve_metrics(args.metrics_listen)?;
     let policies = match args.policies.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--policies @{path}: {e}"))?,
         None => args.policies.clone(),
@@ -420,18 +414,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     if !args.www.join("index.html").exists() {
         return Err(format!("--www {}: no index.html there", args.www.display()));
     }
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            let tls = redcount_http::Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
-            tls.reload_on_sighup(|r| match r {
-                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
-                Err(e) => tracing::error!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}"),
-            })
-            .map_err(|e| e.to_string())?;
-            Some(tls)
-        }
-        _ => None,
-    };
+    let tls = redcount_http::Tls::from_flags(args.tls_cert.as_deref(), args.tls_key.as_deref())?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

@@ -357,9 +357,34 @@ impl Tls {
         Ok(())
     }
 
+    /// The `--tls-cert` / `--tls-key` flags of a server: `None` for plain HTTP, else the
+    /// certificate, reloaded on every SIGHUP with each outcome logged.
+    pub fn from_flags(cert: Option<&std::path::Path>, key: Option<&std::path::Path>) -> Result<Option<Tls>, String> {
+        let (Some(cert), Some(key)) = (cert, key) else { return Ok(None) };
+        let tls = Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+        tls.reload_on_sighup(|r| match r {
+            Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+            Err(e) => tracing::error!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}"),
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Some(tls))
+    }
+
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         tokio_rustls::TlsAcceptor::from(self.config.read().unwrap_or_else(|e| e.into_inner()).clone())
     }
+}
+
+/// Serves Prometheus text at `http://addr/metrics` (`--metrics-listen`), on its own address
+/// so the metrics are never public by accident; nothing when `addr` is `None`.
+pub fn serve_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), String> {
+    let Some(addr) = addr else { return Ok(()) };
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    tracing::info!("metrics at http://{addr}/metrics");
+    Ok(())
 }
 
 /// Counts an open connection for `/metrics` while it lives.

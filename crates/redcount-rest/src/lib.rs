@@ -224,13 +224,7 @@ pub(crate) struct State {
 /// Connects to Redis, then serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), String> {
     log::init(config.log, config.log_format);
-    if let Some(addr) = config.metrics_listen {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
-        tracing::info!("metrics at http://{addr}/metrics");
-    }
+    redcount_http::serve_metrics(config.metrics_listen)?;
     if config.token.is_empty() {
         return Err("--token (REDCOUNT_REST_TOKEN) must not be empty".into());
     }
@@ -339,18 +333,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     if let Some(path) = &config.tokens {
         scoped_tokens(&state, &config, path.clone(), settings).await?;
     }
-    let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => {
-            let tls = redcount_http::Tls::from_files(cert, key).map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
-            tls.reload_on_sighup(move |r| match r {
-                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
-                Err(e) => tracing::error!("SIGHUP: TLS certificate not reloaded, the old one stays: {e}"),
-            })
-            .map_err(|e| e.to_string())?;
-            Some(tls)
-        }
-        _ => None,
-    };
+    let tls = redcount_http::Tls::from_flags(config.tls_cert.as_deref(), config.tls_key.as_deref())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;

@@ -14,47 +14,9 @@ use redcount_core::keys;
 use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
 use redcount_tests::{
-    NativeServer, RedisCluster, RedisServer, TEST_POLICIES, bin, free_port, root, scratch_dir, secret,
+    Api, NativeServer, RedisCluster, RedisServer, TEST_POLICIES, bin, free_port, root, scratch_dir, secret,
 };
-use serde_json::{Value, json};
-
-struct Api {
-    http: reqwest::Client,
-    base: String,
-    admin: String,
-}
-
-impl Api {
-    fn new(server: &NativeServer, admin: &str) -> Self {
-        let http =
-            redcount_tests::http_builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
-        Api { http, base: server.url(), admin: admin.to_string() }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<&str>, admin: bool) -> (u16, Value) {
-        let mut r = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
-        if let Some(b) = body {
-            r = r.header("Content-Type", "application/json").body(b.to_string());
-        }
-        if admin {
-            r = r.bearer_auth(&self.admin);
-        }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        let json =
-            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        (status, json)
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.call("GET", path, None, false).await
-    }
-
-    async fn post(&self, path: &str, body: &str) -> (u16, Value) {
-        self.call("POST", path, Some(body), false).await
-    }
-}
+use serde_json::json;
 
 /// `redcount serve --cluster` before `seeds` (comma-separated).
 fn serve(seeds: &str, extra: &[&str]) -> (NativeServer, String) {
@@ -67,10 +29,6 @@ fn serve(seeds: &str, extra: &[&str]) -> (NativeServer, String) {
 /// The slot of `key`.
 fn slot_of(cluster: &RedisCluster, key: &str) -> i64 {
     redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut cluster.nodes[0].conn()).unwrap()
-}
-
-fn node_id(n: &RedisServer) -> String {
-    redis::cmd("CLUSTER").arg("MYID").query(&mut n.conn()).unwrap()
 }
 
 /// The id of the master that serves `slot` as `view` sees it (CLUSTER NODES).
@@ -91,7 +49,7 @@ fn owner_seen_by(view: &RedisServer, slot: i64) -> String {
 
 /// The index of the master that serves `slot`, every node agreeing.
 fn owner(cluster: &RedisCluster, slot: i64) -> usize {
-    let ids: Vec<String> = cluster.nodes.iter().map(node_id).collect();
+    let ids: Vec<String> = (0..cluster.nodes.len()).map(|i| cluster.node_id(i)).collect();
     let seen: BTreeSet<String> = cluster.nodes.iter().map(|n| owner_seen_by(n, slot)).collect();
     assert_eq!(seen.len(), 1, "the nodes disagree on who serves slot {slot}: {seen:?}");
     ids.iter().position(|id| seen.contains(id)).expect("the owner is one of the nodes")
@@ -134,41 +92,41 @@ fn seeded_rng(test: &str) -> rand::rngs::StdRng {
 async fn serve_on_a_cluster_answers_the_route_contract_basics() {
     let cluster = RedisCluster::start(3);
     let (server, admin) = serve(&cluster.urls(), &[]);
-    let api = Api::new(&server, &admin);
+    let api = Api::new(server.url(), &admin);
 
-    let (status, health) = api.get("/api/health").await;
+    let (status, health) = api.get("/api/health").await.parts();
     assert_eq!((status, &health["ok"]), (200, &json!(true)), "{health}");
 
     // Quota: 2 per day, the third denied with Retry-After; peek; admin reset.
     for want in [true, true, false] {
-        let (status, q) = api.post("/api/quotas/daily-prize/bob", r#"{"cost":1}"#).await;
+        let (status, q) = api.post("/api/quotas/daily-prize/bob", r#"{"cost":1}"#).await.parts();
         assert_eq!((status, &q["allowed"]), (200, &json!(want)), "{q}");
     }
-    assert_eq!(api.get("/api/quotas/daily-prize/bob").await.1["remaining"], 0);
-    assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, false).await.0, 401);
-    assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, true).await.1, json!({"reset": true}));
-    assert_eq!(api.post("/api/quotas/daily-prize/bob", "").await.1["allowed"], json!(true));
+    assert_eq!(api.get("/api/quotas/daily-prize/bob").await.parts().1["remaining"], 0);
+    assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, false).await.parts().0, 401);
+    assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, true).await.parts().1, json!({"reset": true}));
+    assert_eq!(api.post("/api/quotas/daily-prize/bob", "").await.parts().1["allowed"], json!(true));
 
     // Claim: once per window.
-    assert_eq!(api.post("/api/claims/signup-bonus/alice", "").await.1["claimed"], json!(true));
-    let (_, again) = api.post("/api/claims/signup-bonus/alice", "").await;
+    assert_eq!(api.post("/api/claims/signup-bonus/alice", "").await.parts().1["claimed"], json!(true));
+    let (_, again) = api.post("/api/claims/signup-bonus/alice", "").await.parts();
     assert_eq!(again["claimed"], json!(false));
     assert!(again["retry_after_ms"].as_i64().unwrap() > 86_000_000, "{again}");
 
     // Counter: clamped at 0, then counts.
-    let (_, c) = api.post("/api/counters/running-jobs/app-1", r#"{"delta":-1}"#).await;
+    let (_, c) = api.post("/api/counters/running-jobs/app-1", r#"{"delta":-1}"#).await.parts();
     assert_eq!(c, json!({"value": 0, "applied": 0, "status": "clamped"}));
-    assert_eq!(api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await.1["value"], 1);
-    assert_eq!(api.get("/api/counters/running-jobs/app-1").await.1, json!({"value": 1}));
+    assert_eq!(api.post("/api/counters/running-jobs/app-1", r#"{"delta":1}"#).await.parts().1["value"], 1);
+    assert_eq!(api.get("/api/counters/running-jobs/app-1").await.parts().1, json!({"value": 1}));
 
     // Red packet: created, grabbed to the end, each user once, the sum exact.
-    let (status, made) = api.post("/api/redpackets", r#"{"total_cents":1000,"count":3}"#).await;
+    let (status, made) = api.post("/api/redpackets", r#"{"total_cents":1000,"count":3}"#).await.parts();
     assert_eq!(status, 201, "{made}");
     let id = made["id"].as_str().unwrap().to_string();
     let api = &api;
     let grab = |user: &str| {
         let (path, body) = (format!("/api/redpackets/{id}/grab"), format!(r#"{{"user":"{user}"}}"#));
-        async move { api.post(&path, &body).await }
+        async move { api.post(&path, &body).await.parts() }
     };
     let first = grab("u1").await.1;
     assert_eq!(first["outcome"], json!("won"), "{first}");
@@ -182,7 +140,7 @@ async fn serve_on_a_cluster_answers_the_route_contract_basics() {
     }
     assert_eq!(grab("u4").await.1["outcome"], json!("empty"));
     assert_eq!(sum, 1000);
-    let (_, st) = api.get(&format!("/api/redpackets/{id}")).await;
+    let (_, st) = api.get(&format!("/api/redpackets/{id}")).await.parts();
     assert_eq!(
         (st["claimed"].as_i64(), st["claimed_cents"].as_i64(), st["remaining"].as_i64()),
         (Some(3), Some(1000), Some(0))
@@ -190,7 +148,7 @@ async fn serve_on_a_cluster_answers_the_route_contract_basics() {
     let log = log_of(&cluster, &id);
     assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ["u1", "u2", "u3"]);
     assert_eq!(log.values().map(|(a, _)| a).sum::<i64>(), 1000, "Redis's log agrees");
-    assert_eq!(api.post("/api/redpackets/0123456789abcdef/grab", r#"{"user":"u1"}"#).await.0, 404);
+    assert_eq!(api.post("/api/redpackets/0123456789abcdef/grab", r#"{"user":"u1"}"#).await.parts().0, 404);
 
     // Objects of many subjects land on every master, each call on the one that serves it, in
     // one round trip (a first round loads the script on each master).
@@ -198,7 +156,7 @@ async fn serve_on_a_cluster_answers_the_route_contract_basics() {
     for round in 0..2 {
         let (sha0, eval0) = (calls("evalsha"), calls("eval"));
         for i in 0..60 {
-            let (status, q) = api.post(&format!("/api/quotas/burst/r{round}-{i}"), "").await;
+            let (status, q) = api.post(&format!("/api/quotas/burst/r{round}-{i}"), "").await.parts();
             assert_eq!((status, &q["allowed"]), (200, &json!(true)), "{q}");
         }
         let per_node: Vec<u64> = calls("evalsha").iter().zip(&sha0).map(|(a, b)| a - b).collect();
@@ -214,46 +172,14 @@ async fn serve_on_a_cluster_answers_the_route_contract_basics() {
     assert!(!log.contains("panicked") && !log.contains(&admin), "{log}");
 }
 
-/// Moves `slot` from `from` to `to` as `redis-cli --cluster reshard` does: IMPORTING /
-/// MIGRATING, MIGRATE key by key with pauses (so the storm meets the slot split over two
-/// nodes: ASK, TRYAGAIN), then NODE everywhere. Returns when the first key moved.
-fn migrate_slot(cluster: &RedisCluster, slot: i64, from: usize, to: usize) -> Instant {
-    let (src, dst) = (&cluster.nodes[from], &cluster.nodes[to]);
-    let (src_id, dst_id) = (node_id(src), node_id(dst));
-    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&src_id).query::<()>(&mut dst.conn()).unwrap();
-    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&dst_id).query::<()>(&mut src.conn()).unwrap();
-    let started = Instant::now();
-    loop {
-        let keys: Vec<String> =
-            redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
-        if keys.is_empty() {
-            break;
-        }
-        redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(dst.port())
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query::<()>(&mut src.conn())
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    for n in &cluster.nodes {
-        redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
-    }
-    started
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_grab_storm_through_serve_while_the_packet_slot_migrates() {
     let cluster = RedisCluster::start(3);
     let (server, admin) = serve(&cluster.urls(), &[]);
-    let api = std::sync::Arc::new(Api::new(&server, &admin));
+    let api = std::sync::Arc::new(Api::new(server.url(), &admin));
     let (shares, total, users) = (300i64, 123_456i64, 900usize);
-    let (status, made) = api.post("/api/redpackets", &format!(r#"{{"total_cents":{total},"count":{shares}}}"#)).await;
+    let (status, made) =
+        api.post("/api/redpackets", &format!(r#"{{"total_cents":{total},"count":{shares}}}"#)).await.parts();
     assert_eq!(status, 201, "{made}");
     let id = made["id"].as_str().unwrap().to_string();
     println!("packet {id}");
@@ -269,7 +195,7 @@ async fn a_grab_storm_through_serve_while_the_packet_slot_migrates() {
                 let mut unavailable = 0;
                 loop {
                     let (status, body) =
-                        api.post(&format!("/api/redpackets/{id}/grab"), &format!(r#"{{"user":"u{i}"}}"#)).await;
+                        api.post(&format!("/api/redpackets/{id}/grab"), &format!(r#"{{"user":"u{i}"}}"#)).await.parts();
                     match status {
                         200 => return (i, body, unavailable, Instant::now()),
                         // The one 5xx allowed: a clear 503, and the grab (idempotent per user)
@@ -293,7 +219,7 @@ async fn a_grab_storm_through_serve_while_the_packet_slot_migrates() {
     let cluster = std::sync::Arc::new(cluster);
     let mover = {
         let c = cluster.clone();
-        tokio::task::spawn_blocking(move || migrate_slot(&c, slot, from, to))
+        tokio::task::spawn_blocking(move || c.migrate_slot(slot, from, to))
     };
     let mut won = BTreeMap::new();
     let (mut empty, mut retried) = (0, 0);
@@ -328,7 +254,7 @@ async fn a_grab_storm_through_serve_while_the_packet_slot_migrates() {
     assert_eq!(indexes.len(), shares as usize, "no share issued twice");
     assert_eq!(won.values().map(|(a, _)| a).sum::<i64>(), total);
     assert_eq!(log_of(&cluster, &id), won, "Redis's grab log holds exactly the answered wins");
-    let (_, st) = api.get(&format!("/api/redpackets/{id}")).await;
+    let (_, st) = api.get(&format!("/api/redpackets/{id}")).await.parts();
     assert_eq!(
         (st["claimed"].as_i64(), st["claimed_cents"].as_i64(), st["remaining"].as_i64()),
         (Some(shares), Some(total), Some(0)),
@@ -535,64 +461,20 @@ async fn a_write_to_a_stalled_master_times_out_and_runs_once() {
     assert_eq!(next.value, 2, "the connection serves again");
 }
 
-/// A TCP proxy before `redis_port` that, once armed, forwards the next script call, lets
-/// Redis run it, and closes the client's connection before the reply reaches it: a reply lost
-/// after the command left.
-async fn reply_losing_proxy(redis_port: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
-    use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = armed.clone();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let armed = flag.clone();
-            tokio::spawn(async move {
-                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await else { return };
-                let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
-                loop {
-                    tokio::select! {
-                        n = client.read(&mut up) => {
-                            let Ok(n @ 1..) = n else { return };
-                            if server.write_all(&up[..n]).await.is_err() {
-                                return;
-                            }
-                            let script = up[..n].windows(4).any(|w| w.eq_ignore_ascii_case(b"EVAL"));
-                            if script && armed.swap(false, Ordering::SeqCst) {
-                                // Redis runs it and answers; the answer goes nowhere.
-                                let _ = server.read(&mut down).await;
-                                return; // both connections close
-                            }
-                        }
-                        n = server.read(&mut down) => {
-                            let Ok(n @ 1..) = n else { return };
-                            if client.write_all(&down[..n]).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (port, armed)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
     use std::sync::atomic::Ordering;
     let cluster = RedisCluster::start(3);
     // Master 1 is announced at a proxy's port, so clients reach it only through the proxy.
     let m = 1;
-    let (proxy, armed) = reply_losing_proxy(cluster.nodes[m].port()).await;
+    let (proxy, armed) = redcount_tests::reply_losing_proxy(cluster.nodes[m].port()).await;
     redis::cmd("CONFIG")
         .arg("SET")
         .arg("cluster-announce-port")
         .arg(proxy)
         .query::<()>(&mut cluster.nodes[m].conn())
         .unwrap();
-    let id = node_id(&cluster.nodes[m]);
+    let id = cluster.node_id(m);
     let deadline = Instant::now() + Duration::from_secs(15);
     for n in &cluster.nodes {
         loop {

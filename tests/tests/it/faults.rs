@@ -232,62 +232,6 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
     assert_eq!((status, j["remaining"].as_i64()), (200, Some(1)), "{j}");
 }
 
-/// A TCP proxy in front of Redis that, once told to, drops the reply to the next EVALSHA a
-/// connection sends (Redis runs it; its answer never arrives; the connection closes): a
-/// write whose reply was lost, without any limit involved.
-struct ReplyDropper {
-    port: u16,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl ReplyDropper {
-    async fn start(redis_port: u16) -> ReplyDropper {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = armed.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await.unwrap();
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let doomed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let (flag, mark) = (flag.clone(), doomed.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 65536];
-                    while let Ok(n) = cr.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        let chunk = &buf[..n];
-                        if chunk.windows(7).any(|w| w.eq_ignore_ascii_case(b"EVALSHA"))
-                            && flag.swap(false, std::sync::atomic::Ordering::SeqCst)
-                        {
-                            mark.store(true, std::sync::atomic::Ordering::SeqCst);
-                        }
-                        if sw.write_all(chunk).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 65536];
-                    while let Ok(n) = sr.read(&mut buf).await {
-                        if n == 0 || doomed.load(std::sync::atomic::Ordering::SeqCst) {
-                            break; // drops the reply and closes the client's side
-                        }
-                        if cw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        ReplyDropper { port, armed }
-    }
-}
-
 /// A redcount script whose reply was lost on the way (the connection ended, Redis stayed
 /// up) is a 503 "may or may not have happened", never a 4xx blaming the output-buffer limit:
 /// its reply is a few integers.
@@ -296,11 +240,11 @@ async fn a_lost_script_reply_is_unavailable_not_a_client_error() {
     use redcount::Error;
     use redcount_core::ops::claim::Claim;
     let redis = RedisServer::start();
-    let proxy = ReplyDropper::start(redis.port()).await;
-    let front = RestFront::start_with(&format!("redis://127.0.0.1:{}", proxy.port), false, &["--timeout-ms", "3000"]);
+    let (port, armed) = redcount_tests::reply_losing_proxy(redis.port()).await;
+    let front = RestFront::start_with(&format!("redis://127.0.0.1:{port}"), false, &["--timeout-ms", "3000"]);
     let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
     assert!(rest.run(&Claim::new("lost", "first", 60_000).unwrap()).await.unwrap().claimed, "script loaded");
-    proxy.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let lost = rest.run(&Claim::new("lost", "second", 60_000).unwrap()).await;
     match lost {
         Err(Error::Transport(t)) => assert!(t.may_have_run, "{t:?}"),

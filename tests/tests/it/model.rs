@@ -2363,47 +2363,6 @@ async fn redpacket_never_over_issues_and_each_user_wins_once() {
 // ---------------------------------------------------------------------------------------------
 // Found by the model tests
 
-/// A TCP proxy before Redis that, once armed, forwards the next script call, lets Redis run
-/// it, and closes the client's connection before the reply reaches it: a reply lost after the
-/// command left (as when Redis dies between its write and its reply).
-async fn reply_losing_proxy(redis_port: u16) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = armed.clone();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let armed = flag.clone();
-            tokio::spawn(async move {
-                let mut server = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await.unwrap();
-                let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
-                loop {
-                    tokio::select! {
-                        n = client.read(&mut up) => {
-                            let Ok(n @ 1..) = n else { return };
-                            server.write_all(&up[..n]).await.unwrap();
-                            let script = up[..n].windows(4).any(|w| w.eq_ignore_ascii_case(b"EVAL"));
-                            if script && armed.swap(false, Ordering::SeqCst) {
-                                // Redis runs it and answers; the answer goes nowhere.
-                                let _ = server.read(&mut down).await;
-                                return; // both connections close
-                            }
-                        }
-                        n = server.read(&mut down) => {
-                            let Ok(n @ 1..) = n else { return };
-                            if client.write_all(&down[..n]).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (port, armed)
-}
-
 /// Seen by `counter_value_is_the_sum_of_what_was_applied` (seeds 80727275027 round 0 and
 /// 80738944972 round 5, after main's 48970b9): a RESP call answered "applied 2" had added 4.
 /// redis-rs reports a reply lost after the command was sent as "broken pipe", the same error
@@ -2411,7 +2370,7 @@ async fn reply_losing_proxy(redis_port: u16) -> (u16, Arc<std::sync::atomic::Ato
 #[tokio::test]
 async fn a_write_whose_reply_was_lost_is_not_applied_twice() {
     let redis = RedisServer::start();
-    let (port, armed) = reply_losing_proxy(redis.port()).await;
+    let (port, armed) = redcount_tests::reply_losing_proxy(redis.port()).await;
     let d = Direct::connect_with(&format!("redis://127.0.0.1:{port}/"), Duration::from_secs(2)).await.unwrap();
     let bounds = Bounds::default();
     let add = AddCounter::new("lost", "reply", Storage::Key, 1, bounds).unwrap();
@@ -2432,7 +2391,7 @@ async fn a_write_whose_reply_was_lost_is_not_applied_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)] // the proxy runs while the front starts
 async fn a_write_whose_reply_was_lost_is_not_applied_twice_through_the_front() {
     let redis = RedisServer::start();
-    let (port, armed) = reply_losing_proxy(redis.port()).await;
+    let (port, armed) = redcount_tests::reply_losing_proxy(redis.port()).await;
     let front = redcount_tests::RestFront::start(&format!("redis://127.0.0.1:{port}/"), false);
     let http = redcount_tests::http();
     let incr = |key: &'static str| {

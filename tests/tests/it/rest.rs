@@ -532,49 +532,12 @@ fn bad_flags_and_unreachable_redis_fail_at_start() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"), "no password in messages");
 }
 
-/// Moves `slot` from the node that serves it to another, the way `redis-cli --cluster
-/// reshard` does: IMPORTING / MIGRATING, MIGRATE key by key, then NODE everywhere. Returns
-/// the indexes of the old and the new owner, and when the first key moved.
+/// Moves `slot` from the node that serves it to the next one. Returns the indexes of the old
+/// and the new owner, and when the first key moved.
 fn migrate_slot(cluster: &RedisCluster, slot: i64) -> (usize, usize, std::time::Instant) {
-    let id_of = |n: &RedisServer| -> String { redis::cmd("CLUSTER").arg("MYID").query(&mut n.conn()).unwrap() };
-    let owner = cluster
-        .nodes
-        .iter()
-        .position(|n| {
-            let count: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.conn()).unwrap();
-            count > 0
-        })
-        .expect("a node holds the slot's keys");
+    let owner = cluster.holder_of(slot).expect("a node holds the slot's keys");
     let to = (owner + 1) % cluster.nodes.len();
-    let (src, dst) = (&cluster.nodes[owner], &cluster.nodes[to]);
-    let (src_id, dst_id) = (id_of(src), id_of(dst));
-    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&src_id).query::<()>(&mut dst.conn()).unwrap();
-    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&dst_id).query::<()>(&mut src.conn()).unwrap();
-    let started = std::time::Instant::now();
-    loop {
-        let keys: Vec<String> =
-            redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
-        if keys.is_empty() {
-            break;
-        }
-        // One key at a time, with a pause: the storm keeps running while the slot is split
-        // across two nodes (ASK redirections, TRYAGAIN for the multi-key script).
-        redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(dst.port())
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query::<()>(&mut src.conn())
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    for n in &cluster.nodes {
-        redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
-    }
-    (owner, to, started)
+    (owner, to, cluster.migrate_slot(slot, owner, to))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,45 +5,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use redcount_tests::{NativeServer, RedisCluster, RedisServer, RestFront, Store, TEST_POLICIES, Wrangler, secret};
+use redcount_tests::{
+    Api, NativeServer, RedisCluster, RedisServer, Reply, RestFront, Store, TEST_POLICIES, Wrangler, secret,
+};
 use serde_json::{Value, json};
-
-struct Api {
-    http: reqwest::Client,
-    base: String,
-    admin: String,
-}
-
-struct Reply {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    json: Value,
-}
-
-impl Api {
-    async fn call(&self, method: &str, path: &str, body: Option<&str>, admin: bool) -> Reply {
-        let mut r = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
-        if let Some(b) = body {
-            r = r.header("Content-Type", "application/json").body(b.to_string());
-        }
-        if admin {
-            r = r.bearer_auth(&self.admin);
-        }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.unwrap();
-        let json =
-            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Reply { status, headers, json }
-    }
-    async fn get(&self, path: &str) -> Reply {
-        self.call("GET", path, None, false).await
-    }
-    async fn post(&self, path: &str, body: &str) -> Reply {
-        self.call("POST", path, Some(body), false).await
-    }
-}
 
 fn assert_error(r: &Reply, status: u16, field: Option<&str>) {
     assert_eq!(r.status, status, "{}", r.json);
@@ -464,44 +429,6 @@ async fn idempotency_keys_through_the_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idempotency_keys_through_the_native_server() {
     idempotency(Kind::NativeResp).await;
-}
-
-impl Api {
-    async fn keyed(&self, method: &str, path: &str, body: &str, key: &str, admin: bool) -> (u16, Value) {
-        let (status, json, _) = self.keyed_replayed(method, path, body, key, admin).await;
-        (status, json)
-    }
-
-    /// [`Api::keyed`], and whether the response says it is a replay (`Idempotent-Replayed`).
-    async fn keyed_replayed(&self, method: &str, path: &str, body: &str, key: &str, admin: bool) -> (u16, Value, bool) {
-        let mut r =
-            self.http.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("Idempotency-Key", key);
-        if !body.is_empty() {
-            r = r.body(body.to_string());
-        }
-        if admin {
-            r = r.bearer_auth(&self.admin);
-        }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let replayed = resp.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
-        (status, serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null), replayed)
-    }
-
-    /// Sends a request and hangs up without reading the answer: a client that timed out.
-    async fn keyed_and_dropped(&self, method: &str, path: &str, body: &str, key: &str) {
-        use tokio::io::AsyncWriteExt;
-        let addr = self.base.trim_start_matches("http://");
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).await.unwrap();
-        s.flush().await.unwrap();
-        drop(s);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 async fn idempotency(kind: Kind) {
