@@ -642,17 +642,20 @@ fn prepare(st: &State, access: &Access, cmd: &mut Cmd) -> Fixup {
     }
 }
 
-/// Refuses a read-only token's EVAL_RO of a script Redis does not have (so no full-token
-/// client loaded it), before anything of the request runs.
-async fn vetted(st: &State, fixups: &[Fixup]) -> Result<(), Failure> {
-    let shas: Vec<&String> =
-        fixups.iter().filter_map(|f| if let Fixup::Vetted(s) = f { Some(s) } else { None }).collect();
+/// The positions in `fixups` of a read-only token's EVAL_RO of a script Redis does not have
+/// (so no full-token client loaded it): those are refused before anything of the request runs.
+async fn unvetted(st: &State, fixups: &[Fixup]) -> Result<Vec<usize>, Failure> {
+    let shas: Vec<(usize, &String)> = fixups
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| if let Fixup::Vetted(s) = f { Some((i, s)) } else { None })
+        .collect();
     if shas.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let mut exists = redis::cmd("SCRIPT");
     exists.arg("EXISTS");
-    for sha in &shas {
+    for (_, sha) in &shas {
         exists.arg(sha.as_str());
     }
     let found: Vec<bool> = match timed(st, backend(st, &Access::ReadOnly).query(&exists)).await? {
@@ -660,15 +663,23 @@ async fn vetted(st: &State, fixups: &[Fixup]) -> Result<(), Failure> {
         Value::Int(n) => vec![n == 1],
         _ => vec![false],
     };
-    match shas.iter().zip(found.iter().chain(std::iter::repeat(&false))).find(|(_, ok)| !**ok) {
-        None => Ok(()),
-        Some((sha, _)) => Err(error(
-            StatusCode::FORBIDDEN,
-            format!(
-                "NOPERM this token is read-only and may run only scripts a full-token client has loaded: load script {sha} with SCRIPT LOAD (or run it once) with the full token"
-            ),
-        )),
-    }
+    Ok(shas
+        .iter()
+        .zip(found.iter().chain(std::iter::repeat(&false)))
+        .filter(|(_, ok)| !**ok)
+        .map(|((i, _), _)| *i)
+        .collect())
+}
+
+/// The refusal of a read-only token's script no full-token client loaded.
+fn unloaded(fixup: &Fixup) -> Failure {
+    let sha = if let Fixup::Vetted(s) = fixup { s.as_str() } else { "" };
+    error(
+        StatusCode::FORBIDDEN,
+        format!(
+            "NOPERM this token is read-only and may run only scripts a full-token client has loaded: load script {sha} with SCRIPT LOAD (or run it once) with the full token"
+        ),
+    )
 }
 
 fn to_redis(cmd: &Cmd) -> redis::Cmd {
@@ -789,7 +800,9 @@ fn backend<'a>(st: &'a State, access: &'a Access) -> &'a Backend {
 
 async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2: bool) -> Result<Response, Failure> {
     let fixup = prepare(st, access, &mut cmd);
-    vetted(st, std::slice::from_ref(&fixup)).await?;
+    if !unvetted(st, std::slice::from_ref(&fixup)).await?.is_empty() {
+        return Err(unloaded(&fixup));
+    }
     let redis_cmd = to_redis(&cmd);
     let upper = cmd.name.to_ascii_uppercase();
     let args0 = cmd.args.first().map(|a| a.to_ascii_uppercase());
@@ -859,9 +872,13 @@ async fn run_many(
     // Refused entries answer for themselves; the others are sent, in order.
     let mut refused: Vec<(usize, Failure)> = Vec::new();
     let mut cmds = Vec::with_capacity(entries.len());
+    let mut at = Vec::with_capacity(entries.len());
     for (i, e) in entries.into_iter().enumerate() {
         match e {
-            Ok(c) => cmds.push(c),
+            Ok(c) => {
+                cmds.push(c);
+                at.push(i);
+            }
             Err(f) => refused.push((i, f)),
         }
     }
@@ -869,7 +886,19 @@ async fn run_many(
     for c in &mut cmds {
         fixups.push(prepare(st, access, c));
     }
-    vetted(st, &fixups).await?;
+    // A pipeline refuses such a script in its entry; a transaction refuses it whole.
+    let unvetted = unvetted(st, &fixups).await?;
+    if let Some(&first) = unvetted.first()
+        && atomic
+    {
+        return Err(unloaded(&fixups[first]));
+    }
+    for &i in unvetted.iter().rev() {
+        refused.push((at[i], unloaded(&fixups[i])));
+        cmds.remove(i);
+        fixups.remove(i);
+    }
+    refused.sort_by_key(|(i, _)| *i);
     let lane = if atomic { Lane::Bounded } else { lane(&cmds.iter().collect::<Vec<_>>()) };
     let started = Instant::now();
     let mut items: Vec<Value> = Vec::with_capacity(cmds.len());

@@ -364,8 +364,14 @@ async fn the_readonly_token_runs_only_scripts_the_full_token_loaded() {
             assert_eq!(s, 403, "{src}: {v}");
             assert!(v["error"].as_str().unwrap().contains("SCRIPT LOAD"), "{v}");
         }
-        let (s, v) = c.send(ro, "/pipeline", Some(json!([["GET", "k"], ["EVAL_RO", src, "0", "x"]])), false).await;
-        assert_eq!(s, 403, "{src} in a pipeline: {v}");
+        // In a pipeline that entry alone is refused; in a transaction, the whole.
+        let (s, v) =
+            c.send(ro, "/pipeline", Some(json!([["PING"], ["EVAL_RO", src, "0", "x"], ["PING"]])), false).await;
+        assert_eq!(s, 200, "{src} in a pipeline: {v}");
+        assert_eq!((v[0]["result"].as_str(), v[2]["result"].as_str()), (Some("PONG"), Some("PONG")), "{v}");
+        assert!(v[1]["error"].as_str().is_some_and(|e| e.contains("SCRIPT LOAD")), "{v}");
+        let (s, v) = c.send(ro, "/multi-exec", Some(json!([["GET", "k"], ["EVAL_RO", src, "0", "x"]])), false).await;
+        assert_eq!(s, 403, "{src} in a transaction: {v}");
     }
     assert_eq!((cached(&sha(bomb)), cached(&sha(echo))), (0, 0), "Redis's script cache was filled");
     // Once the full token has loaded them, the read-only token runs them by source or SHA.
