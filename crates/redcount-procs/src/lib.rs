@@ -176,8 +176,14 @@ pub const CLUSTER_NODE: [&str; 4] = ["--cluster-enabled", "yes", "--cluster-node
 /// Joins the nodes listening on `ports` into a Cluster of masters (`redis-cli --cluster
 /// create`); the caller waits for `cluster_state:ok`.
 pub fn cluster_create(ports: &[u16]) -> Result<(), String> {
+    cluster_create_with(ports, &[])
+}
+
+/// [`cluster_create`] with more `redis-cli` arguments (`--tls --cacert ca.pem` for nodes
+/// reached on their TLS ports).
+pub fn cluster_create_with(ports: &[u16], cli: &[&str]) -> Result<(), String> {
     let mut cmd = Command::new("redis-cli");
-    cmd.args(["--cluster", "create"]);
+    cmd.args(cli).args(["--cluster", "create"]);
     for p in ports {
         cmd.arg(format!("127.0.0.1:{p}"));
     }

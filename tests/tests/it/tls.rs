@@ -229,3 +229,71 @@ async fn tls_from_the_client_to_redis_and_a_certificate_reloaded_on_sighup() {
     assert_eq!(status, 200, "a failed reload keeps the certificate in use");
     assert!(front.log().contains("not reloaded"), "{}", front.log());
 }
+
+/// A Redis Cluster reached only over TLS (`tls-cluster yes`: nodes announce their TLS ports):
+/// the front and `redcount serve` take `rediss://` seeds and follow the cluster's topology
+/// over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls() {
+    let dir = scratch_dir("tls-cluster");
+    let p = pki(&dir, "cluster");
+    let (cert, key, ca) = (p.cert.display().to_string(), p.key.display().to_string(), p.ca.display().to_string());
+    let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<RedisServer> = tls_ports
+        .iter()
+        .map(|port| {
+            let port = port.to_string();
+            let mut args = vec![
+                "--tls-port",
+                &port,
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "no",
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ];
+            args.extend(redcount_procs::CLUSTER_NODE);
+            RedisServer::start_with(&args)
+        })
+        .collect();
+    redcount_procs::cluster_create_with(&tls_ports, &["--tls", "--cacert", &ca]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    for n in &nodes {
+        while !redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut n.conn()).unwrap().contains("cluster_state:ok") {
+            assert!(std::time::Instant::now() < deadline, "the TLS cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let cluster = redcount_tests::RedisCluster { nodes };
+    let seeds = tls_ports.iter().map(|p| format!("rediss://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+    let front = RestFront::start_env(&seeds, true, &[], &[("SSL_CERT_FILE", &ca)]);
+    let http = redcount_tests::http();
+    let body = json!([["INCR", "t1"], ["INCR", "t2"], ["INCR", "t3"], ["INCR", "t4"], ["INCR", "t5"]]);
+    let (status, v) = post(&http, &format!("{}/pipeline", front.url()), &front.token, body).await.unwrap();
+    assert_eq!(status, 200, "{v}\n{}", front.log());
+    assert!(v.as_array().unwrap().iter().all(|e| e["result"] == 1), "{v}");
+    // The keys are spread over the masters: the front reached each over TLS.
+    let holding =
+        cluster.nodes.iter().filter(|n| redis::cmd("DBSIZE").query::<i64>(&mut n.conn()).unwrap() > 0).count();
+    assert!(holding >= 2, "t1..t5 are on {holding} master(s)");
+    let admin = secret("admin");
+    let serve = NativeServer::start_with(
+        &[("REDIS_URL", &seeds), ("SSL_CERT_FILE", &ca)],
+        &admin,
+        TEST_POLICIES,
+        &["--cluster"],
+    );
+    for subject in ["a", "b", "c", "d"] {
+        let r = http.post(format!("{}/api/quotas/daily-prize/{subject}", serve.url())).body("{}").send().await.unwrap();
+        let status = r.status().as_u16();
+        let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert_eq!((status, v["remaining"].as_i64()), (200, Some(1)), "{subject}: {v}\n{}", serve.log());
+    }
+}
