@@ -124,6 +124,12 @@ async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
     let (told, failures, redis) = storm_until_answered(worker.url(), id.clone(), 600, fault).await;
     assert!(failures.iter().any(|(s, _)| *s == 503), "the kill landed while requests were in flight");
     for (status, j) in &failures {
+        // wrangler dev's own runtime restarted under a loaded machine (seen once in CI): its
+        // proxy answers for it; the retry below reaches the worker again.
+        if j["not_json"].as_str().is_some_and(|t| t.contains("Your worker restarted mid-request")) {
+            println!("wrangler dev restarted its runtime mid-storm:\n{}", worker.log());
+            continue;
+        }
         assert_eq!(*status, 503, "while Redis was down: a clear 503, nothing else: {j}");
         assert!(j["error"].as_str().is_some_and(|e| e.contains("unavailable") || e.contains("unreachable")), "{j}");
     }
