@@ -38,7 +38,8 @@ pub struct Backend {
 #[derive(Clone)]
 enum Conns {
     Single(Arc<Pool>, Arc<Shared>),
-    Cluster(ClusterConnection),
+    /// With the time a call may take, redirections included.
+    Cluster(ClusterConnection, Duration),
 }
 
 /// A few connections that many requests share at once (commands pipelined by redis-rs):
@@ -458,6 +459,10 @@ pub fn pubsub_info(url: &str, login: Option<&Login>) -> Result<redis::Connection
 
 impl Backend {
     /// The user its connections log in as, when not the URL's.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conns, Conns::Cluster(..))
+    }
+
     pub fn login(&self) -> Option<&Login> {
         self.login.as_ref()
     }
@@ -470,7 +475,7 @@ impl Backend {
             let made = match via.map(|b| &b.conns) {
                 None => OnConnect::Here(cmds),
                 Some(Conns::Single(other, _)) => OnConnect::Via(cmds, Box::new(other.info.clone())),
-                Some(Conns::Cluster(_)) => return,
+                Some(Conns::Cluster(..)) => return,
             };
             let _ = pool.on_connect.set(made);
         }
@@ -507,7 +512,7 @@ impl Backend {
             // With `ignore_errors` a CROSSSLOT reply from Redis is an entry, not the whole
             // result: this one is the client's refusal.
             Err(e)
-                if matches!(self.conns, Conns::Cluster(_))
+                if matches!(self.conns, Conns::Cluster(..))
                     && e.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) =>
             {
                 Ok(None)
@@ -552,12 +557,14 @@ impl Backend {
             let mut builder = ClusterClientBuilder::new(seeds)
                 .connection_timeout(connect_timeout)
                 .response_timeout(timeout)
-                // A migrating slot can answer ASK, then TRYAGAIN, more than once: room to follow.
-                .retries(8);
+                // No resending by redis-rs: it would send a command again after a lost reply (a
+                // write twice), and a whole pipeline again after one entry's ASK (the entries
+                // that had run, twice). Redirections are followed by `cluster_call`.
+                .retries(0);
             if let Some(l) = login {
                 builder = builder.username(&l.user).password(&l.password);
             }
-            Conns::Cluster(builder.build()?.get_async_connection().await?)
+            Conns::Cluster(builder.build()?.get_async_connection().await?, timeout)
         } else {
             let mut info = url.into_connection_info()?;
             if let Some(l) = login {
@@ -578,7 +585,7 @@ impl Conns {
         match (self, lane) {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| cmd.query_async(c).await).await,
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| cmd.query_async(c).await).await,
-            (Conns::Cluster(c), _) => cmd.query_async(&mut c.clone()).await,
+            (Conns::Cluster(c, timeout), _) => cluster_call(c, cmd, *timeout).await,
         }
     }
 
@@ -586,7 +593,22 @@ impl Conns {
         match (self, lane) {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| pipe.query_async(c).await).await,
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
-            (Conns::Cluster(c), _) => pipe.query_async(&mut c.clone()).await,
+            // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
+            // a pipeline's entries go one by one (`Backend::is_cluster`).
+            (Conns::Cluster(c, _), _) => pipe.query_async(&mut c.clone()).await,
+        }
+    }
+}
+
+/// [`redcount::direct::cluster_call`] with a redis-rs error: the front classifies those. It
+/// gets a moment more than the front's own limit, which answers first (504).
+async fn cluster_call(conn: &ClusterConnection, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+    use redcount::direct::Stop;
+    match redcount::direct::cluster_call(conn, cmd, timeout + Duration::from_millis(100)).await {
+        Ok(v) => Ok(v),
+        Err(Stop::Failed(e) | Stop::Redirected(e)) => Err(e),
+        Err(Stop::TimedOut) => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, "Redis Cluster: no answer within the time limit").into())
         }
     }
 }

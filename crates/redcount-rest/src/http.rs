@@ -931,6 +931,41 @@ async fn run_many(
             pipe.add_command(to_redis(c));
         }
         let sent = Instant::now();
+        // On a Cluster a pipeline's entries go one by one, each through the one sender that
+        // resends only what Redis said it did not run (redis-rs resends a whole pipeline after
+        // one entry's redirection). An error reply is that entry's answer.
+        let be = backend(st, access);
+        if be.is_cluster() && !atomic {
+            let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
+            let one = to_redis(&part[0]);
+            let answer = be.query_in(&one, lane);
+            let value = timed_within(st, left, async {
+                match answer.await {
+                    Err(e) => redis::ServerError::try_from(e).map(Value::ServerError),
+                    ok => ok,
+                }
+            })
+            .await
+            .map_err(|f| {
+                if f.status != StatusCode::GATEWAY_TIMEOUT {
+                    return f;
+                }
+                error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "ERR the pipeline ran past --timeout-ms ({} ms): its first {from} of {} commands ran, the next may or may not have, the rest were not sent",
+                        st.timeout.as_millis(),
+                        cmds.len()
+                    ),
+                )
+            })?;
+            held += reply::encoded_len_bound(&value, reply::Encoding::Resp2);
+            if held > st.max_response {
+                return Err(too_large(st, ": ask for less at once (fewer commands per pipeline)"));
+            }
+            items.push(value);
+            continue;
+        }
         let got = loop {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
             let value = timed_within(st, left, backend(st, access).pipeline(&pipe, lane)).await.map_err(|f| {

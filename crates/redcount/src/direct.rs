@@ -193,60 +193,19 @@ impl Direct {
     /// One Cluster call: sent again only after a reply saying Redis did not run it (MOVED,
     /// ASK, TRYAGAIN, CLUSTERDOWN), within the time limit.
     async fn send_cluster(&self, conn: &ClusterConnection, cmd: &redis::Cmd, first: Hop) -> Result<Value, Error> {
-        let deadline = Instant::now() + self.timeout;
-        let fixed = matches!(first, Hop::At(_));
-        let mut hop = first;
-        let mut pause = Duration::from_millis(2);
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let result = match tokio::time::timeout(remaining, attempt(conn.clone(), cmd, &hop)).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(Error::Transport(Transport {
-                        may_have_run: true,
-                        timed_out: true,
-                        detail: format!("Redis Cluster: no answer within {} ms", self.timeout.as_millis()),
-                    }));
-                }
-            };
-            let e = match result {
-                Ok(v) => return from_redis(v).map_err(Error::Redis),
-                Err(e) => e,
-            };
-            // Only a reply from Redis proves the command did not run. Any other failure may
-            // come after it was sent (redis-rs also hands in-flight calls the error of a failed
-            // slot-map refresh), so it is final and "may have run".
-            let (next, wait) = match e.kind() {
-                ErrorKind::Server(ServerErrorKind::Moved) if !fixed => (Hop::Key, true),
-                ErrorKind::Server(ServerErrorKind::Ask) if !fixed => {
-                    match e.redirect_node().and_then(|(addr, _)| Node::parse(addr)) {
-                        Some(node) => (Hop::Ask(node), false),
-                        None => return Err(final_error(&e)),
-                    }
-                }
-                ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
-                    (if fixed { hop } else { Hop::Key }, true)
-                }
-                _ => return Err(final_error(&e)),
-            };
-            // MOVED: redis-rs refreshes its slot map; a short pause lets it finish.
-            let wait = if wait { pause } else { Duration::ZERO };
-            if Instant::now() + wait >= deadline {
-                return Err(match e.kind() {
-                    // Still unavailable: Redis's own answer (the API says 503).
-                    ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => final_error(&e),
-                    _ => Error::Transport(Transport {
-                        may_have_run: false,
-                        timed_out: true,
-                        detail: format!("Redis Cluster: still redirected after {} ms ({e})", self.timeout.as_millis()),
-                    }),
-                });
-            }
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            hop = next;
+        match call(conn, cmd, first, self.timeout).await {
+            Ok(v) => from_redis(v).map_err(Error::Redis),
+            Err(Stop::Failed(e)) => Err(final_error(&e)),
+            Err(Stop::TimedOut) => Err(Error::Transport(Transport {
+                may_have_run: true,
+                timed_out: true,
+                detail: format!("Redis Cluster: no answer within {} ms", self.timeout.as_millis()),
+            })),
+            Err(Stop::Redirected(e)) => Err(Error::Transport(Transport {
+                may_have_run: false,
+                timed_out: true,
+                detail: format!("Redis Cluster: still redirected after {} ms ({e})", self.timeout.as_millis()),
+            })),
         }
     }
 
@@ -323,6 +282,75 @@ impl Direct {
     /// Runs `op` in one round trip (two when the script cache has lost the script).
     pub async fn run<O: Operation + Sync>(&self, op: &O) -> Result<O::Outcome, Error> {
         crate::Driver::run(self, op).await
+    }
+}
+
+/// How a Cluster call ended without a reply.
+#[derive(Debug)]
+pub enum Stop {
+    /// It failed in a way that does not prove it did not run (a lost connection, a timed-out
+    /// reply), or Redis answered an error that retrying does not change; also TRYAGAIN or
+    /// CLUSTERDOWN still answered when the time ran out.
+    Failed(redis::RedisError),
+    /// No answer within the time limit: it may have run.
+    TimedOut,
+    /// Still redirected (MOVED / ASK) when the time ran out: it did not run.
+    Redirected(redis::RedisError),
+}
+
+/// Sends `cmd` on a Cluster connection made with redis-rs's own retries off
+/// (`ClusterClientBuilder::retries(0)`), to the master of its first key, and sends it again
+/// only when Redis answered that it did not run it: `MOVED` (after the slot map is
+/// refreshed), `ASK` (`ASKING` and the command to the node named), `TRYAGAIN` and
+/// `CLUSTERDOWN` (waited out with short pauses), all within `timeout`. redis-rs's retries
+/// would also resend after a lost reply, and a write would run twice. Shared by [`Direct`]
+/// and the REST front.
+pub async fn cluster_call(conn: &ClusterConnection, cmd: &redis::Cmd, timeout: Duration) -> Result<redis::Value, Stop> {
+    call(conn, cmd, Hop::Key, timeout).await
+}
+
+async fn call(conn: &ClusterConnection, cmd: &redis::Cmd, first: Hop, timeout: Duration) -> Result<redis::Value, Stop> {
+    let deadline = Instant::now() + timeout;
+    let fixed = matches!(first, Hop::At(_));
+    let mut hop = first;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let e = match tokio::time::timeout(remaining, attempt(conn.clone(), cmd, &hop)).await {
+            Err(_) => return Err(Stop::TimedOut),
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => e,
+        };
+        // Only a reply from Redis proves the command did not run. Any other failure may come
+        // after it was sent (redis-rs also hands in-flight calls the error of a failed
+        // slot-map refresh), so it is final and "may have run".
+        let (next, wait) = match e.kind() {
+            ErrorKind::Server(ServerErrorKind::Moved) if !fixed => (Hop::Key, true),
+            ErrorKind::Server(ServerErrorKind::Ask) if !fixed => {
+                match e.redirect_node().and_then(|(addr, _)| Node::parse(addr)) {
+                    Some(node) => (Hop::Ask(node), false),
+                    None => return Err(Stop::Failed(e)),
+                }
+            }
+            ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
+                (if fixed { hop } else { Hop::Key }, true)
+            }
+            _ => return Err(Stop::Failed(e)),
+        };
+        // MOVED: redis-rs refreshes its slot map; a short pause lets it finish.
+        let wait = if wait { pause } else { Duration::ZERO };
+        if Instant::now() + wait >= deadline {
+            return Err(match e.kind() {
+                // Still unavailable: Redis's own answer.
+                ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => Stop::Failed(e),
+                _ => Stop::Redirected(e),
+            });
+        }
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        hop = next;
     }
 }
 

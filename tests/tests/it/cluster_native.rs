@@ -505,4 +505,18 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
         Ok(o) => assert_eq!(o.value, 1),
         other => panic!("{other:?}"),
     }
+    // The same through the REST front on the cluster: it does not resend either.
+    let front = redcount_tests::RestFront::start(&seeds[0], true);
+    let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
+    rest.run(&add(0)).await.unwrap();
+    armed.store(true, Ordering::SeqCst);
+    let got = rest.run(&add(1)).await;
+    assert!(!armed.load(Ordering::SeqCst), "the proxy dropped a reply");
+    let stored: i64 = on_key(&cluster, redis::cmd("GET").arg(keys::counter("lost", &subject)));
+    assert_eq!(stored, 2, "through the front: answered {got:?}, the counter holds {stored} (want 2)");
+    match &got {
+        Err(redcount::Error::Transport(t)) => assert!(t.may_have_run, "{t:?}"),
+        Ok(o) => assert_eq!(o.value, 2),
+        other => panic!("{other:?}"),
+    }
 }
