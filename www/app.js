@@ -44,6 +44,8 @@ function describe(p) {
   switch (p.kind) {
     case "quota": return p.algorithm === "bucket"
       ? `${p.capacity} tokens, ${p.refill} back every ${span(p.interval_ms)}`
+      : p.algorithm === "gcra"
+      ? `${p.rate} per user per ${span(p.period_ms)}, evenly spaced, bursts of ${p.burst} (GCRA)`
       : `${p.limit} per user per ${span(p.window_ms)} (${p.algorithm} window)`;
     case "claim": return `once per user per ${span(p.window_ms)}`;
     case "semaphore": return `${p.limit} holders at once, ${span(p.lease_ms)} leases`;

@@ -119,6 +119,10 @@ impl Policy {
                     "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill,
                     "interval_ms": interval_ms, "max_cost": max_cost
                 }),
+                Algorithm::Gcra { rate, period_ms, burst } => json!({
+                    "kind": "quota", "algorithm": "gcra", "rate": rate, "period_ms": period_ms,
+                    "burst": burst, "max_cost": max_cost
+                }),
             },
             Policy::Semaphore { limit, lease_ms } => json!({"kind": "semaphore", "limit": limit, "lease_ms": lease_ms}),
             Policy::Counter { bounds, storage, max_step } => json!({
@@ -317,7 +321,26 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
         }
     };
     let allowed: &[&str] = match kind {
-        "quota" => &["kind", "algorithm", "limit", "window_ms", "capacity", "refill", "interval_ms", "max_cost"],
+        // A setting of another algorithm is refused, not silently ignored.
+        "quota" => match s.get("algorithm").and_then(Json::as_str) {
+            Some("sliding") | Some("fixed") | None => &["kind", "algorithm", "limit", "window_ms", "max_cost"],
+            Some("bucket") => &["kind", "algorithm", "capacity", "refill", "interval_ms", "max_cost"],
+            Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost"],
+            // An unknown algorithm is named below.
+            Some(_) => &[
+                "kind",
+                "algorithm",
+                "limit",
+                "window_ms",
+                "capacity",
+                "refill",
+                "interval_ms",
+                "rate",
+                "period_ms",
+                "burst",
+                "max_cost",
+            ],
+        },
         "semaphore" => &["kind", "limit", "lease_ms"],
         "counter" => &["kind", "min", "max", "mode", "storage", "ttl_ms", "max_step"],
         "claim" => &["kind", "window_ms"],
@@ -326,7 +349,11 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
         other => return Err(err(format!("{at}.kind"), format!("unknown kind `{other}`"))),
     };
     if let Some(extra) = s.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(err(format!("{at}.{extra}"), format!("is not a setting of a {kind} policy")));
+        let what = match (kind, s.get("algorithm").and_then(Json::as_str)) {
+            ("quota", Some(a)) => format!("a {a} quota"),
+            _ => format!("a {kind} policy"),
+        };
+        return Err(err(format!("{at}.{extra}"), format!("is not a setting of {what}")));
     }
     use redcount_core::ops::{claim, inbox, quota, redpacket, semaphore};
     let policy = match kind {
@@ -348,8 +375,20 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                         interval_ms: int("interval_ms", 1, quota::MAX_WINDOW_MS, None)?,
                     }
                 }
+                "gcra" => {
+                    let period_ms = int("period_ms", 1, quota::MAX_GCRA_PERIOD_MS, None)?;
+                    Algorithm::Gcra {
+                        rate: int("rate", 1, quota::MAX_GCRA_RATE, None)?,
+                        period_ms,
+                        // The span bound keeps the script's exact arithmetic within 2^53.
+                        burst: int("burst", 1, quota::MAX_LIMIT.min(quota::MAX_GCRA_SPAN / period_ms), None)?,
+                    }
+                }
                 other => {
-                    return Err(err(format!("{at}.algorithm"), format!("`{other}` is not fixed, sliding or bucket")));
+                    return Err(err(
+                        format!("{at}.algorithm"),
+                        format!("`{other}` is not fixed, sliding, bucket or gcra"),
+                    ));
                 }
             };
             Policy::Quota { max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?, algorithm }

@@ -289,6 +289,20 @@ fn policies_cors_and_config_errors() {
         (r#"{"a":{"kind":"quota","limit":5}}"#, "REDCOUNT_POLICIES.a.window_ms"),
         (r#"{"a":{"kind":"quota","limit":5,"window_ms":1,"typo":1}}"#, "REDCOUNT_POLICIES.a.typo"),
         (r#"{"a":{"kind":"nope"}}"#, "REDCOUNT_POLICIES.a.kind"),
+        (
+            r#"{"g":{"kind":"quota","algorithm":"gcra","rate":0,"period_ms":1000,"burst":1}}"#,
+            "REDCOUNT_POLICIES.g.rate",
+        ),
+        (r#"{"g":{"kind":"quota","algorithm":"gcra","rate":1,"burst":1}}"#, "REDCOUNT_POLICIES.g.period_ms"),
+        (
+            r#"{"g":{"kind":"quota","algorithm":"gcra","rate":1,"period_ms":31536000000,"burst":1000}}"#,
+            "REDCOUNT_POLICIES.g.burst",
+        ),
+        (
+            r#"{"g":{"kind":"quota","algorithm":"gcra","rate":1,"period_ms":1000,"burst":2,"limit":3}}"#,
+            "REDCOUNT_POLICIES.g.limit",
+        ),
+        (r#"{"g":{"kind":"quota","algorithm":"leaky","limit":3,"window_ms":1}}"#, "REDCOUNT_POLICIES.g.algorithm"),
         (r#"{"a:b":{"kind":"claim","window_ms":1}}"#, "REDCOUNT_POLICIES.a:b"),
         (r#"{"c":{"kind":"counter","min":5,"max":1}}"#, "REDCOUNT_POLICIES.c.max"),
     ] {

@@ -10,7 +10,7 @@
 //! row's name; `{id}` is the last red-packet id a `given` request answered).
 //!
 //! The routes are those of `redcount_api`'s router (crates/redcount-api/src/routes.rs):
-//! health, policies, counters, claims, quotas (fixed / sliding / bucket: take, peek, reset),
+//! health, policies, counters, claims, quotas (fixed / sliding / bucket / gcra: take, peek, reset),
 //! semaphores (acquire / renew / release), inbox (messages, trim), red packets (create,
 //! grab, status, claims); then what every route shares (admin token, idempotency, CORS,
 //! errors, body limits) and the static files outside `/api/`.
@@ -43,6 +43,7 @@ const POLICIES: &str = r#"{
   "sliding": {"kind": "quota", "algorithm": "sliding", "limit": 3, "window_ms": 3600000, "max_cost": 2},
   "bucket":  {"kind": "quota", "algorithm": "bucket", "capacity": 3, "refill": 1, "interval_ms": 3600000,
               "max_cost": 2},
+  "gcra":    {"kind": "quota", "algorithm": "gcra", "rate": 1, "period_ms": 3600000, "burst": 3, "max_cost": 2},
   "slots":   {"kind": "semaphore", "limit": 2, "lease_ms": 600000},
   "packets": {"kind": "redpackets", "max_shares": 10, "max_total_cents": 5000, "ttl_ms": 3600000},
   "mail":    {"kind": "inbox", "max_len": 3, "max_age_s": 1}
@@ -789,6 +790,9 @@ rows! {
         .json("/policies/bucket", json!({
             "kind": "quota", "algorithm": "bucket", "capacity": 3, "refill": 1, "interval_ms": HOUR, "max_cost": 2
         }))
+        .json("/policies/gcra", json!({
+            "kind": "quota", "algorithm": "gcra", "rate": 1, "period_ms": HOUR, "burst": 3, "max_cost": 2
+        }))
         .json("/policies/slots", json!({"kind": "semaphore", "limit": 2, "lease_ms": 600000}))
         .json("/policies/packets", json!({
             "kind": "redpackets", "max_shares": 10, "max_total_cents": 5000, "min_cents": 1, "ttl_ms": HOUR
@@ -796,7 +800,7 @@ rows! {
         .json("/policies/mail", json!({
             "kind": "inbox", "ttl_ms": 7 * 86_400_000_i64, "max_len": 3, "max_age_s": 1, "public": false
         }))
-        .check(|g| assert_eq!(g.json["policies"].as_object().unwrap().len(), 9, "nine policies, no more")),
+        .check(|g| assert_eq!(g.json["policies"].as_object().unwrap().len(), 10, "ten policies, no more")),
     policies_hold_no_secret => get("/api/policies").admin().then(200).lacks(ADMIN),
     policies_head_is_200 => req("HEAD", "/api/policies").then(200),
     policies_post_is_405 => post("/api/policies", "{}").then(405).header("allow", "GET, HEAD"),
@@ -873,27 +877,35 @@ rows! {
     quota_fixed_take_counts_the_cost => quota_take("fixed"),
     quota_sliding_take_counts_the_cost => quota_take("sliding"),
     quota_bucket_take_counts_the_cost => quota_take("bucket"),
+    quota_gcra_take_counts_the_cost => quota_take("gcra"),
     quota_fixed_cost_defaults_to_one => quota_default_cost("fixed"),
     quota_sliding_cost_defaults_to_one => quota_default_cost("sliding"),
     quota_bucket_cost_defaults_to_one => quota_default_cost("bucket"),
+    quota_gcra_cost_defaults_to_one => quota_default_cost("gcra"),
     quota_fixed_denies_past_the_limit => quota_denied("fixed"),
     quota_sliding_denies_past_the_limit => quota_denied("sliding"),
     quota_bucket_denies_past_the_limit => quota_denied("bucket"),
+    quota_gcra_denies_past_the_limit => quota_denied("gcra"),
     quota_fixed_peek_tells_what_a_cost_would_get => quota_peek("fixed"),
     quota_sliding_peek_tells_what_a_cost_would_get => quota_peek("sliding"),
     quota_bucket_peek_tells_what_a_cost_would_get => quota_peek("bucket"),
+    quota_gcra_peek_tells_what_a_cost_would_get => quota_peek("gcra"),
     quota_fixed_peek_denied_has_retry_after => quota_peek_denied("fixed"),
     quota_sliding_peek_denied_has_retry_after => quota_peek_denied("sliding"),
     quota_bucket_peek_denied_has_retry_after => quota_peek_denied("bucket"),
+    quota_gcra_peek_denied_has_retry_after => quota_peek_denied("gcra"),
     quota_fixed_peek_consumes_nothing => quota_peek_consumes_nothing("fixed"),
     quota_sliding_peek_consumes_nothing => quota_peek_consumes_nothing("sliding"),
     quota_bucket_peek_consumes_nothing => quota_peek_consumes_nothing("bucket"),
+    quota_gcra_peek_consumes_nothing => quota_peek_consumes_nothing("gcra"),
     quota_fixed_admin_reset_forgets_usage => quota_reset("fixed"),
     quota_sliding_admin_reset_forgets_usage => quota_reset("sliding"),
     quota_bucket_admin_reset_forgets_usage => quota_reset("bucket"),
+    quota_gcra_admin_reset_forgets_usage => quota_reset("gcra"),
     quota_fixed_after_reset_is_full_again => quota_after_reset("fixed"),
     quota_sliding_after_reset_is_full_again => quota_after_reset("sliding"),
     quota_bucket_after_reset_is_full_again => quota_after_reset("bucket"),
+    quota_gcra_after_reset_is_full_again => quota_after_reset("gcra"),
     quota_reset_of_unused_says_so => delete("/api/quotas/fixed/{s}").admin().then(200)
         .json("", json!({"reset": false})),
     quota_reset_without_token_is_401 => delete("/api/quotas/fixed/{s}").then(401).json("/field", absent()),

@@ -67,6 +67,8 @@ scripts! {
     QUOTA_SLIDING = "quota_sliding" "#!lua";
     /// Quota, token bucket.
     QUOTA_BUCKET = "quota_bucket" "#!lua";
+    /// Quota, GCRA.
+    QUOTA_GCRA = "quota_gcra" "#!lua";
     /// Quota: forget a subject's usage.
     QUOTA_RESET = "quota_reset" "#!lua";
     /// Semaphore with leases.

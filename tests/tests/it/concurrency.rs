@@ -103,6 +103,11 @@ async fn thousand_quota_calls_limit_100_bucket() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thousand_quota_calls_limit_100_gcra() {
+    thousand_quota_calls(Algorithm::Gcra { rate: 1, period_ms: 3_600_000, burst: 100 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_holders_on_sixty_slots() {
     let redis = RedisServer::start();
     let conns = connections(&redis, 200).await;

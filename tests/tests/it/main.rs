@@ -8,6 +8,7 @@ mod faults;
 mod front_bounds;
 mod front_tokens;
 mod front_trust;
+mod gcra;
 mod model;
 mod namespace;
 mod observability;

@@ -639,6 +639,9 @@ fn policies() -> String {
             Algorithm::TokenBucket { capacity, refill, interval_ms } => json!({
                 "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill, "interval_ms": interval_ms
             }),
+            Algorithm::Gcra { rate, period_ms, burst } => json!({
+                "kind": "quota", "algorithm": "gcra", "rate": rate, "period_ms": period_ms, "burst": burst
+            }),
         };
         let mut v = v;
         v["max_cost"] = json!(MAX_COST);
@@ -855,10 +858,11 @@ struct QuotaSpec {
     algo: Algorithm,
 }
 
-const QUOTAS: [QuotaSpec; 3] = [
+const QUOTAS: [QuotaSpec; 4] = [
     QuotaSpec { policy: "q-fixed", algo: Algorithm::FixedWindow { limit: 5, window_ms: 300 } },
     QuotaSpec { policy: "q-sliding", algo: Algorithm::SlidingWindow { limit: 4, window_ms: 250 } },
     QuotaSpec { policy: "q-bucket", algo: Algorithm::TokenBucket { capacity: 4, refill: 1, interval_ms: 80 } },
+    QuotaSpec { policy: "q-gcra", algo: Algorithm::Gcra { rate: 3, period_ms: 200, burst: 4 } },
 ];
 const MAX_COST: i64 = 2;
 
@@ -910,6 +914,7 @@ fn check_quota_answer(c: &Client, spec: &QuotaSpec, cost: i64, peek: bool, o: &Q
         Algorithm::TokenBucket { capacity, refill, interval_ms } => {
             o.reset_ms <= ceil_div(capacity, refill) * interval_ms
         }
+        Algorithm::Gcra { rate, period_ms, burst } => o.reset_ms <= ceil_div(burst * period_ms, rate),
     };
     if !ok {
         c.fail(format!("{what}: an answer no quota gives"));
@@ -1078,6 +1083,31 @@ fn check_quotas(ctx: &Ctx, round: usize, since: i64, history: &[QuotaCall]) {
                             round,
                             total <= most,
                             "{}: {total} tokens granted between {} and {end} ms, at most {most} possible \
+                             (from {} to {})",
+                            spec.policy,
+                            a.t.s,
+                            show(a),
+                            show(g)
+                        );
+                    }
+                }
+            }
+            Algorithm::Gcra { rate, period_ms, burst } => {
+                // Over any span of d ms: at most the burst plus one unit per emission
+                // interval within it (rate * d / period, rounded up).
+                let mut grants: Vec<&QuotaCall> = calls.iter().copied().filter(|c| c.granted()).collect();
+                grants.sort_by_key(|c| c.t.s);
+                for (i, a) in grants.iter().enumerate().filter(|(_, a)| a.t.s + 2_000 > since) {
+                    let (mut end, mut total) = (a.t.r, 0);
+                    for g in &grants[i..] {
+                        end = end.max(g.t.r);
+                        total += g.cost;
+                        let most = burst + ceil_div(rate * (end - a.t.s), period_ms);
+                        check!(
+                            ctx,
+                            round,
+                            total <= most,
+                            "{}: {total} units granted between {} and {end} ms, at most {most} possible \
                              (from {} to {})",
                             spec.policy,
                             a.t.s,

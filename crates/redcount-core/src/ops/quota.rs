@@ -1,4 +1,4 @@
-//! Quotas: N units per window, by fixed window, sliding window log, or token bucket.
+//! Quotas: N units per window, by fixed window, sliding window log, token bucket or GCRA.
 
 use alloc::string::String;
 
@@ -6,7 +6,7 @@ use super::Operation;
 use crate::command::itoa_i;
 use crate::error::{InputError, ShapeError};
 use crate::keys;
-use crate::script::{Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_RESET, QUOTA_SLIDING, Request};
+use crate::script::{Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_RESET, QUOTA_SLIDING, Request};
 use crate::validate;
 use crate::value::Value;
 
@@ -16,6 +16,14 @@ pub const MAX_LIMIT: i64 = 1_000_000_000;
 pub const MAX_SLIDING_LIMIT: i64 = 10_000;
 /// Longest window or refill step, in ms.
 pub const MAX_WINDOW_MS: i64 = 1_000_000_000_000;
+/// Largest GCRA rate (units per period): 10^7 per second is an emission interval of 0.1 µs.
+pub const MAX_GCRA_RATE: i64 = 10_000_000;
+/// Longest GCRA period, in ms: a leap year.
+pub const MAX_GCRA_PERIOD_MS: i64 = 31_622_400_000;
+/// Largest `burst * period_ms` of a GCRA quota. The script keeps time exactly in units of
+/// 1/rate µs, where the burst window is `burst * period_ms * 1000`; this keeps every such
+/// quantity (twice the window at most) below 2^53, where Lua's doubles are exact integers.
+pub const MAX_GCRA_SPAN: i64 = 4_500_000_000_000;
 
 /// How a quota counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +51,18 @@ pub enum Algorithm {
         /// Step in ms.
         interval_ms: i64,
     },
+    /// GCRA (generic cell rate algorithm): `rate` units per `period_ms`, evenly spaced (one
+    /// every `period_ms / rate`, exactly, even below a microsecond), with up to `burst` at
+    /// once. One key per subject (its theoretical arrival time), O(1) Redis time.
+    Gcra {
+        /// Units per period (at most [`MAX_GCRA_RATE`]).
+        rate: i64,
+        /// The period, in ms (at most [`MAX_GCRA_PERIOD_MS`]).
+        period_ms: i64,
+        /// Units a subject may take at once after being idle (`burst * period_ms` at most
+        /// [`MAX_GCRA_SPAN`]).
+        burst: i64,
+    },
 }
 
 impl Algorithm {
@@ -62,6 +82,11 @@ impl Algorithm {
                 validate::range("refill", refill, 1, capacity)?;
                 validate::range("interval_ms", interval_ms, 1, MAX_WINDOW_MS)?;
             }
+            Algorithm::Gcra { rate, period_ms, burst } => {
+                validate::range("rate", rate, 1, MAX_GCRA_RATE)?;
+                validate::range("period_ms", period_ms, 1, MAX_GCRA_PERIOD_MS)?;
+                validate::range("burst", burst, 1, MAX_LIMIT.min(MAX_GCRA_SPAN / period_ms))?;
+            }
         }
         Ok(())
     }
@@ -71,6 +96,7 @@ impl Algorithm {
         match *self {
             Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingWindow { limit, .. } => limit,
             Algorithm::TokenBucket { capacity, .. } => capacity,
+            Algorithm::Gcra { burst, .. } => burst,
         }
     }
 
@@ -79,6 +105,7 @@ impl Algorithm {
             Algorithm::FixedWindow { .. } => "fw",
             Algorithm::SlidingWindow { .. } => "sw",
             Algorithm::TokenBucket { .. } => "tb",
+            Algorithm::Gcra { .. } => "gc",
         }
     }
 }
@@ -144,6 +171,9 @@ impl Operation for TakeQuota {
                 &QUOTA_BUCKET,
                 alloc::vec![itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms), itoa_i(self.cost), peek],
             ),
+            Algorithm::Gcra { rate, period_ms, burst } => {
+                (&QUOTA_GCRA, alloc::vec![itoa_i(rate), itoa_i(period_ms), itoa_i(burst), itoa_i(self.cost), peek])
+            }
         };
         Request::Script(Invocation { script, keys: alloc::vec![self.key.clone()], args })
     }

@@ -1,0 +1,131 @@
+//! GCRA quotas: the real script, driven over virtual time, admits exactly what the
+//! definition admits (concurrent exactness: concurrency.rs).
+
+use rand::{Rng, SeedableRng};
+use redcount_core::ops::quota::{self, Algorithm};
+use redcount_tests::RedisServer;
+
+/// The GCRA script with Redis's clock replaced by a virtual one (a key the test sets), so
+/// its admissions can be compared with the definition exactly. Its expiry would run on real
+/// time (a key past its TAT is the same as no key), so it is left out here.
+fn with_virtual_clock(source: &str) -> String {
+    let (clock, expire) = ("redis.call('TIME')", "redis.call('PEXPIRE'");
+    assert!(source.contains(clock) && source.contains(expire), "the script reads the server's clock and expires");
+    let (shebang, rest) = source.split_once('\n').unwrap();
+    let rest = rest.replace(clock, "redis.call('HMGET', 'vclock', 's', 'us')").replace(expire, "no_expiry('PEXPIRE'");
+    format!("{shebang}\nlocal function no_expiry() end\n{rest}")
+}
+
+/// The definition, in exact integers: time in units of 1/rate µs, one unit of quota every
+/// T = period_ms * 1000 of them; a call of `cost` passes when the theoretical arrival time,
+/// moved on by cost * T, stays within burst * T of now.
+struct Model {
+    rate: i128,
+    t: i128,
+    burst: i128,
+    tat: i128,
+}
+
+impl Model {
+    /// (allowed, remaining, reset_ms, retry_after_ms) of a call at `now_us`.
+    fn call(&mut self, now_us: i128, cost: i128, peek: bool) -> (bool, i128, i128, i128) {
+        let now = now_us * self.rate;
+        let window = self.burst * self.t;
+        let ahead = (self.tat - now).clamp(0, window);
+        let after = ahead + cost * self.t;
+        let allowed = after <= window;
+        let ahead = if allowed && !peek {
+            self.tat = now + after;
+            after
+        } else {
+            ahead
+        };
+        let ms = |u: i128| (u + self.rate * 1000 - 1) / (self.rate * 1000);
+        let retry = if allowed { 0 } else { ms(after - window) };
+        (allowed, (window - ahead) / self.t, ms(ahead), retry)
+    }
+}
+
+#[test]
+fn gcra_admits_exactly_what_the_definition_admits_over_virtual_time() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let script = redis::Script::new(&with_virtual_clock(quota_gcra_source()));
+    let seed: u64 = rand::rng().random();
+    println!("seed {seed} (replay: set it in gcra_admits_exactly_what_the_definition_admits_over_virtual_time)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // Configurations from the extremes of the allowed ranges and in between.
+    let mut configs = vec![
+        (100_000, 1_000, 100_000),                          // 100,000 per second: T = 10 µs
+        (quota::MAX_GCRA_RATE, 1_000, 1_000),               // T = 0.1 µs
+        (3, 1_000, 2),                                      // T = 333,333.3 µs
+        (1, quota::MAX_GCRA_PERIOD_MS, 142),                // one a year, near the span bound
+        (7, 86_400_000, quota::MAX_GCRA_SPAN / 86_400_000), // a day, the largest burst
+        (999_983, 31_536_000_000, 142),                     // a prime rate over a year
+    ];
+    for _ in 0..10 {
+        let period = rng.random_range(1..=quota::MAX_GCRA_PERIOD_MS);
+        let burst = rng.random_range(1..=(quota::MAX_GCRA_SPAN / period).clamp(1, 1_000));
+        configs.push((rng.random_range(1..=quota::MAX_GCRA_RATE), period, burst));
+    }
+    let (mut allowed_n, mut denied_n) = (0, 0);
+    for (i, &(rate, period_ms, burst)) in configs.iter().enumerate() {
+        Algorithm::Gcra { rate, period_ms, burst }.validate().unwrap();
+        let key = format!("gc{i}");
+        let mut model = Model { rate: rate.into(), t: i128::from(period_ms) * 1000, burst: burst.into(), tat: 0 };
+        // A 2026 start, in µs; steps from none to a few emission intervals.
+        let mut now: i64 = 1_790_000_000_000_000 + rng.random_range(0..1_000_000);
+        let interval_us = (period_ms * 1000 / rate).max(1);
+        for step in 0..300 {
+            now += match rng.random_range(0..5) {
+                0 => 0,
+                // The server's clock stepped back (NTP): admissions stay within the burst.
+                4 if step % 50 == 49 => -rng.random_range(0..=(interval_us.saturating_mul(burst)).min(1 << 45)),
+                1 => rng.random_range(0..=interval_us.min(1 << 40)),
+                2 => rng.random_range(0..=(interval_us.saturating_mul(burst)).min(1 << 45)),
+                _ => rng.random_range(0..3),
+            };
+            let most = if rng.random_range(0..3) == 0 { burst } else { burst.min(3) };
+            let cost = rng.random_range(1..=most);
+            let peek = rng.random_range(0..6) == 0;
+            let _: () = redis::cmd("HSET")
+                .arg("vclock")
+                .arg("s")
+                .arg(now / 1_000_000)
+                .arg("us")
+                .arg(now % 1_000_000)
+                .query(&mut conn)
+                .unwrap();
+            let got: Vec<i64> = script
+                .key(&key)
+                .arg(rate)
+                .arg(period_ms)
+                .arg(burst)
+                .arg(cost)
+                .arg(if peek { "1" } else { "0" })
+                .invoke(&mut conn)
+                .unwrap();
+            let (allowed, remaining, reset, retry) = model.call(now.into(), cost.into(), peek);
+            let want = vec![
+                i64::from(allowed),
+                burst,
+                remaining.try_into().unwrap(),
+                reset.try_into().unwrap(),
+                retry.try_into().unwrap(),
+            ];
+            assert_eq!(
+                got, want,
+                "seed {seed}, config {i} (rate {rate} per {period_ms} ms, burst {burst}), step {step}: cost {cost}, peek {peek}"
+            );
+            if allowed { allowed_n += 1 } else { denied_n += 1 }
+        }
+    }
+    println!("{allowed_n} admitted, {denied_n} denied, all as the definition says");
+    assert!(allowed_n > 100 && denied_n > 100, "both sides reached");
+}
+
+fn quota_gcra_source() -> &'static str {
+    let source = redcount_core::script::QUOTA_GCRA.source();
+    // The shebang line is for EVAL of the whole; redis::Script sends it as is.
+    source
+}
