@@ -13,7 +13,7 @@ use redcount_core::error::{InputError, ShapeError};
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{ResetQuota, TakeQuota};
+use redcount_core::ops::quota::{RefundQuota, ResetQuota, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
 use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_core::script::Request;
@@ -161,6 +161,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             })))
         }
         ["quotas", policy, subject] => quotas(config, req, caller, policy, subject),
+        ["quotas", policy, subject, "refund"] => refund(config, req, caller, policy, subject),
         ["semaphores", policy, name, action] => {
             allow(m, &["POST"])?;
             let action = match *action {
@@ -541,6 +542,20 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
             Ok(Step::Send(Exchange::new(ops::Idempotent::new(op, None), render)))
         }
     }
+}
+
+/// `POST /api/quotas/{policy}/{subject}/refund` (admin): gives units back, never above the
+/// limit; answers how many were given back.
+fn refund(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
+    allow(req.method, &["POST"])?;
+    let algorithm = find(config, policy, "quota", |p| match *p {
+        Policy::Quota { algorithm, .. } => Some(algorithm),
+        _ => None,
+    })?;
+    require_admin(caller)?;
+    let cost = body(req, &["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
+    let op = replayable!(req, RefundQuota::new(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?);
+    Ok(Step::Send(Exchange::new(op, |_, given| ApiResponse::json(200, json!({ "refunded": given })))))
 }
 
 fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest: &[&str]) -> Routed {

@@ -923,6 +923,23 @@ rows! {
     quota_peek_cost_not_a_number_is_400 => get("/api/quotas/fixed/{s}?cost=x").then(400).json("/field", "cost"),
     quota_patch_is_405 => req("PATCH", "/api/quotas/fixed/{s}").then(405).header("allow", "GET, HEAD, POST, DELETE"),
     quota_on_a_semaphore_policy_is_404 => post("/api/quotas/slots/{s}", "").then(404).json("/field", "policy"),
+    quota_refund_gives_units_back => post("/api/quotas/fixed/{s}/refund", r#"{"cost":2}"#).admin()
+        .given([take("fixed", 2), take("fixed", 1)]).then(200).json("", json!({"refunded": 2})),
+    quota_refund_never_passes_the_limit => post("/api/quotas/gcra/{s}/refund", r#"{"cost":3}"#).admin()
+        .given([take("gcra", 1)]).then(200).json("", json!({"refunded": 1})),
+    quota_refund_of_unused_gives_nothing => post("/api/quotas/bucket/{s}/refund", "").admin().then(200)
+        .json("", json!({"refunded": 0})),
+    quota_refund_then_take_passes_again => post(quota("sliding"), r#"{"cost":2}"#)
+        .given([take("sliding", 2), take("sliding", 1), post("/api/quotas/sliding/{s}/refund", r#"{"cost":2}"#).admin().ok(200)])
+        .then(200).json("/allowed", true).json("/remaining", 0),
+    quota_refund_needs_the_admin_token => post("/api/quotas/fixed/{s}/refund", r#"{"cost":1}"#).then(401),
+    quota_refund_cost_above_the_limit_is_400 => post("/api/quotas/fixed/{s}/refund", r#"{"cost":4}"#).admin()
+        .then(400).json("/field", "cost"),
+    quota_refund_unknown_field_is_400 => post("/api/quotas/fixed/{s}/refund", r#"{"units":1}"#).admin()
+        .then(400).json("/field", "units"),
+    quota_refund_get_is_405 => get("/api/quotas/fixed/{s}/refund").then(405).header("allow", "POST"),
+    quota_refund_on_a_semaphore_policy_is_404 => post("/api/quotas/slots/{s}/refund", "").admin().then(404)
+        .json("/field", "policy"),
 
     // --- semaphores ---
     semaphore_acquire_grants_a_lease => sem("acquire", "h1").then(200).json("", json!({

@@ -129,3 +129,53 @@ fn quota_gcra_source() -> &'static str {
     // The shebang line is for EVAL of the whole; redis::Script sends it as is.
     source
 }
+
+/// Every quota algorithm: a denied call costs nothing (the state is byte for byte what it
+/// was), and a refund gives units back, never above the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_calls_cost_nothing_and_refunds_never_pass_the_limit() {
+    use redcount_core::ops::quota::{RefundQuota, TakeQuota};
+    let redis = RedisServer::start();
+    let d = redcount::Direct::connect(&redis.url()).await.unwrap();
+    let mut conn = redis.conn();
+    let algos = [
+        // A window of 10^12 ms (aligned to the epoch) does not end during the test.
+        Algorithm::FixedWindow { limit: 5, window_ms: 1_000_000_000_000 },
+        Algorithm::SlidingWindow { limit: 5, window_ms: 3_600_000 },
+        Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 3_600_000 },
+        Algorithm::Gcra { rate: 1, period_ms: 3_600_000, burst: 5 },
+    ];
+    for (i, algo) in algos.into_iter().enumerate() {
+        let (policy, subject) = (format!("dn{i}"), "s");
+        let take = |cost| TakeQuota::take(&policy, subject, algo, cost).unwrap();
+        let takes = |n: usize| {
+            let d = d.clone();
+            let op = take(1);
+            async move {
+                let mut allowed = 0;
+                for _ in 0..n {
+                    allowed += i64::from(d.run(&op).await.unwrap().allowed);
+                }
+                allowed
+            }
+        };
+        assert_eq!(takes(8).await, 5, "{algo:?}: the limit");
+        let key: String = redis::cmd("KEYS").arg(format!("*dn{i}*")).query::<Vec<String>>(&mut conn).unwrap().remove(0);
+        let dump = |conn: &mut redis::Connection| -> Vec<u8> { redis::cmd("DUMP").arg(&key).query(conn).unwrap() };
+        let before = dump(&mut conn);
+        for cost in [1, 2, 5, 1, 3] {
+            let o = d.run(&take(cost)).await.unwrap();
+            assert!(!o.allowed && o.remaining == 0 && o.retry_after_ms > 0, "{algo:?}: {o:?}");
+            let peek = d.run(&TakeQuota::peek(&policy, subject, algo, cost).unwrap()).await.unwrap();
+            assert!(!peek.allowed, "{algo:?}: {peek:?}");
+        }
+        assert_eq!(dump(&mut conn), before, "{algo:?}: a denied call wrote");
+        // Two back: exactly two more pass.
+        assert_eq!(d.run(&RefundQuota::new(&policy, subject, algo, 2).unwrap()).await.unwrap(), 2, "{algo:?}");
+        assert_eq!(takes(4).await, 2, "{algo:?}: after a refund of 2");
+        // Everything back, then more: never above the limit.
+        assert_eq!(d.run(&RefundQuota::new(&policy, subject, algo, 5).unwrap()).await.unwrap(), 5, "{algo:?}");
+        assert_eq!(d.run(&RefundQuota::new(&policy, subject, algo, 3).unwrap()).await.unwrap(), 0, "{algo:?}");
+        assert_eq!(takes(8).await, 5, "{algo:?}: whole again, and no more");
+    }
+}

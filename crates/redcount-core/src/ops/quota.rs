@@ -6,7 +6,9 @@ use super::Operation;
 use crate::command::itoa_i;
 use crate::error::{InputError, ShapeError};
 use crate::keys;
-use crate::script::{Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_RESET, QUOTA_SLIDING, Request};
+use crate::script::{
+    Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_REFUND, QUOTA_RESET, QUOTA_SLIDING, Request,
+};
 use crate::validate;
 use crate::value::Value;
 
@@ -217,6 +219,55 @@ impl Operation for ResetQuota {
         Ok(existed > 0)
     }
 }
+
+/// Gives `units` back to a subject's quota (the work they paid for did not happen), never
+/// above the limit: a fixed window's current count, a sliding window's newest logged calls, a
+/// bucket's tokens, a GCRA quota's arrival time. An admin action: a public refund would undo
+/// the limit.
+#[derive(Debug, Clone)]
+pub struct RefundQuota {
+    key: String,
+    algo: Algorithm,
+    units: i64,
+}
+
+impl RefundQuota {
+    /// Validates and builds the operation.
+    pub fn new(scope: &str, subject: &str, algo: Algorithm, units: i64) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        algo.validate()?;
+        validate::range("cost", units, 1, algo.limit())?;
+        Ok(RefundQuota { key: keys::quota(scope, subject, algo.tag()), algo, units })
+    }
+}
+
+impl Operation for RefundQuota {
+    /// The units given back (fewer when fewer were in use).
+    type Outcome = i64;
+    const NAME: &'static str = "quota_refund";
+
+    fn request(&self) -> Request {
+        let mut args = alloc::vec![String::from(self.algo.tag()), itoa_i(self.units)];
+        match self.algo {
+            Algorithm::FixedWindow { limit, window_ms } | Algorithm::SlidingWindow { limit, window_ms } => {
+                args.extend([itoa_i(limit), itoa_i(window_ms)]);
+            }
+            Algorithm::TokenBucket { capacity, refill, interval_ms } => {
+                args.extend([itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms)]);
+            }
+            Algorithm::Gcra { rate, period_ms, burst } => args.extend([itoa_i(rate), itoa_i(period_ms), itoa_i(burst)]),
+        }
+        Request::Script(Invocation { script: &QUOTA_REFUND, keys: alloc::vec![self.key.clone()], args })
+    }
+
+    fn parse(&self, reply: Value) -> Result<i64, ShapeError> {
+        let [given] = reply.into_ints::<1>(Self::NAME)?;
+        Ok(given)
+    }
+}
+
+impl super::Replayable for RefundQuota {}
 
 impl super::Replayable for TakeQuota {}
 

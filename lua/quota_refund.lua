@@ -1,0 +1,97 @@
+-- redcount: give units back to a subject's quota (the work they paid for did not happen),
+-- never above the limit, each algorithm in its own terms. An admin action: a public refund
+-- would undo the limit.
+-- KEYS[1]  the quota's state key (as the take script keeps it)
+-- ARGV[1]  algorithm: fw, sw, tb or gc
+-- ARGV[2]  units to give back (1 .. limit)
+-- ARGV[3..] the algorithm's parameters, as its take script takes them
+--   fw: limit, window ms · sw: limit, window ms · tb: capacity, refill, interval ms ·
+--   gc: rate, period ms, burst
+-- Reply: {refunded}: the units given back (fewer when less was in use; 0 for a fixed window
+-- whose window has passed, or when nothing is in use).
+-- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
+-- (Runs after prelude.lua: int, s, idempotency.)
+
+local key, algo = KEYS[1], ARGV[1]
+local units = int('cost', ARGV[2], 1, 1000000000)
+local p1, p2, p3
+if algo == 'fw' or algo == 'sw' then
+  p1 = int('limit', ARGV[3], 1, 1000000000)
+  p2 = int('window', ARGV[4], 1, 1000000000000)
+elseif algo == 'tb' then
+  p1 = int('capacity', ARGV[3], 1, 1000000000)
+  p2 = int('refill', ARGV[4], 1, p1)
+  p3 = int('interval', ARGV[5], 1, 1000000000000)
+elseif algo == 'gc' then
+  p1 = int('rate', ARGV[3], 1, 10000000)
+  p2 = int('period', ARGV[4], 1, 31622400000)
+  p3 = int('burst', ARGV[5], 1, 1000000000)
+else
+  return error({err = 'ERR redcount: algorithm must be fw, sw, tb or gc'})
+end
+
+local replay, finish = idempotency(1)
+if replay then return replay end
+
+local given = 0
+if algo == 'fw' then
+  local window = p2
+  local st = redis.call('HMGET', key, 'w', 'n')
+  -- Only units of the current window: an earlier window's are already back.
+  if tonumber(st[1]) == math.floor(now_ms() / window) then
+    local used = tonumber(st[2]) or 0
+    given = math.min(units, used)
+    if given > 0 then redis.call('HSET', key, 'n', s(used - given)) end
+  end
+elseif algo == 'sw' then
+  -- The newest logged calls give their units back first; a call partly refunded keeps the
+  -- rest of its cost. Only the newest entries change, so the running totals of the older
+  -- ones (quota_sliding.lua) stay true. Entries are read one at a time, newest first.
+  local floor = now_ms() - p2
+  while given < units do
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if #last == 0 or tonumber(last[2]) <= floor then break end
+    local total, c = string.match(last[1], '^c(%d+):(%d+)$')
+    if not total then break end -- an entry of the earlier layout: left as it is
+    total, c = tonumber(total), tonumber(c)
+    local take = math.min(c, units - given)
+    redis.call('ZREM', key, last[1])
+    if take < c then
+      redis.call('ZADD', key, last[2], 'c' .. string.format('%016.0f', total - take) .. ':' .. (c - take))
+    end
+    given = given + take
+  end
+elseif algo == 'tb' then
+  local cap, refill, step = p1, p2, p3
+  local st = redis.call('HMGET', key, 'tokens', 'ts')
+  if st[1] and st[2] then
+    -- The refills due first (as the take script counts them), so a refund fills only
+    -- what is really missing.
+    local now = now_ms()
+    local tokens = math.min(cap, math.max(0, tonumber(st[1]) or 0))
+    local ts = math.min(tonumber(st[2]) or now, now)
+    local steps = math.floor((now - ts) / step)
+    if steps > 0 then
+      tokens = math.min(cap, tokens + steps * refill)
+      ts = ts + steps * step
+    end
+    given = math.max(0, math.min(units, cap - tokens))
+    if given > 0 then redis.call('HSET', key, 'tokens', s(tokens + given), 'ts', s(ts)) end
+  end
+else
+  local rate, T = p1, p2 * 1000
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local st = redis.call('HMGET', key, 't', 'r')
+  local tat, rem = tonumber(st[1]), tonumber(st[2]) or 0
+  if tat and tat >= now then
+    local ahead = math.min((tat - now) * rate + math.min(math.max(rem, 0), rate - 1), p3 * T)
+    -- Whole units in use (a partly elapsed one stays in use).
+    local used = (ahead - ahead % T) / T
+    if ahead % T > 0 then used = used + 1 end
+    given = math.min(units, used)
+    ahead = math.max(0, ahead - given * T)
+    redis.call('HSET', key, 't', s(now + (ahead - ahead % rate) / rate), 'r', s(ahead % rate))
+  end
+end
+return finish({given})
