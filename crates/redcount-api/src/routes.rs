@@ -164,13 +164,21 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
         ["quotas", policy, subject, "refund"] => refund(config, req, caller, policy, subject),
         ["semaphores", policy, name, action] => {
             allow(m, &["POST"])?;
+            let fields: &[&str] = if *action == "check" { &["holder", "fencing_token"] } else { &["holder"] };
+            let b = body(req, fields)?;
             let action = match *action {
                 "acquire" => Action::Acquire,
                 "renew" => Action::Renew,
                 "release" => Action::Release,
-                _ => return Err(ApiResponse::error(404, "semaphore actions are acquire, renew and release", None)),
+                "check" => Action::Check { fencing_token: b.int("fencing_token", 1, validate::MAX_SAFE, None)? },
+                _ => {
+                    return Err(ApiResponse::error(
+                        404,
+                        "semaphore actions are acquire, renew, release and check",
+                        None,
+                    ));
+                }
             };
-            let b = body(req, &["holder"])?;
             let holder = b.string("holder")?;
             let (limit, lease_ms) = find(config, policy, "semaphore", |p| match *p {
                 Policy::Semaphore { limit, lease_ms } => Some((limit, lease_ms)),
@@ -187,14 +195,21 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
                     SemaphoreResult::Full => "full",
                     SemaphoreResult::Released => "released",
                     SemaphoreResult::NotHolder => "not_holder",
+                    SemaphoreResult::Held => "held",
+                    SemaphoreResult::Ended => "ended",
+                    SemaphoreResult::NeverHeld => "never_held",
                 };
                 ApiResponse::json(
                     200,
                     json!({
                         "result": result,
-                        "holding": matches!(o.result, SemaphoreResult::Acquired | SemaphoreResult::Renewed),
+                        "holding": matches!(
+                            o.result,
+                            SemaphoreResult::Acquired | SemaphoreResult::Renewed | SemaphoreResult::Held
+                        ),
                         "in_use": o.in_use, "limit": o.limit,
-                        "earliest_end_ms": o.earliest_end_ms, "lease_ms": o.lease_ms
+                        "earliest_end_ms": o.earliest_end_ms, "lease_ms": o.lease_ms,
+                        "fencing_token": o.fencing_token
                     }),
                 )
             })))

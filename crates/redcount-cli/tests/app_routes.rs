@@ -739,6 +739,17 @@ fn grab(user: &str) -> Given {
     post("/api/redpackets/{id}/grab", format!(r#"{{"user":"{user}"}}"#)).ok(200)
 }
 
+/// The answer is `want` plus a fencing token: an integer, at least the server time in µs.
+fn with_token(want: Value) -> impl Fn(&Got) + 'static {
+    move |g: &Got| {
+        let mut got = g.json.clone();
+        let token = got.as_object_mut().and_then(|o| o.remove("fencing_token"));
+        let token = token.and_then(|t| t.as_i64()).expect("a fencing token");
+        assert!((1_700_000_000_000_000..1 << 53).contains(&token), "fencing token {token}");
+        assert_eq!(got, want);
+    }
+}
+
 fn sem(action: &str, holder: &str) -> Req {
     post(format!("/api/semaphores/slots/{{s}}/{action}"), format!(r#"{{"holder":"{holder}"}}"#))
 }
@@ -942,9 +953,9 @@ rows! {
         .json("/field", "policy"),
 
     // --- semaphores ---
-    semaphore_acquire_grants_a_lease => sem("acquire", "h1").then(200).json("", json!({
+    semaphore_acquire_grants_a_lease => sem("acquire", "h1").then(200).check(with_token(json!({
         "result": "acquired", "holding": true, "in_use": 1, "limit": 2, "earliest_end_ms": 600000, "lease_ms": 600000
-    })),
+    }))),
     semaphore_acquire_again_renews => sem("acquire", "h1").given([sem("acquire", "h1").ok(200)]).then(200)
         .json("/result", "renewed").json("/holding", true).json("/in_use", 1).json("/lease_ms", 600000),
     semaphore_full_refuses_one_more => sem("acquire", "h3")
@@ -952,16 +963,29 @@ rows! {
         .json("/result", "full").json("/holding", false).json("/in_use", 2).json("/limit", 2)
         .json("/lease_ms", 0).json("/earliest_end_ms", countdown(600000)),
     semaphore_renew_extends_the_lease => sem("renew", "h1").given([sem("acquire", "h1").ok(200)]).then(200)
-        .json("", json!({
+        .check(with_token(json!({
             "result": "renewed", "holding": true, "in_use": 1, "limit": 2, "earliest_end_ms": 600000, "lease_ms": 600000
-        })),
+        }))),
     semaphore_renew_without_a_lease_is_not_holder => sem("renew", "h9").then(200).json("", json!({
-        "result": "not_holder", "holding": false, "in_use": 0, "limit": 2, "earliest_end_ms": null, "lease_ms": 0
+        "result": "not_holder", "holding": false, "in_use": 0, "limit": 2, "earliest_end_ms": null, "lease_ms": 0,
+        "fencing_token": null
     })),
     semaphore_release_frees_the_slot => sem("release", "h1").given([sem("acquire", "h1").ok(200)]).then(200)
-        .json("", json!({
+        .check(with_token(json!({
             "result": "released", "holding": false, "in_use": 0, "limit": 2, "earliest_end_ms": null, "lease_ms": 0
-        })),
+        }))),
+    semaphore_check_of_an_unissued_token_is_never_held => post("/api/semaphores/slots/{s}/check",
+        r#"{"holder":"h1","fencing_token":9007199254740991}"#).given([sem("acquire", "h1").ok(200)]).then(200)
+        .json("/result", "never_held").json("/holding", false).json("/fencing_token", Value::Null),
+    semaphore_check_of_an_old_token_is_ended => post("/api/semaphores/slots/{s}/check",
+        r#"{"holder":"h1","fencing_token":1}"#).given([sem("acquire", "h1").ok(200)]).then(200)
+        .json("/result", "ended").json("/holding", false).json("/in_use", 1),
+    semaphore_check_needs_the_token => post("/api/semaphores/slots/{s}/check", r#"{"holder":"h1"}"#).then(400)
+        .json("/field", "fencing_token"),
+    semaphore_check_token_zero_is_400 => post("/api/semaphores/slots/{s}/check",
+        r#"{"holder":"h1","fencing_token":0}"#).then(400).json("/field", "fencing_token"),
+    semaphore_acquire_takes_no_token => post("/api/semaphores/slots/{s}/acquire",
+        r#"{"holder":"h1","fencing_token":5}"#).then(400).json("/field", "fencing_token"),
     semaphore_release_by_a_stranger_is_not_holder => sem("release", "h2").given([sem("acquire", "h1").ok(200)])
         .then(200).json("/result", "not_holder").json("/in_use", 1),
     semaphore_released_slot_goes_to_the_next => sem("acquire", "h3")

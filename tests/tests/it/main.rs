@@ -5,6 +5,7 @@ mod cluster_native;
 mod concurrency;
 mod drain;
 mod faults;
+mod fencing;
 mod front_bounds;
 mod front_tokens;
 mod front_trust;

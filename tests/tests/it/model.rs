@@ -1343,6 +1343,9 @@ fn sem_parse(st: u16, v: &Value) -> Option<SemaphoreOutcome> {
         "full" => SemaphoreResult::Full,
         "released" => SemaphoreResult::Released,
         "not_holder" => SemaphoreResult::NotHolder,
+        "held" => SemaphoreResult::Held,
+        "ended" => SemaphoreResult::Ended,
+        "never_held" => SemaphoreResult::NeverHeld,
         _ => return None,
     };
     (st == 200).then_some(SemaphoreOutcome {
@@ -1351,6 +1354,7 @@ fn sem_parse(st: u16, v: &Value) -> Option<SemaphoreOutcome> {
         limit: int(v, "limit")?,
         earliest_end_ms: v["earliest_end_ms"].as_i64(),
         lease_ms: int(v, "lease_ms")?,
+        fencing_token: v["fencing_token"].as_i64(),
     })
 }
 
@@ -1405,6 +1409,7 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
             Action::Acquire => "acquire",
             Action::Renew => "renew",
             Action::Release => "release",
+            Action::Check { .. } => unreachable!("not drawn"),
         };
         let (via, lease, t) = if c.http() {
             let path = format!("/api/semaphores/{SEM_POLICY}/{SEM_NAME}/{verb}");
@@ -1427,12 +1432,16 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
                 && (0..=SEM_LIMIT).contains(&o.in_use)
                 && match o.result {
                     Acquired | Renewed => {
-                        action != Action::Release && o.in_use >= 1 && (1..=lease).contains(&o.lease_ms)
+                        action != Action::Release
+                            && o.in_use >= 1
+                            && (1..=lease).contains(&o.lease_ms)
+                            && o.fencing_token.is_some()
                     }
                     Full => action == Action::Acquire && o.in_use == SEM_LIMIT && o.lease_ms == 0,
                     Released => action == Action::Release && o.lease_ms == 0,
                     // A retried acquire may be answered by the replay of its first attempt.
                     NotHolder => o.lease_ms == 0,
+                    Held | Ended | NeverHeld => false, // answers to a check, not asked here
                 };
             if !ok {
                 c.fail(format!("{name} {verb} (lease {lease}) -> {o:?}: an answer no semaphore gives"));

@@ -24,6 +24,11 @@ pub enum Action {
     Renew,
     /// Give the slot back.
     Release,
+    /// Ask whether the lease of this fencing token is still live (changes nothing).
+    Check {
+        /// The token the holder was given.
+        fencing_token: i64,
+    },
 }
 
 impl Action {
@@ -32,6 +37,7 @@ impl Action {
             Action::Acquire => "acquire",
             Action::Renew => "renew",
             Action::Release => "release",
+            Action::Check { .. } => "check",
         }
     }
 }
@@ -59,6 +65,9 @@ impl UpdateLease {
         let scope = validate::id("policy", scope)?;
         let name = validate::id("name", name)?;
         let holder = validate::id("holder", holder)?;
+        if let Action::Check { fencing_token } = action {
+            validate::range("fencing_token", fencing_token, 1, validate::MAX_SAFE)?;
+        }
         validate::range("limit", limit, 1, MAX_LIMIT)?;
         validate::range("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
         Ok(UpdateLease { key: keys::semaphore(scope, name), action, holder: String::from(holder), limit, lease_ms })
@@ -78,6 +87,13 @@ pub enum SemaphoreResult {
     Released,
     /// The holder has no lease (never had one, released it, or it expired).
     NotHolder,
+    /// Check: the token's lease is live (still yours).
+    Held,
+    /// Check: the token was issued and its lease is over (released, expired, or the holder
+    /// holds a newer one). Known while the semaphore is in use and one lease after.
+    Ended,
+    /// Check: no such token was issued (or it is long forgotten).
+    NeverHeld,
 }
 
 /// The result of [`UpdateLease`].
@@ -93,6 +109,10 @@ pub struct SemaphoreOutcome {
     pub earliest_end_ms: Option<i64>,
     /// Ms until this holder's lease ends (0 when it holds none).
     pub lease_ms: i64,
+    /// The lease's fencing token: minted in the same script as the lease, kept by renewals,
+    /// strictly increasing per semaphore (a resource refuses a token older than one it has
+    /// seen). `None` when the call holds no lease.
+    pub fencing_token: Option<i64>,
 }
 
 impl Operation for UpdateLease {
@@ -100,29 +120,39 @@ impl Operation for UpdateLease {
     const NAME: &'static str = "semaphore";
 
     fn request(&self) -> Request {
+        let token = match self.action {
+            Action::Check { fencing_token } => itoa_i(fencing_token),
+            _ => String::from("0"),
+        };
         Request::Script(Invocation {
             script: &SEMAPHORE,
-            keys: alloc::vec![self.key.clone()],
+            // The tokens live beside the leases, in the same hash slot.
+            keys: alloc::vec![self.key.clone(), alloc::format!("{}:tok", self.key)],
             args: alloc::vec![
                 String::from(self.action.as_str()),
                 self.holder.clone(),
                 itoa_i(self.limit),
                 itoa_i(self.lease_ms),
+                token,
             ],
         })
     }
 
     fn parse(&self, reply: Value) -> Result<SemaphoreOutcome, ShapeError> {
-        let [code, in_use, limit, earliest, lease_ms] = reply.into_ints::<5>(Self::NAME)?;
+        let [code, in_use, limit, earliest, lease_ms, token] = reply.into_ints::<6>(Self::NAME)?;
         let result = match code {
             0 => SemaphoreResult::Full,
             1 => SemaphoreResult::Acquired,
             2 => SemaphoreResult::Renewed,
             3 => SemaphoreResult::Released,
             4 => SemaphoreResult::NotHolder,
+            5 => SemaphoreResult::Held,
+            6 => SemaphoreResult::Ended,
+            7 => SemaphoreResult::NeverHeld,
             _ => return Err(ShapeError::new(Self::NAME, "unknown result code")),
         };
-        Ok(SemaphoreOutcome { result, in_use, limit, earliest_end_ms: opt_ms(earliest), lease_ms })
+        let fencing_token = (token > 0).then_some(token);
+        Ok(SemaphoreOutcome { result, in_use, limit, earliest_end_ms: opt_ms(earliest), lease_ms, fencing_token })
     }
 }
 

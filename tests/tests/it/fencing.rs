@@ -1,0 +1,101 @@
+//! Fencing tokens: a semaphore grant carries a token minted in the same script, strictly
+//! increasing per semaphore and kept by renewals; a check tells a live lease from an ended
+//! one, so a holder whose lease expired never has its token called live after a newer one
+//! was issued.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
+use redcount_tests::RedisServer;
+
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    token: i64,
+    sent: Instant,
+    received: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Check {
+    token: i64,
+    sent: Instant,
+    result: SemaphoreResult,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expired_holders_never_see_their_token_live_after_a_newer_one() {
+    let redis = RedisServer::start();
+    let d = redcount::Direct::connect(&redis.url()).await.unwrap();
+    // One slot, 40 ms leases: holders that sleep past theirs lose them mid-storm.
+    let (limit, lease) = (1, 40);
+    let grants = Arc::new(Mutex::new(Vec::<Grant>::new()));
+    let checks = Arc::new(Mutex::new(Vec::<Check>::new()));
+    let seed: u64 = rand::rng().random();
+    println!("seed {seed}");
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let (d, grants, checks) = (d.clone(), grants.clone(), checks.clone());
+            tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed + i);
+                let holder = format!("h{i}");
+                let op = |action| UpdateLease::new("fence", "lock", action, &holder, limit, lease).unwrap();
+                let until = Instant::now() + Duration::from_millis(2500);
+                while Instant::now() < until {
+                    let sent = Instant::now();
+                    let got = d.run(&op(Action::Acquire)).await.unwrap();
+                    let received = Instant::now();
+                    if got.result != SemaphoreResult::Acquired {
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
+                        continue;
+                    }
+                    let token = got.fencing_token.expect("a grant carries a token");
+                    grants.lock().unwrap().push(Grant { token, sent, received });
+                    if rng.random_bool(0.3) {
+                        let renewed = d.run(&op(Action::Renew)).await.unwrap();
+                        if renewed.result == SemaphoreResult::Renewed {
+                            assert_eq!(renewed.fencing_token, Some(token), "a renewal keeps the token");
+                        }
+                    }
+                    // Half of them work past their lease.
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..2 * lease as u64))).await;
+                    let sent = Instant::now();
+                    let c = d.run(&op(Action::Check { fencing_token: token })).await.unwrap();
+                    checks.lock().unwrap().push(Check { token, sent, result: c.result });
+                    let _ = d.run(&op(Action::Release)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let grants = grants.lock().unwrap().clone();
+    let checks = checks.lock().unwrap().clone();
+    // Strictly increasing: a grant answered before another was asked has the smaller token.
+    let mut tokens: Vec<i64> = grants.iter().map(|g| g.token).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), grants.len(), "a token was issued twice");
+    for a in &grants {
+        for b in grants.iter().filter(|b| a.received < b.sent) {
+            assert!(a.token < b.token, "seed {seed}: token {} granted after {} but smaller", b.token, a.token);
+        }
+    }
+    // A check that says "held" was not sent after a newer token had been granted.
+    let (mut held, mut ended) = (0, 0);
+    for c in &checks {
+        match c.result {
+            SemaphoreResult::Held => {
+                held += 1;
+                let newer = grants.iter().find(|g| g.token > c.token && g.received < c.sent);
+                assert!(newer.is_none(), "seed {seed}: token {} called live after {newer:?} was granted", c.token);
+            }
+            SemaphoreResult::Ended => ended += 1,
+            other => panic!("seed {seed}: a check of an issued token answered {other:?}"),
+        }
+    }
+    println!("{} grants, {held} checks live, {ended} ended", grants.len());
+    assert!(held > 5 && ended > 5, "both sides reached (seed {seed}): {held} live, {ended} ended");
+}
