@@ -1067,56 +1067,41 @@ fn check_quotas(ctx: &Ctx, round: usize, since: i64, history: &[QuotaCall]) {
                     );
                 }
             }
+            // Over any span: at most a full bucket plus what refills within it.
             Algorithm::TokenBucket { capacity, refill, interval_ms } => {
-                // Over any span: at most a full bucket plus what refills within it.
-                let mut grants: Vec<&QuotaCall> = calls.iter().copied().filter(|c| c.granted()).collect();
-                grants.sort_by_key(|c| c.t.s);
-                // (Spans starting up to 2 s before the round: older ones were checked before.)
-                for (i, a) in grants.iter().enumerate().filter(|(_, a)| a.t.s + 2_000 > since) {
-                    let (mut end, mut total) = (a.t.r, 0);
-                    for g in &grants[i..] {
-                        end = end.max(g.t.r);
-                        total += g.cost;
-                        let most = capacity + refill * ((end - a.t.s) / interval_ms + 1);
-                        check!(
-                            ctx,
-                            round,
-                            total <= most,
-                            "{}: {total} tokens granted between {} and {end} ms, at most {most} possible \
-                             (from {} to {})",
-                            spec.policy,
-                            a.t.s,
-                            show(a),
-                            show(g)
-                        );
-                    }
-                }
+                check_spans(ctx, round, since, spec, &calls, |d| capacity + refill * (d / interval_ms + 1));
             }
+            // Over any span of d ms: at most the burst plus one unit per emission interval
+            // within it (rate * d / period, rounded up).
             Algorithm::Gcra { rate, period_ms, burst } => {
-                // Over any span of d ms: at most the burst plus one unit per emission
-                // interval within it (rate * d / period, rounded up).
-                let mut grants: Vec<&QuotaCall> = calls.iter().copied().filter(|c| c.granted()).collect();
-                grants.sort_by_key(|c| c.t.s);
-                for (i, a) in grants.iter().enumerate().filter(|(_, a)| a.t.s + 2_000 > since) {
-                    let (mut end, mut total) = (a.t.r, 0);
-                    for g in &grants[i..] {
-                        end = end.max(g.t.r);
-                        total += g.cost;
-                        let most = burst + ceil_div(rate * (end - a.t.s), period_ms);
-                        check!(
-                            ctx,
-                            round,
-                            total <= most,
-                            "{}: {total} units granted between {} and {end} ms, at most {most} possible \
-                             (from {} to {})",
-                            spec.policy,
-                            a.t.s,
-                            show(a),
-                            show(g)
-                        );
-                    }
-                }
+                check_spans(ctx, round, since, spec, &calls, |d| burst + ceil_div(rate * d, period_ms));
             }
+        }
+    }
+}
+
+/// Checks that the units granted over every span (from a grant's start to a later grant's
+/// end, d ms) stay within `most(d)`. Spans start up to 2 s before the round: older ones were
+/// checked before.
+fn check_spans(ctx: &Ctx, round: usize, since: i64, spec: &QuotaSpec, calls: &[&QuotaCall], most: impl Fn(i64) -> i64) {
+    let mut grants: Vec<&QuotaCall> = calls.iter().copied().filter(|c| c.granted()).collect();
+    grants.sort_by_key(|c| c.t.s);
+    for (i, a) in grants.iter().enumerate().filter(|(_, a)| a.t.s + 2_000 > since) {
+        let (mut end, mut total) = (a.t.r, 0);
+        for g in &grants[i..] {
+            end = end.max(g.t.r);
+            total += g.cost;
+            let most = most(end - a.t.s);
+            check!(
+                ctx,
+                round,
+                total <= most,
+                "{}: {total} units granted between {} and {end} ms, at most {most} possible (from {} to {})",
+                spec.policy,
+                a.t.s,
+                QuotaCall::show(a),
+                QuotaCall::show(g)
+            );
         }
     }
 }

@@ -39,23 +39,29 @@ fn pki(dir: &Path, name: &str) -> Pki {
     p
 }
 
+/// `redis-server` arguments for a TLS port with `p`'s certificate (clients not asked for one).
+fn tls_args(p: &Pki, tls_port: u16) -> Vec<String> {
+    let path = |f: &PathBuf| f.display().to_string();
+    [
+        "--tls-port".into(),
+        tls_port.to_string(),
+        "--tls-cert-file".into(),
+        path(&p.cert),
+        "--tls-key-file".into(),
+        path(&p.key),
+        "--tls-ca-cert-file".into(),
+        path(&p.ca),
+        "--tls-auth-clients".into(),
+        "no".into(),
+    ]
+    .into()
+}
+
 /// A Redis answering on a TLS port (plain port kept for the test's own checks).
 fn tls_redis(p: &Pki) -> (RedisServer, u16) {
     let tls_port = free_port();
-    let (port, cert, key, ca) =
-        (tls_port.to_string(), p.cert.display().to_string(), p.key.display().to_string(), p.ca.display().to_string());
-    let redis = RedisServer::start_with(&[
-        "--tls-port",
-        &port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let args = tls_args(p, tls_port);
+    let redis = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
     (redis, tls_port)
 }
 
@@ -237,30 +243,15 @@ async fn tls_from_the_client_to_redis_and_a_certificate_reloaded_on_sighup() {
 async fn a_cluster_over_tls() {
     let dir = scratch_dir("tls-cluster");
     let p = pki(&dir, "cluster");
-    let (cert, key, ca) = (p.cert.display().to_string(), p.key.display().to_string(), p.ca.display().to_string());
+    let ca = p.ca.display().to_string();
     let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let nodes: Vec<RedisServer> = tls_ports
         .iter()
-        .map(|port| {
-            let port = port.to_string();
-            let mut args = vec![
-                "--tls-port",
-                &port,
-                "--tls-cert-file",
-                &cert,
-                "--tls-key-file",
-                &key,
-                "--tls-ca-cert-file",
-                &ca,
-                "--tls-auth-clients",
-                "no",
-                "--tls-cluster",
-                "yes",
-                "--tls-replication",
-                "yes",
-            ];
-            args.extend(redcount_procs::CLUSTER_NODE);
-            RedisServer::start_with(&args)
+        .map(|&port| {
+            let mut args = tls_args(&p, port);
+            args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+            args.extend(redcount_procs::CLUSTER_NODE.map(String::from));
+            RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>())
         })
         .collect();
     redcount_procs::cluster_create_with(&tls_ports, &["--tls", "--cacert", &ca]).unwrap();
