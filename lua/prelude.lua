@@ -27,6 +27,15 @@ local function id(name, v)
   return v
 end
 
+-- A subject's override of a policy's size (limit, capacity or burst), set by an admin
+-- (quota_override.lua) in the subject's own slot: the stored value when it is a whole number in
+-- 1 .. hi, else the policy's `size`.
+local function override(key, size, hi)
+  local o = tonumber(redis.call('GET', key))
+  if o and o >= 1 and o <= hi and o == math.floor(o) then return o end
+  return size
+end
+
 -- Redis's clock (not the caller's): milliseconds, and whole seconds, since the epoch.
 local function now_ms()
   local t = redis.call('TIME')

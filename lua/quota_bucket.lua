@@ -3,22 +3,24 @@
 -- ARGV[1]  capacity (1 .. 10^9); a new bucket starts full
 -- ARGV[2]  tokens added per refill step (1 .. capacity)
 -- ARGV[3]  refill step in ms (1 .. 10^12)
--- ARGV[4]  cost of this call (1 .. capacity)
+-- ARGV[4]  cost of this call (1 .. capacity; more than an override allows is denied)
 -- ARGV[5]  "1" to peek (consume nothing, write nothing), else "0"
 -- Reply: {allowed, limit, remaining, reset_ms, retry_after_ms}
 --   reset_ms: until the bucket is full again; retry_after_ms: 0 when allowed, else until
 --   enough tokens for this cost have been added.
--- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
+-- KEYS[2]  the subject's override of the capacity (prelude.lua: override)
+-- Optional: KEYS[3] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local cap = int('capacity', ARGV[1], 1, 1000000000)
 local refill = int('refill', ARGV[2], 1, cap)
 local step = int('interval', ARGV[3], 1, 1000000000000)
-local cost = int('cost', ARGV[4], 1, cap)
+local cost = int('cost', ARGV[4], 1, 1000000000)
 local peek = ARGV[5] == '1'
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(2)
 if replay then return replay end
+cap = override(KEYS[2], cap, 1000000000)
 
 local now = now_ms()
 local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')

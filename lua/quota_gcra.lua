@@ -9,13 +9,14 @@
 -- ARGV[1]  rate (1 .. 10^7)
 -- ARGV[2]  period in ms (1 .. 31622400000, a leap year)
 -- ARGV[3]  burst (1 .. 10^9, and burst * period_ms <= 4.5 * 10^12)
--- ARGV[4]  cost of this call (1 .. burst)
+-- ARGV[4]  cost of this call (1 .. burst; more than an override allows is denied)
 -- ARGV[5]  "1" to peek (report, consume nothing, write nothing), else "0"
 -- Reply: {allowed, limit (= burst), remaining, reset_ms, retry_after_ms}
 --   remaining: units a call could take at once now (after this call);
 --   reset_ms: until the quota is whole again (the TAT reached);
 --   retry_after_ms: 0 when allowed, else until a call of this cost passes.
--- A denied call writes nothing. Optional: KEYS[2] + two last ARGV make it idempotent.
+-- KEYS[2]  the subject's override of the burst (prelude.lua: override)
+-- A denied call writes nothing. Optional: KEYS[3] + two last ARGV make it idempotent.
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local rate = int('rate', ARGV[1], 1, 10000000)
@@ -24,11 +25,12 @@ local burst = int('burst', ARGV[3], 1, 1000000000)
 if burst * period > 4500000000000 then
   return error({err = 'ERR redcount: burst * period out of range'})
 end
-local cost = int('cost', ARGV[4], 1, burst)
+local cost = int('cost', ARGV[4], 1, 1000000000)
 local peek = ARGV[5] == '1'
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(2)
 if replay then return replay end
+burst = override(KEYS[2], burst, math.min(1000000000, math.floor(4500000000000 / period)))
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

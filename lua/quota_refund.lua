@@ -2,6 +2,7 @@
 -- never above the limit, each algorithm in its own terms. An admin action: a public refund
 -- would undo the limit.
 -- KEYS[1]  the quota's state key (as the take script keeps it)
+-- KEYS[2]  the subject's override of the size (prelude.lua: override)
 -- ARGV[1]  algorithm: fw, sw, tb or gc
 -- ARGV[2]  units to give back (1 .. limit)
 -- ARGV[3..] the algorithm's parameters, as its take script takes them
@@ -9,7 +10,7 @@
 --   gc: rate, period ms, burst
 -- Reply: {refunded}: the units given back (fewer when less was in use; 0 for a fixed window
 -- whose window has passed, or when nothing is in use).
--- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
+-- Optional: KEYS[3] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local key, algo = KEYS[1], ARGV[1]
@@ -30,8 +31,14 @@ else
   return error({err = 'ERR redcount: algorithm must be fw, sw, tb or gc'})
 end
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(2)
 if replay then return replay end
+-- The subject's override of the size, as the take script reads it.
+if algo == 'tb' then
+  p1 = override(KEYS[2], p1, 1000000000)
+elseif algo == 'gc' then
+  p3 = override(KEYS[2], p3, math.min(1000000000, math.floor(4500000000000 / p2)))
+end
 
 local given = 0
 if algo == 'fw' then

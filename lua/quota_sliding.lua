@@ -7,22 +7,24 @@
 --          while any is in the window).
 -- ARGV[1]  limit (1 .. 10000)
 -- ARGV[2]  window in ms (1 .. 10^12)
--- ARGV[3]  cost of this call (1 .. limit)
+-- ARGV[3]  cost of this call (1 .. limit; more than an override allows is denied)
 -- ARGV[4]  "1" to peek (consume nothing, write nothing), else "0"
 -- Reply: {allowed, limit, remaining, reset_ms, retry_after_ms}
 --   reset_ms: until every logged call has left the window (0 when none is logged);
 --   retry_after_ms: 0 when allowed, else until enough units leave the window for this cost.
--- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
+-- KEYS[2]  the subject's override of the limit (prelude.lua: override)
+-- Optional: KEYS[3] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local key = KEYS[1]
 local limit = int('limit', ARGV[1], 1, 10000)
 local window = int('window', ARGV[2], 1, 1000000000000)
-local cost = int('cost', ARGV[3], 1, limit)
+local cost = int('cost', ARGV[3], 1, 10000)
 local peek = ARGV[4] == '1'
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(2)
 if replay then return replay end
+limit = override(KEYS[2], limit, 10000)
 
 local now = now_ms()
 local floor = now - window -- an entry at time x counts while x > now - window
@@ -77,7 +79,10 @@ if not allowed then
   -- The oldest live entry by which enough units would have left the window.
   local need = used + cost - limit
   retry = reset
-  if legacy then
+  if cost > limit then
+    -- Above a lowered override: it cannot pass; say when the quota is whole.
+    retry = math.max(1, reset)
+  elseif legacy then
     local freed = 0
     for i = 1, #legacy, 2 do
       freed = freed + select(2, entry(legacy[i]))

@@ -13,7 +13,7 @@ use redcount_core::error::{InputError, ShapeError};
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{RefundQuota, ResetQuota, TakeQuota};
+use redcount_core::ops::quota::{OverrideQuota, RefundQuota, ResetQuota, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
 use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_core::script::Request;
@@ -162,6 +162,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
         }
         ["quotas", policy, subject] => quotas(config, req, caller, policy, subject),
         ["quotas", policy, subject, "refund"] => refund(config, req, caller, policy, subject),
+        ["overrides", policy, subject] => overrides(config, req, caller, policy, subject),
         ["semaphores", policy, name, action] => {
             allow(m, &["POST"])?;
             let fields: &[&str] = if *action == "check" { &["holder", "fencing_token"] } else { &["holder"] };
@@ -328,7 +329,7 @@ fn require_admin(caller: Caller) -> Result<(), ApiResponse> {
 fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
     let mut r = ApiResponse { status: 204, body: String::new(), headers: Vec::new() };
     if origin.is_some_and(|o| config.cors_origins.iter().any(|a| a == o || a == "*")) {
-        r.headers.push(("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS".to_owned()));
+        r.headers.push(("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS".to_owned()));
         r.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, Idempotency-Key".to_owned()));
         r.headers.push(("Access-Control-Max-Age", "600".to_owned()));
     }
@@ -412,6 +413,10 @@ fn body(req: &ApiRequest<'_>, fields: &[&'static str]) -> Result<Body, ApiRespon
 }
 
 impl Body {
+    fn has(&self, field: &str) -> bool {
+        self.0.contains_key(field)
+    }
+
     fn int(&self, field: &'static str, min: i64, max: i64, default: Option<i64>) -> Result<i64, ApiResponse> {
         match (self.0.get(field), default) {
             (None, Some(d)) => Ok(d),
@@ -571,6 +576,47 @@ fn refund(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
     let cost = body(req, &["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
     let op = replayable!(req, RefundQuota::new(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?);
     Ok(Step::Send(Exchange::new(op, |_, given| ApiResponse::json(200, json!({ "refunded": given })))))
+}
+
+/// `PUT /api/overrides/{policy}/{subject}` (admin) `{"limit": N, "ttl_ms": T}` sets a
+/// subject's own size of a quota policy (`limit`, or the algorithm's own name for it:
+/// `capacity`, `burst`), for `ttl_ms` (absent: until cleared); `DELETE` clears it.
+fn overrides(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
+    allow(req.method, &["PUT", "DELETE"])?;
+    let algorithm = find(config, policy, "quota", |p| match *p {
+        Policy::Quota { algorithm, .. } => Some(algorithm),
+        _ => None,
+    })?;
+    require_admin(caller)?;
+    if req.method == "DELETE" {
+        let op = replayable!(req, OverrideQuota::clear(policy, subject).map_err(|e| ApiResponse::input(&e))?);
+        return Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "cleared": existed })))));
+    }
+    let own = algorithm.size_field();
+    let b = body(req, &["limit", own, "ttl_ms"])?;
+    let max = algorithm.max_size();
+    let size = match (own != "limit" && b.has(own), b.has("limit")) {
+        (true, true) => {
+            return Err(ApiResponse::error(400, format!("give `limit` or `{own}`, not both"), Some("limit")));
+        }
+        (true, false) => b.int(own, 1, max, None)?,
+        _ => b.int("limit", 1, max, None)?,
+    };
+    let ttl_ms = b.int("ttl_ms", 1, redcount_core::ops::quota::MAX_OVERRIDE_TTL_MS, Some(0))?;
+    let op = replayable!(
+        req,
+        OverrideQuota::set(policy, subject, algorithm, size, ttl_ms).map_err(|e| ApiResponse::input(&e))?
+    );
+    let (policy, subject) = (policy.to_owned(), subject.to_owned());
+    Ok(Step::Send(Exchange::new(op, move |_, replaced| {
+        ApiResponse::json(
+            200,
+            json!({
+                "policy": policy, "subject": subject, "limit": size,
+                "ttl_ms": if ttl_ms == 0 { Json::Null } else { json!(ttl_ms) }, "replaced": replaced
+            }),
+        )
+    })))
 }
 
 fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest: &[&str]) -> Routed {

@@ -224,6 +224,10 @@ fn post(path: impl Into<String>, body: impl Into<Vec<u8>>) -> Req {
     req("POST", path).body(body)
 }
 
+fn put(path: impl Into<String>, body: impl Into<Vec<u8>>) -> Req {
+    req("PUT", path).body(body)
+}
+
 fn delete(path: impl Into<String>) -> Req {
     req("DELETE", path)
 }
@@ -934,6 +938,36 @@ rows! {
     quota_peek_cost_not_a_number_is_400 => get("/api/quotas/fixed/{s}?cost=x").then(400).json("/field", "cost"),
     quota_patch_is_405 => req("PATCH", "/api/quotas/fixed/{s}").then(405).header("allow", "GET, HEAD, POST, DELETE"),
     quota_on_a_semaphore_policy_is_404 => post("/api/quotas/slots/{s}", "").then(404).json("/field", "policy"),
+    override_raises_a_subjects_limit => post(quota("fixed"), r#"{"cost":2}"#)
+        .given([take("fixed", 2), take("fixed", 1),
+            put("/api/overrides/fixed/{s}", r#"{"limit":6}"#).admin().ok(200)])
+        .then(200).json("/allowed", true).json("/limit", 6).json("/remaining", 1),
+    override_by_the_algorithms_own_name => post(quota("gcra"), r#"{"cost":2}"#)
+        .given([put("/api/overrides/gcra/{s}", r#"{"burst":1}"#).admin().ok(200)])
+        .then(200).json("/allowed", false).json("/limit", 1),
+    override_lowers_a_bucket => post(quota("bucket"), "")
+        .given([put("/api/overrides/bucket/{s}", r#"{"capacity":1,"ttl_ms":60000}"#).admin().ok(200), take("bucket", 1)])
+        .then(200).json("/allowed", false).json("/limit", 1),
+    override_answers_what_was_set => put("/api/overrides/sliding/{s}", r#"{"limit":7,"ttl_ms":60000}"#).admin()
+        .then(200).json("", json!({"policy": "sliding", "subject": "{s}", "limit": 7, "ttl_ms": 60000, "replaced": false})),
+    override_cleared_the_policy_applies_again => post(quota("fixed"), r#"{"cost":2}"#)
+        .given([put("/api/overrides/fixed/{s}", r#"{"limit":1}"#).admin().ok(200),
+            delete("/api/overrides/fixed/{s}").admin().ok(200)])
+        .then(200).json("/allowed", true).json("/limit", 3),
+    override_clear_says_whether_one_was_set => delete("/api/overrides/fixed/{s}").admin().then(200)
+        .json("", json!({"cleared": false})),
+    override_needs_the_admin_token => put("/api/overrides/fixed/{s}", r#"{"limit":1000}"#).then(401),
+    override_above_the_algorithms_bound_is_400 => put("/api/overrides/sliding/{s}", r#"{"limit":10001}"#).admin()
+        .then(400).json("/field", "limit"),
+    override_both_names_is_400 => put("/api/overrides/bucket/{s}", r#"{"limit":2,"capacity":2}"#).admin()
+        .then(400).json("/field", "limit"),
+    override_unknown_field_is_400 => put("/api/overrides/fixed/{s}", r#"{"limit":2,"ttl":5}"#).admin()
+        .then(400).json("/field", "ttl"),
+    override_ttl_zero_is_400 => put("/api/overrides/fixed/{s}", r#"{"limit":2,"ttl_ms":0}"#).admin()
+        .then(400).json("/field", "ttl_ms"),
+    override_on_a_semaphore_policy_is_404 => put("/api/overrides/slots/{s}", r#"{"limit":2}"#).admin()
+        .then(404).json("/field", "policy"),
+    override_post_is_405 => post("/api/overrides/fixed/{s}", r#"{"limit":2}"#).then(405).header("allow", "PUT, DELETE"),
     quota_refund_gives_units_back => post("/api/quotas/fixed/{s}/refund", r#"{"cost":2}"#).admin()
         .given([take("fixed", 2), take("fixed", 1)]).then(200).json("", json!({"refunded": 2})),
     quota_refund_never_passes_the_limit => post("/api/quotas/gcra/{s}/refund", r#"{"cost":3}"#).admin()
@@ -1211,7 +1245,7 @@ rows! {
     // --- CORS ---
     cors_preflight_from_an_allowed_origin => req("OPTIONS", "/api/counters/steps/{s}").origin(ORIGIN).then(204)
         .header("access-control-allow-origin", ORIGIN)
-        .header("access-control-allow-methods", "GET, POST, DELETE, OPTIONS")
+        .header("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS")
         .header("access-control-allow-headers", "Content-Type, Authorization, Idempotency-Key")
         .header("access-control-max-age", "600")
         .header("vary", "Origin")

@@ -88,6 +88,11 @@ pub fn quota(scope: &str, subject: &str, algo: &str) -> String {
     format!("{PREFIX}:{{q:{scope}:{subject}}}:{algo}")
 }
 
+/// A subject's override of a quota policy's size, in the slot of its quota state.
+pub fn quota_override(scope: &str, subject: &str) -> String {
+    format!("{PREFIX}:{{q:{scope}:{subject}}}:ovr")
+}
+
 /// A semaphore's holder set.
 pub fn semaphore(scope: &str, name: &str) -> String {
     format!("{PREFIX}:{{s:{scope}:{name}}}")

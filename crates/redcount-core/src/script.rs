@@ -69,6 +69,8 @@ scripts! {
     QUOTA_BUCKET = "quota_bucket" "#!lua";
     /// Quota, GCRA.
     QUOTA_GCRA = "quota_gcra" "#!lua";
+    /// Quota: set or clear a subject's override of the size.
+    QUOTA_OVERRIDE = "quota_override" "#!lua";
     /// Quota: give units back.
     QUOTA_REFUND = "quota_refund" "#!lua";
     /// Quota: forget a subject's usage.

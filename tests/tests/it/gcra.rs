@@ -98,6 +98,7 @@ fn gcra_admits_exactly_what_the_definition_admits_over_virtual_time() {
                 .unwrap();
             let got: Vec<i64> = script
                 .key(&key)
+                .key(format!("{key}:ovr"))
                 .arg(rate)
                 .arg(period_ms)
                 .arg(burst)

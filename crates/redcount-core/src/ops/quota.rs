@@ -7,7 +7,8 @@ use crate::command::itoa_i;
 use crate::error::{InputError, ShapeError};
 use crate::keys;
 use crate::script::{
-    Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_REFUND, QUOTA_RESET, QUOTA_SLIDING, Request,
+    Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_OVERRIDE, QUOTA_REFUND, QUOTA_RESET, QUOTA_SLIDING,
+    Request,
 };
 use crate::validate;
 use crate::value::Value;
@@ -102,6 +103,25 @@ impl Algorithm {
         }
     }
 
+    /// The largest size (limit, capacity or burst) this algorithm allows with these
+    /// parameters: the bound of a subject's override.
+    pub fn max_size(&self) -> i64 {
+        match *self {
+            Algorithm::FixedWindow { .. } | Algorithm::TokenBucket { .. } => MAX_LIMIT,
+            Algorithm::SlidingWindow { .. } => MAX_SLIDING_LIMIT,
+            Algorithm::Gcra { period_ms, .. } => MAX_LIMIT.min(MAX_GCRA_SPAN / period_ms.max(1)),
+        }
+    }
+
+    /// What the size is called in a policy: `limit`, `capacity` or `burst`.
+    pub fn size_field(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow { .. } | Algorithm::SlidingWindow { .. } => "limit",
+            Algorithm::TokenBucket { .. } => "capacity",
+            Algorithm::Gcra { .. } => "burst",
+        }
+    }
+
     fn tag(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow { .. } => "fw",
@@ -115,7 +135,8 @@ impl Algorithm {
 /// Takes (or peeks at) `cost` units of a subject's quota.
 #[derive(Debug, Clone)]
 pub struct TakeQuota {
-    key: String,
+    /// The state, then the subject's override.
+    keys: [String; 2],
     algo: Algorithm,
     cost: i64,
     peek: bool,
@@ -137,7 +158,8 @@ impl TakeQuota {
         let subject = validate::id("subject", subject)?;
         algo.validate()?;
         validate::range("cost", cost, 1, algo.limit())?;
-        Ok(TakeQuota { key: keys::quota(scope, subject, algo.tag()), algo, cost, peek })
+        let keys = [keys::quota(scope, subject, algo.tag()), keys::quota_override(scope, subject)];
+        Ok(TakeQuota { keys, algo, cost, peek })
     }
 }
 
@@ -177,7 +199,7 @@ impl Operation for TakeQuota {
                 (&QUOTA_GCRA, alloc::vec![itoa_i(rate), itoa_i(period_ms), itoa_i(burst), itoa_i(self.cost), peek])
             }
         };
-        Request::Script(Invocation { script, keys: alloc::vec![self.key.clone()], args })
+        Request::Script(Invocation { script, keys: self.keys.to_vec(), args })
     }
 
     fn parse(&self, reply: Value) -> Result<QuotaOutcome, ShapeError> {
@@ -226,7 +248,8 @@ impl Operation for ResetQuota {
 /// the limit.
 #[derive(Debug, Clone)]
 pub struct RefundQuota {
-    key: String,
+    /// The state, then the subject's override.
+    keys: [String; 2],
     algo: Algorithm,
     units: i64,
 }
@@ -238,7 +261,8 @@ impl RefundQuota {
         let subject = validate::id("subject", subject)?;
         algo.validate()?;
         validate::range("cost", units, 1, algo.limit())?;
-        Ok(RefundQuota { key: keys::quota(scope, subject, algo.tag()), algo, units })
+        let keys = [keys::quota(scope, subject, algo.tag()), keys::quota_override(scope, subject)];
+        Ok(RefundQuota { keys, algo, units })
     }
 }
 
@@ -258,7 +282,7 @@ impl Operation for RefundQuota {
             }
             Algorithm::Gcra { rate, period_ms, burst } => args.extend([itoa_i(rate), itoa_i(period_ms), itoa_i(burst)]),
         }
-        Request::Script(Invocation { script: &QUOTA_REFUND, keys: alloc::vec![self.key.clone()], args })
+        Request::Script(Invocation { script: &QUOTA_REFUND, keys: self.keys.to_vec(), args })
     }
 
     fn parse(&self, reply: Value) -> Result<i64, ShapeError> {
@@ -268,6 +292,62 @@ impl Operation for RefundQuota {
 }
 
 impl super::Replayable for RefundQuota {}
+
+/// Longest a subject's override holds before it lapses, in ms.
+pub const MAX_OVERRIDE_TTL_MS: i64 = 1_000_000_000_000;
+
+/// Sets or clears a subject's override of a quota policy's size (an admin action): read by
+/// every take and refund of that subject in the same script.
+#[derive(Debug, Clone)]
+pub struct OverrideQuota {
+    key: String,
+    /// `Some((size, ttl_ms))` to set (ttl 0: until cleared), `None` to clear.
+    set: Option<(i64, i64)>,
+}
+
+impl OverrideQuota {
+    /// Sets the subject's size to `size` (within the algorithm's bound) for `ttl_ms` (0: until
+    /// cleared).
+    pub fn set(scope: &str, subject: &str, algo: Algorithm, size: i64, ttl_ms: i64) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        validate::range("limit", size, 1, algo.max_size())?;
+        validate::range("ttl_ms", ttl_ms, 0, MAX_OVERRIDE_TTL_MS)?;
+        Ok(OverrideQuota { key: keys::quota_override(scope, subject), set: Some((size, ttl_ms)) })
+    }
+
+    /// Clears the subject's override: the policy's size applies again.
+    pub fn clear(scope: &str, subject: &str) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        Ok(OverrideQuota { key: keys::quota_override(scope, subject), set: None })
+    }
+}
+
+impl Operation for OverrideQuota {
+    /// True when an override was in force before the call.
+    type Outcome = bool;
+    const NAME: &'static str = "quota_override";
+
+    fn request(&self) -> Request {
+        let (op, size, ttl) = match self.set {
+            Some((size, ttl)) => ("set", size, ttl),
+            None => ("clear", 1, 0),
+        };
+        Request::Script(Invocation {
+            script: &QUOTA_OVERRIDE,
+            keys: alloc::vec![self.key.clone()],
+            args: alloc::vec![String::from(op), itoa_i(size), itoa_i(ttl)],
+        })
+    }
+
+    fn parse(&self, reply: Value) -> Result<bool, ShapeError> {
+        let [existed] = reply.into_ints::<1>(Self::NAME)?;
+        Ok(existed == 1)
+    }
+}
+
+impl super::Replayable for OverrideQuota {}
 
 impl super::Replayable for TakeQuota {}
 
