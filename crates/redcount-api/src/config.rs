@@ -157,6 +157,21 @@ pub struct Config {
     pub namespace: Namespace,
     /// Derives red-packet ids from idempotency keys (see [`Config::id_secret`]).
     id_secret: Vec<u8>,
+    /// Each policy's declared failure mode, when it declares one.
+    failure: Vec<(String, FailureMode)>,
+}
+
+/// What a policy answers when Redis or the REST front does not answer in time
+/// (`"on_unavailable"` and `"timeout_ms"` in its JSON). Never a silent allow: the answer says
+/// `"degraded": true` and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailureMode {
+    /// `"allow"` (quotas and claims only): the call passes, marked degraded. Otherwise it is
+    /// refused (503), marked degraded. Money and lease paths (counters, red packets,
+    /// semaphores, inboxes) always refuse.
+    pub allow: bool,
+    /// The most a call of this policy waits for Redis, in ms (`None`: the shell's own bound).
+    pub timeout_ms: Option<u32>,
 }
 
 impl fmt::Debug for Config {
@@ -231,7 +246,14 @@ impl Config {
             Some(t) => Vec::from(t.as_bytes()),
             None => Vec::from(admin_token.as_deref().unwrap_or("").as_bytes()),
         };
-        Ok(Config { admin_token, policies, cors_origins, namespace, id_secret })
+        let (policies, failure) = policies;
+        Ok(Config { admin_token, policies, cors_origins, namespace, id_secret, failure })
+    }
+
+    /// The declared failure mode of the policy called `name` (the default: refuse, within
+    /// the shell's own bound).
+    pub fn failure_mode(&self, name: &str) -> FailureMode {
+        self.failure.iter().find(|(n, _)| n == name).map(|(_, f)| *f).unwrap_or_default()
     }
 
     /// The policy called `name`.
@@ -275,8 +297,9 @@ impl RestTarget {
     }
 }
 
-/// Parses `REDCOUNT_POLICIES`.
-fn parse_policies(text: &str) -> Result<Vec<(String, Policy)>, ConfigError> {
+/// Parses `REDCOUNT_POLICIES`: the policies, and the failure modes some declare.
+#[allow(clippy::type_complexity)]
+fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, FailureMode)>), ConfigError> {
     const VAR: &str = "REDCOUNT_POLICIES";
     let json: Json = serde_json::from_str(text).map_err(|e| err(VAR, format!("is not valid JSON: {e}")))?;
     let Json::Object(map) = json else {
@@ -286,15 +309,43 @@ fn parse_policies(text: &str) -> Result<Vec<(String, Policy)>, ConfigError> {
         return Err(err(VAR, "defines no policy"));
     }
     let mut out = Vec::with_capacity(map.len());
+    let mut failure = Vec::new();
     for (name, settings) in &map {
         let at = format!("{VAR}.{name}");
         validate::id("policy", name).map_err(|_| err(&at, "policy names must be 1-64 of A-Z a-z 0-9 _ -"))?;
         let Json::Object(s) = settings else {
             return Err(err(&at, "must be an object with a \"kind\""));
         };
-        out.push((name.clone(), parse_policy(&at, s)?));
+        let mut s = s.clone();
+        let (on_unavailable, timeout) = (s.remove("on_unavailable"), s.remove("timeout_ms"));
+        let policy = parse_policy(&at, &s)?;
+        let allow = match on_unavailable.as_ref().map(|v| v.as_str()) {
+            None | Some(Some("deny")) => false,
+            Some(Some("allow")) if matches!(policy, Policy::Quota { .. } | Policy::Claim { .. }) => true,
+            Some(Some("allow")) => {
+                return Err(err(
+                    format!("{at}.on_unavailable"),
+                    "only quotas and claims may allow when Redis does not answer (money and leases always deny)",
+                ));
+            }
+            _ => return Err(err(format!("{at}.on_unavailable"), "must be \"deny\" or \"allow\"")),
+        };
+        let timeout_ms = match &timeout {
+            None => None,
+            Some(v) => Some(
+                u32::try_from(
+                    validate::int_json("timeout_ms", v, 1, 60_000)
+                        .map_err(|e| err(format!("{at}.timeout_ms"), e.to_string()))?,
+                )
+                .unwrap_or(60_000),
+            ),
+        };
+        if on_unavailable.is_some() || timeout.is_some() {
+            failure.push((name.clone(), FailureMode { allow, timeout_ms }));
+        }
+        out.push((name.clone(), policy));
     }
-    Ok(out)
+    Ok((out, failure))
 }
 
 fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> {

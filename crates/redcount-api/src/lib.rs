@@ -61,7 +61,7 @@ use alloc::vec::Vec;
 use rand_core::RngCore;
 use serde_json::{Value as Json, json};
 
-pub use config::{Config, ConfigError, Policy, RestTarget};
+pub use config::{Config, ConfigError, FailureMode, Policy, RestTarget};
 
 use redcount_core::error::{ErrorKind, InputError, ShapeError};
 use redcount_core::rest::{self, Encoding, RestError};
@@ -173,6 +173,11 @@ pub struct Exchange {
     body: String,
     render: Box<dyn Render + Send>,
     cors: Vec<(&'static str, String)>,
+    /// A decision route's answer when Redis cannot answer: its field and whether the
+    /// policy declared `"on_unavailable": "allow"`.
+    degrade: Option<(&'static str, bool)>,
+    /// The policy's `timeout_ms`.
+    timeout_ms: Option<u32>,
 }
 
 impl core::fmt::Debug for Exchange {
@@ -193,7 +198,25 @@ impl Exchange {
     {
         let call = Call::new(op.request());
         let body = call.command().to_rest_body();
-        Exchange { call, body, render: Box::new(With { op, f }), cors: Vec::new() }
+        Exchange { call, body, render: Box::new(With { op, f }), cors: Vec::new(), degrade: None, timeout_ms: None }
+    }
+
+    /// The most this call may wait for its answer, in ms, when its policy declares one
+    /// (`timeout_ms`): the shell stops waiting then and calls [`Exchange::fail`].
+    pub fn timeout_ms(&self) -> Option<u32> {
+        self.timeout_ms
+    }
+
+    /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore)
+    /// the policy's declared one, marked `"degraded": true` with the reason; elsewhere `plain`.
+    fn unavailable(&self, status: u16, why: String) -> ApiResponse {
+        match self.degrade {
+            Some((field, true)) => ApiResponse::json(200, json!({ field: true, "degraded": true, "reason": why })),
+            Some((field, false)) => {
+                ApiResponse::json(503, json!({ "error": why, field: false, "degraded": true, "reason": why }))
+            }
+            None => ApiResponse::error(status, why, None),
+        }
     }
 
     /// Moves the call's keys into `ns` (before anything was sent).
@@ -243,7 +266,7 @@ impl Exchange {
             ),
             // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN: retryable, so 503 rather than 502.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {
-                ApiResponse::error(503, format!("Redis is unavailable for now: {e}"), None)
+                self.unavailable(503, format!("Redis is unavailable for now: {e}"))
             }
             // The scripts' shebang makes Redis refuse them whole at maxmemory: fail closed.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::OutOfMemory => ApiResponse::error(
@@ -256,7 +279,7 @@ impl Exchange {
                 ApiResponse::error(502, "the REST front refused REDCOUNT_REST_TOKEN (server misconfigured)", None)
             }
             Err(RestError::Unavailable(s, m)) => {
-                ApiResponse::error(503, format!("Redis is unavailable (REST front answered {s}: {m})"), None)
+                self.unavailable(503, format!("Redis is unavailable (REST front answered {s}: {m})"))
             }
             Err(e) => ApiResponse::error(502, format!("{e}"), None),
         };
@@ -270,7 +293,7 @@ impl Exchange {
 
     /// The response when `component` (the REST front, Redis) could not be reached at all.
     pub fn fail_at(self, component: &str, why: &str) -> ApiResponse {
-        let r = ApiResponse::error(503, format!("{component} is unreachable: {why}"), None);
+        let r = self.unavailable(503, format!("{component} is unreachable: {why}"));
         self.finish(r)
     }
 
@@ -291,6 +314,22 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
         }
         Step::Send(mut ex) => {
             ex.cors = cors;
+            // A decision route answers its policy's declared failure mode.
+            let mut parts = req.path.trim_start_matches("/api/").split('/');
+            let field = match (parts.next(), req.method) {
+                (Some("quotas"), "POST" | "GET" | "HEAD") => Some("allowed"),
+                (Some("claims"), "POST") => Some("claimed"),
+                (Some("semaphores"), "POST") => Some("holding"),
+                _ => None,
+            };
+            if let (Some(field), Some(policy)) = (field, parts.next())
+                && !req.path.ends_with("/refund")
+            {
+                let mode = config.failure_mode(policy);
+                // Leases always deny: a lease cannot be granted without Redis.
+                ex.degrade = Some((field, mode.allow && field != "holding"));
+                ex.timeout_ms = mode.timeout_ms;
+            }
             if !config.namespace.is_default() {
                 ex.move_to(&config.namespace);
             }

@@ -75,10 +75,20 @@ fn routes_become_exactly_one_evalsha() {
     let b = send_body(req("POST", "/api/quotas/daily-prize/u1", r#"{"cost":1}"#));
     assert_eq!(
         b,
-        json!(["EVALSHA", script::QUOTA_FIXED.sha1(), "1", "rc:{q:daily-prize:u1}:fw", "2", "86400000", "1", "0"])
+        json!([
+            "EVALSHA",
+            script::QUOTA_FIXED.sha1(),
+            "2",
+            "rc:{q:daily-prize:u1}:fw",
+            "rc:{q:daily-prize:u1}:ovr",
+            "2",
+            "86400000",
+            "1",
+            "0"
+        ])
     );
     let b = send_body(req("GET", "/api/quotas/daily-prize/u1", ""));
-    assert_eq!(b[7], "1", "GET peeks");
+    assert_eq!(b[8], "1", "GET peeks");
     let b = send_body(req("POST", "/api/counters/running-jobs/app-1", r#"{"delta":-1}"#));
     assert_eq!(
         b,
@@ -87,7 +97,9 @@ fn routes_become_exactly_one_evalsha() {
     let b = send_body(req("POST", "/api/semaphores/device-slots/pool/acquire", r#"{"holder":"dev-1"}"#));
     assert_eq!(
         b.as_array().unwrap()[3..],
-        json!(["rc:{s:device-slots:pool}", "acquire", "dev-1", "60", "300000"]).as_array().unwrap()[..]
+        json!(["rc:{s:device-slots:pool}", "rc:{s:device-slots:pool}:tok", "acquire", "dev-1", "60", "300000", "0"])
+            .as_array()
+            .unwrap()[..]
     );
     assert_eq!(send_body(req("GET", "/api/health", "")), json!(["PING"]));
     let b = send_body(req("GET", "/api/redpackets/abc/claims?offset=10&limit=5", ""));
@@ -207,12 +219,12 @@ fn idempotency_keys_add_one_key_in_the_same_slot() {
     };
     let b = send_body(with("order-42"));
     let arr = b.as_array().unwrap();
-    assert_eq!(arr[2], "2", "the reply key joins the object's key");
-    let key = arr[4].as_str().unwrap();
+    assert_eq!(arr[2], "3", "the reply key joins the quota's state and override keys");
+    let key = arr[5].as_str().unwrap();
     assert!(key.starts_with("rc:{q:daily-prize:u1}:fw:idem:"), "{key}: same hash tag, same slot");
-    assert_eq!(arr.len(), 11, "ttl and fingerprint follow the arguments");
+    assert_eq!(arr.len(), 12, "ttl and fingerprint follow the arguments");
     assert_eq!(send_body(with("order-42")), b, "the same request maps to the same reply key");
-    assert_ne!(send_body(with("order-43"))[4], b[4]);
+    assert_ne!(send_body(with("order-43"))[5], b[5]);
     // Packets take their id from the key, so a replay addresses the same packet.
     let create = |k: &'static str| ApiRequest {
         idempotency_key: Some(k),
@@ -289,6 +301,16 @@ fn policies_cors_and_config_errors() {
         (r#"{"a":{"kind":"quota","limit":5}}"#, "REDCOUNT_POLICIES.a.window_ms"),
         (r#"{"a":{"kind":"quota","limit":5,"window_ms":1,"typo":1}}"#, "REDCOUNT_POLICIES.a.typo"),
         (r#"{"a":{"kind":"nope"}}"#, "REDCOUNT_POLICIES.a.kind"),
+        (r#"{"c":{"kind":"counter","min":0,"on_unavailable":"allow"}}"#, "REDCOUNT_POLICIES.c.on_unavailable"),
+        (
+            r#"{"s":{"kind":"semaphore","limit":1,"lease_ms":1,"on_unavailable":"allow"}}"#,
+            "REDCOUNT_POLICIES.s.on_unavailable",
+        ),
+        (
+            r#"{"q":{"kind":"quota","limit":1,"window_ms":1,"on_unavailable":"open"}}"#,
+            "REDCOUNT_POLICIES.q.on_unavailable",
+        ),
+        (r#"{"q":{"kind":"quota","limit":1,"window_ms":1,"timeout_ms":0}}"#, "REDCOUNT_POLICIES.q.timeout_ms"),
         (
             r#"{"g":{"kind":"quota","algorithm":"gcra","rate":0,"period_ms":1000,"burst":1}}"#,
             "REDCOUNT_POLICIES.g.rate",

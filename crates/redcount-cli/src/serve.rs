@@ -120,20 +120,35 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                     // The one fallback a call makes: EVAL after NOSCRIPT.
                     metrics::counter!("redcount_noscript_fallbacks_total").increment(1);
                 }
+                // The policy's own bound, if it declares one (`timeout_ms`): past it the call
+                // is answered as its failure mode says.
+                let limit = exchange.timeout_ms();
+                let budget = limit.map(|ms| std::time::Duration::from_millis(ms.into()));
+                let within = move |what: &'static str| {
+                    format!("{what} did not answer within the policy's timeout_ms ({} ms)", limit.unwrap_or(0))
+                };
                 step = match &s.backend {
-                    Backend::Rest(rest) => match rest.post(exchange.body().to_string()).await {
-                        Ok((status, body)) => exchange.receive(status, &body),
-                        Err(e) => {
+                    Backend::Rest(rest) => match bounded(budget, rest.post(exchange.body().to_string())).await {
+                        Some(Ok((status, body))) => exchange.receive(status, &body),
+                        Some(Err(e)) => {
                             report_backend_error(&e);
                             Step::Respond(exchange.fail(&e.to_string()))
                         }
+                        None => {
+                            let why = within("the REST front");
+                            Step::Respond(exchange.fail(&why))
+                        }
                     },
-                    Backend::Direct(d) => match d.send(exchange.command()).await {
-                        Ok(v) => exchange.receive_value(Ok(v)),
-                        Err(Error::Redis(e)) => exchange.receive_value(Err(e)),
-                        Err(e) => {
+                    Backend::Direct(d) => match bounded(budget, d.send(exchange.command())).await {
+                        Some(Ok(v)) => exchange.receive_value(Ok(v)),
+                        Some(Err(Error::Redis(e))) => exchange.receive_value(Err(e)),
+                        Some(Err(e)) => {
                             report_backend_error(&e);
                             Step::Respond(exchange.fail_at("Redis", &e.to_string()))
+                        }
+                        None => {
+                            let why = within("Redis");
+                            Step::Respond(exchange.fail_at("Redis", &why))
                         }
                     },
                 };
@@ -166,6 +181,14 @@ fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
     let named = matches!(route, "counters" | "claims" | "quotas" | "semaphores");
     let policy = parts.next().filter(|p| named && config.policy(p).is_some()).unwrap_or("-");
     (route, policy.to_string())
+}
+
+/// `call`, given up after `budget` when there is one (`None` then).
+async fn bounded<T>(budget: Option<std::time::Duration>, call: impl std::future::Future<Output = T>) -> Option<T> {
+    match budget {
+        Some(b) => tokio::time::timeout(b, call).await.ok(),
+        None => Some(call.await),
+    }
 }
 
 /// Counts and logs a call that did not reach the backend or got no answer, by what happened.

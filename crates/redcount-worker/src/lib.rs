@@ -102,8 +102,9 @@ async fn body_bytes(buffer: Result<js_sys::Promise, JsValue>) -> Result<Vec<u8>,
     Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
-/// One REST round trip; `Err` when the front cannot be reached.
-async fn post(target: &RestTarget, body: &str) -> Result<(u16, Vec<u8>), String> {
+/// One REST round trip; `Err` when the front cannot be reached, or did not answer within
+/// `timeout_ms` (the policy's own bound) when there is one.
+async fn post(target: &RestTarget, body: &str, timeout_ms: Option<u32>) -> Result<(u16, Vec<u8>), String> {
     let headers = web_sys::Headers::new().map_err(js_error)?;
     headers.set("Authorization", &format!("Bearer {}", target.token)).map_err(js_error)?;
     for (k, v) in REST_HEADERS {
@@ -113,6 +114,9 @@ async fn post(target: &RestTarget, body: &str) -> Result<(u16, Vec<u8>), String>
     init.set_method("POST");
     init.set_headers(&headers);
     init.set_body(&JsValue::from_str(body));
+    if let Some(ms) = timeout_ms {
+        init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(ms)));
+    }
     let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
     let url = format!("{}/", target.url);
     let resp = JsFuture::from(global.fetch_with_str_and_init(&url, &init)).await.map_err(js_error)?;
@@ -174,7 +178,8 @@ async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result
         match step {
             Step::Respond(r) => return Ok(respond(r)),
             Step::Send(exchange) => {
-                step = match post(&target, exchange.body()).await {
+                // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
+                step = match post(&target, exchange.body(), exchange.timeout_ms()).await {
                     Ok((status, bytes)) => exchange.receive(status, &bytes),
                     Err(e) => Step::Respond(exchange.fail(&e)),
                 };
