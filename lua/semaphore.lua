@@ -1,6 +1,7 @@
 -- redcount: counting semaphore with one lease per holder ("at most 60 devices, 300 s lease").
 -- KEYS[1]  sorted set: member = holder id, score = lease end in ms (server time)
 -- KEYS[2]  hash: holder id -> its fencing token; '#' -> the last token issued
+-- KEYS[3]  this semaphore's override of the limit (quota_override.lua sets it)
 -- ARGV[1]  op: "acquire", "renew", "release" or "check"
 -- ARGV[2]  holder id
 -- ARGV[3]  limit (1 .. 10^6)
@@ -18,7 +19,7 @@
 --         server time in µs, so it keeps increasing even after the semaphore's keys expired.
 -- Expired leases are reclaimed on every call, so a crashed holder frees its slot when its
 -- own lease ends, and one slow holder can never reset the others.
--- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua). A replayed acquire or
+-- Optional: KEYS[4] + two last ARGV make it idempotent (prelude.lua). A replayed acquire or
 -- renew tells the current truth: the lease left now, or 4 (not a holder) once it has ended;
 -- a replay never grants a slot that is not held.
 -- (Runs after prelude.lua: int, s, idempotency.)
@@ -31,7 +32,9 @@ local limit = int('limit', ARGV[3], 1, 1000000)
 local lease = int('lease', ARGV[4], 1, 10000000000)
 local asked = int('fencing_token', ARGV[5] or '0', 0, 9007199254740991)
 
-local replay, finish = idempotency(2)
+local replay, finish = idempotency(3)
+-- The semaphore's own limit, when an admin set one (prelude.lua: override).
+limit = override(KEYS[3], limit, 1000000)
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -580,21 +580,36 @@ fn refund(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
 
 /// `PUT /api/overrides/{policy}/{subject}` (admin) `{"limit": N, "ttl_ms": T}` sets a
 /// subject's own size of a quota policy (`limit`, or the algorithm's own name for it:
-/// `capacity`, `burst`), for `ttl_ms` (absent: until cleared); `DELETE` clears it.
+/// `capacity`, `burst`), or a semaphore's own limit, for `ttl_ms` (absent: until cleared);
+/// `DELETE` clears it.
 fn overrides(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
     allow(req.method, &["PUT", "DELETE"])?;
-    let algorithm = find(config, policy, "quota", |p| match *p {
-        Policy::Quota { algorithm, .. } => Some(algorithm),
-        _ => None,
-    })?;
+    // A quota's size (`limit`, or the algorithm's own name for it), or a semaphore's limit
+    // (the subject is the semaphore's name).
+    let algorithm = match config.policy(policy) {
+        Some(Policy::Quota { algorithm, .. }) => Some(*algorithm),
+        Some(Policy::Semaphore { .. }) => None,
+        _ => {
+            return Err(ApiResponse::error(
+                404,
+                format!("no quota or semaphore policy named `{policy}`"),
+                Some("policy"),
+            ));
+        }
+    };
     require_admin(caller)?;
+    let input = |e: redcount_core::error::InputError| ApiResponse::input(&e);
     if req.method == "DELETE" {
-        let op = replayable!(req, OverrideQuota::clear(policy, subject).map_err(|e| ApiResponse::input(&e))?);
+        let op = match algorithm {
+            Some(_) => OverrideQuota::clear(policy, subject),
+            None => OverrideQuota::clear_semaphore(policy, subject),
+        };
+        let op = replayable!(req, op.map_err(input)?);
         return Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "cleared": existed })))));
     }
-    let own = algorithm.size_field();
+    let own = algorithm.map_or("limit", |a| a.size_field());
     let b = body(req, &["limit", own, "ttl_ms"])?;
-    let max = algorithm.max_size();
+    let max = algorithm.map_or(redcount_core::ops::semaphore::MAX_LIMIT, |a| a.max_size());
     let size = match (own != "limit" && b.has(own), b.has("limit")) {
         (true, true) => {
             return Err(ApiResponse::error(400, format!("give `limit` or `{own}`, not both"), Some("limit")));
@@ -603,10 +618,11 @@ fn overrides(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str
         _ => b.int("limit", 1, max, None)?,
     };
     let ttl_ms = b.int("ttl_ms", 1, redcount_core::ops::quota::MAX_OVERRIDE_TTL_MS, Some(0))?;
-    let op = replayable!(
-        req,
-        OverrideQuota::set(policy, subject, algorithm, size, ttl_ms).map_err(|e| ApiResponse::input(&e))?
-    );
+    let op = match algorithm {
+        Some(a) => OverrideQuota::set(policy, subject, a, size, ttl_ms),
+        None => OverrideQuota::set_semaphore(policy, subject, size, ttl_ms),
+    };
+    let op = replayable!(req, op.map_err(input)?);
     let (policy, subject) = (policy.to_owned(), subject.to_owned());
     Ok(Step::Send(Exchange::new(op, move |_, replaced| {
         ApiResponse::json(

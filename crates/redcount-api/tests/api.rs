@@ -97,9 +97,18 @@ fn routes_become_exactly_one_evalsha() {
     let b = send_body(req("POST", "/api/semaphores/device-slots/pool/acquire", r#"{"holder":"dev-1"}"#));
     assert_eq!(
         b.as_array().unwrap()[3..],
-        json!(["rc:{s:device-slots:pool}", "rc:{s:device-slots:pool}:tok", "acquire", "dev-1", "60", "300000", "0"])
-            .as_array()
-            .unwrap()[..]
+        json!([
+            "rc:{s:device-slots:pool}",
+            "rc:{s:device-slots:pool}:tok",
+            "rc:{s:device-slots:pool}:ovr",
+            "acquire",
+            "dev-1",
+            "60",
+            "300000",
+            "0"
+        ])
+        .as_array()
+        .unwrap()[..]
     );
     assert_eq!(send_body(req("GET", "/api/health", "")), json!(["PING"]));
     let b = send_body(req("GET", "/api/redpackets/abc/claims?offset=10&limit=5", ""));

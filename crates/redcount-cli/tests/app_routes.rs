@@ -965,8 +965,18 @@ rows! {
         .then(400).json("/field", "ttl"),
     override_ttl_zero_is_400 => put("/api/overrides/fixed/{s}", r#"{"limit":2,"ttl_ms":0}"#).admin()
         .then(400).json("/field", "ttl_ms"),
-    override_on_a_semaphore_policy_is_404 => put("/api/overrides/slots/{s}", r#"{"limit":2}"#).admin()
+    override_on_a_counter_policy_is_404 => put("/api/overrides/steps/{s}", r#"{"limit":2}"#).admin()
         .then(404).json("/field", "policy"),
+    override_raises_a_semaphores_limit => sem("acquire", "h3")
+        .given([put("/api/overrides/slots/{s}", r#"{"limit":3}"#).admin().ok(200),
+            sem("acquire", "h1").ok(200), sem("acquire", "h2").ok(200)])
+        .then(200).json("/result", "acquired").json("/limit", 3).json("/in_use", 3),
+    override_lowers_a_semaphores_limit => sem("acquire", "h2")
+        .given([put("/api/overrides/slots/{s}", r#"{"limit":1,"ttl_ms":60000}"#).admin().ok(200),
+            sem("acquire", "h1").ok(200)])
+        .then(200).json("/result", "full").json("/limit", 1),
+    override_of_a_semaphore_is_bounded => put("/api/overrides/slots/{s}", r#"{"limit":1000001}"#).admin()
+        .then(400).json("/field", "limit"),
     override_post_is_405 => post("/api/overrides/fixed/{s}", r#"{"limit":2}"#).then(405).header("allow", "PUT, DELETE"),
     quota_refund_gives_units_back => post("/api/quotas/fixed/{s}/refund", r#"{"cost":2}"#).admin()
         .given([take("fixed", 2), take("fixed", 1)]).then(200).json("", json!({"refunded": 2})),

@@ -98,6 +98,11 @@ pub fn semaphore(scope: &str, name: &str) -> String {
     format!("{PREFIX}:{{s:{scope}:{name}}}")
 }
 
+/// A semaphore's override of its policy's limit, in the semaphore's slot.
+pub fn semaphore_override(scope: &str, name: &str) -> String {
+    format!("{PREFIX}:{{s:{scope}:{name}}}:ovr")
+}
+
 /// A user's inbox.
 pub fn inbox(user: &str) -> String {
     format!("{PREFIX}:{{ib:{user}}}")

@@ -296,8 +296,9 @@ impl super::Replayable for RefundQuota {}
 /// Longest a subject's override holds before it lapses, in ms.
 pub const MAX_OVERRIDE_TTL_MS: i64 = 1_000_000_000_000;
 
-/// Sets or clears a subject's override of a quota policy's size (an admin action): read by
-/// every take and refund of that subject in the same script.
+/// Sets or clears a subject's override of a quota policy's size, or a semaphore's own limit
+/// (an admin action): read by every take and refund of that subject (every call on that
+/// semaphore) in the same script.
 #[derive(Debug, Clone)]
 pub struct OverrideQuota {
     key: String,
@@ -314,6 +315,23 @@ impl OverrideQuota {
         validate::range("limit", size, 1, algo.max_size())?;
         validate::range("ttl_ms", ttl_ms, 0, MAX_OVERRIDE_TTL_MS)?;
         Ok(OverrideQuota { key: keys::quota_override(scope, subject), set: Some((size, ttl_ms)) })
+    }
+
+    /// Sets a semaphore's own limit (at most [`super::semaphore::MAX_LIMIT`]) for `ttl_ms`
+    /// (0: until cleared): read by every call on that semaphore in the same script.
+    pub fn set_semaphore(scope: &str, name: &str, limit: i64, ttl_ms: i64) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let name = validate::id("subject", name)?;
+        validate::range("limit", limit, 1, super::semaphore::MAX_LIMIT)?;
+        validate::range("ttl_ms", ttl_ms, 0, MAX_OVERRIDE_TTL_MS)?;
+        Ok(OverrideQuota { key: keys::semaphore_override(scope, name), set: Some((limit, ttl_ms)) })
+    }
+
+    /// Clears a semaphore's own limit: the policy's applies again.
+    pub fn clear_semaphore(scope: &str, name: &str) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let name = validate::id("subject", name)?;
+        Ok(OverrideQuota { key: keys::semaphore_override(scope, name), set: None })
     }
 
     /// Clears the subject's override: the policy's size applies again.
