@@ -42,6 +42,11 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function now_s() return tonumber(redis.call('TIME')[1]) end
+-- Redis's clock in whole microseconds since the epoch (exact: below 2^53 until year 2255).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 
 -- Optional idempotency, for a script that needs `need` keys: when the caller passes one key
 -- more (in the same slot), plus a TTL in ms and a request fingerprint as the last two
@@ -61,9 +66,9 @@ local function idempotency(need)
       return error({err = 'IDEMPOTENCY_CONFLICT this Idempotency-Key was already used for a different request'})
     end
     local out = {}
-    -- At most 16 numbers (replies have 6 at most): the reply stays small whatever is stored.
+    -- At most 64 numbers (a decision of 8 parts has 60): the reply stays small whatever is stored.
     for n in string.gmatch(body, '-?%d+') do
-      if #out == 16 then break end
+      if #out == 64 then break end
       out[#out + 1] = tonumber(n)
     end
     -- Marks the reply as a replay; the driver strips it (Value::take_replay_mark).

@@ -12,6 +12,7 @@ use redcount_core::command::Command;
 use redcount_core::error::{InputError, ShapeError};
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
+use redcount_core::ops::decision::{self, Decide, LeaseResult, Part, PartOutcome};
 use redcount_core::ops::inbox::{Append, Read, Trim};
 use redcount_core::ops::quota::{OverrideQuota, RefundQuota, ResetQuota, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
@@ -163,6 +164,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
         ["quotas", policy, subject] => quotas(config, req, caller, policy, subject),
         ["quotas", policy, subject, "refund"] => refund(config, req, caller, policy, subject),
         ["overrides", policy, subject] => overrides(config, req, caller, policy, subject),
+        ["decisions", subject] => decisions(config, req, caller, subject),
         ["semaphores", policy, name, action] => {
             allow(m, &["POST"])?;
             let fields: &[&str] = if *action == "check" { &["holder", "fencing_token"] } else { &["holder"] };
@@ -362,8 +364,10 @@ fn red_packets(p: &Policy) -> Option<(i64, i64, i64, i64)> {
 /// A JSON object body with known fields only.
 struct Body(Map<String, Json>);
 
-/// The first key repeated in the top-level JSON object `bytes`, if any.
+/// The first key repeated in any JSON object within `bytes` (the body, or a decision's parts),
+/// if any.
 fn repeated_key(bytes: &[u8]) -> Option<String> {
+    /// Any JSON value, remembering the first key an object in it repeats.
     struct Keys(Option<String>);
     impl<'de> serde::Deserialize<'de> for Keys {
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -371,22 +375,49 @@ fn repeated_key(bytes: &[u8]) -> Option<String> {
             impl<'de> serde::de::Visitor<'de> for V {
                 type Value = Keys;
                 fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.write_str("a JSON object")
+                    f.write_str("JSON")
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Keys, E> {
+                    Ok(Keys(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Keys, E> {
+                    Ok(Keys(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Keys, E> {
+                    Ok(Keys(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Keys, E> {
+                    Ok(Keys(None))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Keys, E> {
+                    Ok(Keys(None))
+                }
+                fn visit_unit<E>(self) -> Result<Keys, E> {
+                    Ok(Keys(None))
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Keys, A::Error> {
+                    let mut repeated = None;
+                    while let Some(Keys(inner)) = s.next_element::<Keys>()? {
+                        repeated = repeated.or(inner);
+                    }
+                    Ok(Keys(repeated))
                 }
                 fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Keys, A::Error> {
-                    let mut seen: Vec<String> = Vec::new();
+                    // A set: a 16 KiB body can hold thousands of keys.
+                    let mut seen = alloc::collections::BTreeSet::new();
                     let mut repeated = None;
                     while let Some(k) = m.next_key::<String>()? {
-                        m.next_value::<serde::de::IgnoredAny>()?;
+                        let Keys(inner) = m.next_value::<Keys>()?;
                         if repeated.is_none() && seen.contains(&k) {
                             repeated = Some(k.clone());
                         }
-                        seen.push(k);
+                        repeated = repeated.or(inner);
+                        seen.insert(k);
                     }
                     Ok(Keys(repeated))
                 }
             }
-            d.deserialize_map(V)
+            d.deserialize_any(V)
         }
     }
     serde_json::from_slice::<Keys>(bytes).ok().and_then(|k| k.0)
@@ -405,14 +436,23 @@ fn body(req: &ApiRequest<'_>, fields: &[&'static str]) -> Result<Body, ApiRespon
     if let Some(k) = repeated_key(req.body) {
         return Err(ApiResponse::error(400, format!("field `{k}` appears more than once"), Some("body")));
     }
-    if let Some(k) = map.keys().find(|k| !fields.contains(&k.as_str())) {
-        let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
-        return Err(ApiResponse::error(400, format!("unknown field `{k}` (known: {known})"), Some(k)));
-    }
-    Ok(Body(map))
+    let body = Body(map);
+    body.known(fields)?;
+    Ok(body)
 }
 
 impl Body {
+    /// Refuses a field outside `fields` (as [`body`] does for a whole body).
+    fn known(&self, fields: &[&str]) -> Result<(), ApiResponse> {
+        match self.0.keys().find(|k| !fields.contains(&k.as_str())) {
+            Some(k) => {
+                let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
+                Err(ApiResponse::error(400, format!("unknown field `{k}` (known: {known})"), Some(k)))
+            }
+            None => Ok(()),
+        }
+    }
+
     fn has(&self, field: &str) -> bool {
         self.0.contains_key(field)
     }
@@ -633,6 +673,129 @@ fn overrides(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str
             }),
         )
     })))
+}
+
+/// `POST /api/decisions/{subject}` `{"parts": [{"policy": "per-second", "cost": 1},
+/// {"policy": "in-flight", "holder": "job-7"}], "peek": false}`: quota and semaphore policies
+/// of one subject decided at once, all or nothing (a denied decision consumes nothing).
+fn decisions(config: &Config, req: &ApiRequest<'_>, caller: Caller, subject: &str) -> Routed {
+    allow(req.method, &["POST"])?;
+    let b = body(req, &["parts", "peek"])?;
+    let peek = match b.0.get("peek") {
+        None | Some(Json::Bool(false)) => false,
+        Some(Json::Bool(true)) => true,
+        Some(_) => return Err(ApiResponse::error(400, "peek must be true or false", Some("peek"))),
+    };
+    let list = match b.0.get("parts") {
+        Some(Json::Array(list)) => list,
+        None => return Err(ApiResponse::error(400, "parts is required", Some("parts"))),
+        Some(_) => return Err(ApiResponse::error(400, "parts must be an array of parts", Some("parts"))),
+    };
+    if list.is_empty() || list.len() > decision::MAX_PARTS {
+        return Err(ApiResponse::error(
+            400,
+            format!("parts must hold 1 to {} parts", decision::MAX_PARTS),
+            Some("parts"),
+        ));
+    }
+    let mut parts = Vec::with_capacity(list.len());
+    // The declared failure mode of the whole: allow only when every part declares it (a
+    // lease never degrades to a pass), and the shortest time budget of the parts.
+    let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
+    for (i, item) in list.iter().enumerate() {
+        let at = |e: ApiResponse| in_part(i, e);
+        let Json::Object(map) = item else {
+            return Err(at(ApiResponse::error(400, "a part must be a JSON object", Some("part"))));
+        };
+        let part = Body(map.clone());
+        let name = part.string("policy").map_err(at)?;
+        let policy = find(config, &name, "quota or semaphore", |p| Some(p.clone())).map_err(at)?;
+        let built = match policy {
+            Policy::Quota { algorithm, max_cost } => {
+                part.known(&["policy", "cost"]).map_err(at)?;
+                let cost = part.int("cost", 1, algorithm.limit(), Some(1)).map_err(at)?;
+                if caller == Caller::Public && cost > max_cost {
+                    return Err(at(beyond("cost", format!("{cost} > {max_cost}"))));
+                }
+                Part::quota(&name, algorithm, cost)
+            }
+            Policy::Semaphore { limit, lease_ms } => {
+                part.known(&["policy", "holder"]).map_err(at)?;
+                allow_all = false;
+                Part::lease(&name, &part.string("holder").map_err(at)?, limit, lease_ms)
+            }
+            other => {
+                return Err(at(ApiResponse::error(
+                    400,
+                    format!("policy {name} is a {} policy: a decision takes quota and semaphore policies", other.kind()),
+                    Some("policy"),
+                )));
+            }
+        };
+        parts.push(built.map_err(|e| at(ApiResponse::input(&e)))?);
+        let mode = config.failure_mode(&name);
+        allow_all &= mode.allow;
+        timeout_ms = match (timeout_ms, mode.timeout_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let names: Vec<String> = parts.iter().map(|p| p.policy().to_owned()).collect();
+    let op = if peek { Decide::peek(subject, parts) } else { Decide::new(subject, parts) };
+    let op = replayable!(req, op.map_err(|e| ApiResponse::input(&e))?);
+    let mut ex = Exchange::new(op, move |_, d| decision_response(&names, d, peek));
+    ex.degrade = Some(("allowed", allow_all));
+    ex.timeout_ms = timeout_ms;
+    Ok(Step::Send(ex))
+}
+
+/// An error about one part's field, as the part's own: `parts[1].cost` (the shared body
+/// helpers name the field alone).
+fn in_part(i: usize, e: ApiResponse) -> ApiResponse {
+    let mut v: Json = serde_json::from_str(&e.body).unwrap_or(Json::Null);
+    if let Some(field) = v.get("field").and_then(Json::as_str).map(|f| format!("parts[{i}].{f}")) {
+        let message = v.get("error").and_then(Json::as_str).unwrap_or("").to_owned();
+        v["error"] = Json::String(format!("parts[{i}]: {message}"));
+        v["field"] = Json::String(field);
+    }
+    ApiResponse { status: e.status, body: v.to_string(), headers: e.headers }
+}
+
+fn decision_response(names: &[String], d: decision::Decision, peek: bool) -> ApiResponse {
+    let parts: Vec<Json> = names
+        .iter()
+        .zip(&d.parts)
+        .map(|(name, p)| match *p {
+            PartOutcome::Quota(q) => json!({
+                "policy": name, "kind": "quota", "allowed": q.allowed, "limit": q.limit,
+                "remaining": q.remaining, "reset_ms": q.reset_ms, "retry_after_ms": q.retry_after_ms
+            }),
+            PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
+                json!({
+                    "policy": name, "kind": "semaphore", "allowed": p.allowed(),
+                    "result": match result {
+                        LeaseResult::Full => "full",
+                        LeaseResult::Acquired => "acquired",
+                        LeaseResult::Renewed => "renewed",
+                    },
+                    "in_use": in_use, "limit": limit, "earliest_end_ms": earliest_end_ms,
+                    "retry_after_ms": retry_after_ms, "lease_ms": lease_ms, "fencing_token": fencing_token
+                })
+            }
+        })
+        .collect();
+    let denied_by = d.denied_by.and_then(|i| names.get(i));
+    let mut r = ApiResponse::json(
+        200,
+        json!({
+            "allowed": d.allowed, "denied_by": denied_by, "retry_after_ms": d.retry_after_ms,
+            "peek": peek, "parts": parts
+        }),
+    );
+    if !d.allowed {
+        r.headers.push(("Retry-After", redcount_core::command::itoa_i(((d.retry_after_ms + 999) / 1000).max(1))));
+    }
+    r
 }
 
 fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest: &[&str]) -> Routed {

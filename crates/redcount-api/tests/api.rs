@@ -79,8 +79,8 @@ fn routes_become_exactly_one_evalsha() {
             "EVALSHA",
             script::QUOTA_FIXED.sha1(),
             "2",
-            "rc:{q:daily-prize:u1}:fw",
-            "rc:{q:daily-prize:u1}:ovr",
+            "rc:{u:u1}:q:daily-prize:fw",
+            "rc:{u:u1}:q:daily-prize:ovr",
             "2",
             "86400000",
             "1",
@@ -98,9 +98,9 @@ fn routes_become_exactly_one_evalsha() {
     assert_eq!(
         b.as_array().unwrap()[3..],
         json!([
-            "rc:{s:device-slots:pool}",
-            "rc:{s:device-slots:pool}:tok",
-            "rc:{s:device-slots:pool}:ovr",
+            "rc:{u:pool}:s:device-slots",
+            "rc:{u:pool}:s:device-slots:tok",
+            "rc:{u:pool}:s:device-slots:ovr",
             "acquire",
             "dev-1",
             "60",
@@ -230,7 +230,7 @@ fn idempotency_keys_add_one_key_in_the_same_slot() {
     let arr = b.as_array().unwrap();
     assert_eq!(arr[2], "3", "the reply key joins the quota's state and override keys");
     let key = arr[5].as_str().unwrap();
-    assert!(key.starts_with("rc:{q:daily-prize:u1}:fw:idem:"), "{key}: same hash tag, same slot");
+    assert!(key.starts_with("rc:{u:u1}:q:daily-prize:fw:idem:"), "{key}: same hash tag, same slot");
     assert_eq!(arr.len(), 12, "ttl and fingerprint follow the arguments");
     assert_eq!(send_body(with("order-42")), b, "the same request maps to the same reply key");
     assert_ne!(send_body(with("order-43"))[5], b[5]);

@@ -11,7 +11,7 @@
 //!
 //! The routes are those of `redcount_api`'s router (crates/redcount-api/src/routes.rs):
 //! health, policies, counters, claims, quotas (fixed / sliding / bucket / gcra: take, peek, reset),
-//! semaphores (acquire / renew / release), inbox (messages, trim), red packets (create,
+//! semaphores (acquire / renew / release), compound decisions, inbox (messages, trim), red packets (create,
 //! grab, status, claims); then what every route shares (admin token, idempotency, CORS,
 //! errors, body limits) and the static files outside `/api/`.
 
@@ -754,6 +754,11 @@ fn with_token(want: Value) -> impl Fn(&Got) + 'static {
     }
 }
 
+/// `POST /api/decisions/{s}` with these parts.
+fn decide(parts: &str) -> Req {
+    post("/api/decisions/{s}", format!(r#"{{"parts":{parts}}}"#))
+}
+
 fn sem(action: &str, holder: &str) -> Req {
     post(format!("/api/semaphores/slots/{{s}}/{action}"), format!(r#"{{"holder":"{holder}"}}"#))
 }
@@ -995,6 +1000,77 @@ rows! {
     quota_refund_get_is_405 => get("/api/quotas/fixed/{s}/refund").then(405).header("allow", "POST"),
     quota_refund_on_a_semaphore_policy_is_404 => post("/api/quotas/slots/{s}/refund", "").admin().then(404)
         .json("/field", "policy"),
+
+    // --- compound decisions ---
+    decision_admits_and_consumes_every_part => decide(r#"[{"policy":"fixed","cost":2},{"policy":"sliding"},{"policy":"slots","holder":"h1"}]"#)
+        .then(200).json("/allowed", true).json("/denied_by", Value::Null).json("/retry_after_ms", 0)
+        .json("/parts", M::Len(3)).json("/parts/0/policy", "fixed").json("/parts/0/remaining", 1)
+        .json("/parts/1/remaining", 2).json("/parts/2/result", "acquired").json("/parts/2/in_use", 1)
+        .json("/parts/2/lease_ms", 600_000).header("retry-after", absent()),
+    decision_denied_names_the_part_and_costs_nothing => decide(r#"[{"policy":"fixed"},{"policy":"sliding"}]"#)
+        .given([take("sliding", 2), take("sliding", 1)])
+        .then(200).json("/allowed", false).json("/denied_by", "sliding").json("/parts/0/allowed", true)
+        .json("/parts/0/remaining", 3).json("/parts/1/allowed", false).json("/retry_after_ms", countdown(HOUR))
+        .check(retry_after_is_ceil_seconds),
+    decision_denied_left_the_other_quota_whole => post(quota("fixed"), "")
+        .given([take("sliding", 2), take("sliding", 1), decide(r#"[{"policy":"fixed","cost":2},{"policy":"sliding"}]"#).ok(200)])
+        .then(200).json("/allowed", true).json("/remaining", 2),
+    decision_full_semaphore_denies_and_takes_no_quota => decide(r#"[{"policy":"fixed"},{"policy":"slots","holder":"h3"}]"#)
+        .given([sem("acquire", "h1").ok(200), sem("acquire", "h2").ok(200)])
+        .then(200).json("/allowed", false).json("/denied_by", "slots").json("/parts/1/result", "full")
+        .json("/parts/1/fencing_token", Value::Null).json("/parts/0/remaining", 3)
+        .json("/retry_after_ms", countdown(600_000)),
+    decision_renews_a_held_lease => decide(r#"[{"policy":"slots","holder":"h1"}]"#)
+        .given([sem("acquire", "h1").ok(200), sem("acquire", "h2").ok(200)])
+        .then(200).json("/allowed", true).json("/parts/0/result", "renewed").json("/parts/0/in_use", 2),
+    decision_lease_is_released_by_the_semaphore_route => sem("release", "h1")
+        .given([decide(r#"[{"policy":"slots","holder":"h1"}]"#).ok(200)])
+        .then(200).json("/result", "released"),
+    decision_peek_writes_nothing => get(quota("fixed"))
+        .given([post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed","cost":2}],"peek":true}"#).ok(200)])
+        .then(200).json("/remaining", 3),
+    decision_peek_answers_as_a_take_would => post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed","cost":2}],"peek":true}"#)
+        .then(200).json("/allowed", true).json("/peek", true).json("/parts/0/remaining", 3),
+    decision_reads_the_subjects_override => decide(r#"[{"policy":"fixed","cost":2}]"#)
+        .given([put("/api/overrides/fixed/{s}", r#"{"limit":1}"#).admin().ok(200)])
+        .then(200).json("/allowed", false).json("/parts/0/limit", 1),
+    decision_replay_consumes_nothing_again => decide(r#"[{"policy":"fixed","cost":2}]"#).key("d-{s}")
+        .given([decide(r#"[{"policy":"fixed","cost":2}]"#).key("d-{s}").ok(200)])
+        .then(200).json("/parts/0/remaining", 1).header("idempotent-replayed", "true"),
+    decision_without_parts_is_400 => post("/api/decisions/{s}", "{}").then(400).json("/field", "parts"),
+    decision_parts_not_a_list_is_400 => post("/api/decisions/{s}", r#"{"parts":{"policy":"fixed"}}"#).then(400)
+        .json("/field", "parts"),
+    decision_no_part_is_400 => decide("[]").then(400).json("/field", "parts"),
+    decision_nine_parts_is_400 => decide(&format!("[{}]", vec![r#"{"policy":"fixed"}"#; 9].join(","))).then(400)
+        .json("/field", "parts"),
+    decision_same_policy_twice_is_400 => decide(r#"[{"policy":"fixed"},{"policy":"fixed"}]"#).then(400)
+        .json("/field", "parts"),
+    decision_part_not_an_object_is_400 => decide(r#"["fixed"]"#).then(400).json("/field", "parts[0].part"),
+    decision_unknown_policy_is_404 => decide(r#"[{"policy":"fixed"},{"policy":"nope"}]"#).then(404)
+        .json("/field", "parts[1].policy"),
+    decision_counter_policy_is_400 => decide(r#"[{"policy":"steps"}]"#).then(400).json("/field", "parts[0].policy"),
+    decision_part_unknown_field_is_400 => decide(r#"[{"policy":"fixed","holder":"h1"}]"#).then(400)
+        .json("/field", "parts[0].holder"),
+    decision_part_field_given_twice_is_400 => decide(r#"[{"policy":"fixed","policy":"slots","holder":"h1"}]"#)
+        .then(400).json("/field", "body"),
+    decision_lease_without_holder_is_400 => decide(r#"[{"policy":"slots"}]"#).then(400).json("/field", "parts[0].holder"),
+    decision_lease_bad_holder_is_400 => decide(r#"[{"policy":"slots","holder":"a b"}]"#).then(400)
+        .json("/field", "parts[0].holder"),
+    decision_cost_zero_is_400 => decide(r#"[{"policy":"sliding"},{"policy":"fixed","cost":0}]"#).then(400)
+        .json("/field", "parts[1].cost"),
+    decision_cost_not_an_integer_is_400 => decide(r#"[{"policy":"fixed","cost":1.5}]"#).then(400)
+        .json("/field", "parts[0].cost"),
+    decision_public_cost_beyond_max_cost_is_403 => decide(r#"[{"policy":"fixed","cost":3}]"#).then(403)
+        .json("/field", "parts[0].cost"),
+    decision_admin_may_exceed_max_cost => decide(r#"[{"policy":"fixed","cost":3}]"#).admin().then(200)
+        .json("/allowed", true).json("/parts/0/remaining", 0),
+    decision_peek_not_a_boolean_is_400 => post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed"}],"peek":1}"#)
+        .then(400).json("/field", "peek"),
+    decision_unknown_field_is_400 => post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed"}],"cost":1}"#)
+        .then(400).json("/field", "cost"),
+    decision_bad_subject_is_400 => post("/api/decisions/a%20b", r#"{"parts":[{"policy":"fixed"}]}"#).then(400)
+        .json("/field", "subject"),
+    decision_get_is_405 => get("/api/decisions/{s}").then(405).header("allow", "POST"),
 
     // --- semaphores ---
     semaphore_acquire_grants_a_lease => sem("acquire", "h1").then(200).check(with_token(json!({

@@ -83,24 +83,45 @@ pub fn claim(scope: &str, subject: &str) -> String {
     format!("{PREFIX}:{{cl:{scope}:{subject}}}")
 }
 
-/// A quota's state; `algo` is `fw`, `sw` or `tb`.
-pub fn quota(scope: &str, subject: &str, algo: &str) -> String {
-    format!("{PREFIX}:{{q:{scope}:{subject}}}:{algo}")
+/// The hash tag every quota and semaphore key of one subject shares (`{u:SUBJECT}`), so a
+/// compound decision over several of its policies touches one Redis Cluster slot.
+fn subject(subject: &str) -> String {
+    format!("{PREFIX}:{{u:{subject}}}")
+}
+
+/// A quota's state; `algo` is `fw`, `sw`, `tb` or `gc`. In the subject's slot.
+///
+/// ```
+/// use redcount_core::keys;
+///
+/// // A subject's quotas and semaphores share its hash tag: one slot for a compound decision.
+/// assert_eq!(keys::quota("per-day", "alice", "fw"), "rc:{u:alice}:q:per-day:fw");
+/// assert_eq!(keys::semaphore("in-flight", "alice"), "rc:{u:alice}:s:in-flight");
+/// ```
+pub fn quota(scope: &str, subject_id: &str, algo: &str) -> String {
+    format!("{}:q:{scope}:{algo}", subject(subject_id))
 }
 
 /// A subject's override of a quota policy's size, in the slot of its quota state.
-pub fn quota_override(scope: &str, subject: &str) -> String {
-    format!("{PREFIX}:{{q:{scope}:{subject}}}:ovr")
+pub fn quota_override(scope: &str, subject_id: &str) -> String {
+    format!("{}:q:{scope}:ovr", subject(subject_id))
 }
 
-/// A semaphore's holder set.
+/// A semaphore's holder set, in the slot of the subject it is named after (a compound
+/// decision's lease is the semaphore named by the decision's subject).
 pub fn semaphore(scope: &str, name: &str) -> String {
-    format!("{PREFIX}:{{s:{scope}:{name}}}")
+    format!("{}:s:{scope}", subject(name))
 }
 
 /// A semaphore's override of its policy's limit, in the semaphore's slot.
 pub fn semaphore_override(scope: &str, name: &str) -> String {
-    format!("{PREFIX}:{{s:{scope}:{name}}}:ovr")
+    format!("{}:ovr", semaphore(scope, name))
+}
+
+/// The three keys of a semaphore whose holder set is `set` (see [`semaphore`]): the set, its
+/// holders' fencing tokens and its override, in one slot (lib_lease.lua).
+pub fn semaphore_keys(set: &str) -> [String; 3] {
+    [String::from(set), format!("{set}:tok"), format!("{set}:ovr")]
 }
 
 /// A user's inbox.

@@ -42,14 +42,21 @@ impl Script {
 }
 
 macro_rules! scripts {
-    ($($(#[$doc:meta])* $id:ident = $file:literal $shebang:literal;)*) => {
-        // Each script is sent as shebang + prelude.lua + its own file: self-contained for
-        // EVAL, one copy of the shared helpers in the repository. The shebang makes Redis
-        // refuse a writing script as a whole at maxmemory (OOM, nothing written) instead of
-        // letting it write once its first write passed; reading scripts say `no-writes`.
+    ($($(#[$doc:meta])* $id:ident = $file:literal $shebang:literal [$($lib:literal),*];)*) => {
+        // Each script is sent as shebang + prelude.lua + the lib_*.lua files it uses + its
+        // own file: self-contained for EVAL, one copy of the shared helpers and of each
+        // algorithm in the repository (a quota script and a compound decision run the same
+        // functions). The shebang makes Redis refuse a writing script as a whole at
+        // maxmemory (OOM, nothing written) instead of letting it write once its first write
+        // passed; reading scripts say `no-writes`.
         $( $(#[$doc])* pub static $id: Script = Script::new(
             $file,
-            concat!($shebang, "\n", include_str!("../../../lua/prelude.lua"), include_str!(concat!("../../../lua/", $file, ".lua"))),
+            concat!(
+                $shebang, "\n",
+                include_str!("../../../lua/prelude.lua"),
+                $(include_str!(concat!("../../../lua/", $lib, ".lua")),)*
+                include_str!(concat!("../../../lua/", $file, ".lua"))
+            ),
         ); )*
         /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
         pub static ALL: &[&Script] = &[$(&$id),*];
@@ -58,35 +65,37 @@ macro_rules! scripts {
 
 scripts! {
     /// Bounded counter: clamp or reject at min/max.
-    COUNTER = "counter" "#!lua";
+    COUNTER = "counter" "#!lua" [];
     /// Once-per-window claim.
-    CLAIM = "claim" "#!lua";
+    CLAIM = "claim" "#!lua" [];
     /// Quota, fixed window.
-    QUOTA_FIXED = "quota_fixed" "#!lua";
+    QUOTA_FIXED = "quota_fixed" "#!lua" ["lib_take", "lib_fixed"];
     /// Quota, sliding window log.
-    QUOTA_SLIDING = "quota_sliding" "#!lua";
+    QUOTA_SLIDING = "quota_sliding" "#!lua" ["lib_take", "lib_sliding"];
     /// Quota, token bucket.
-    QUOTA_BUCKET = "quota_bucket" "#!lua";
+    QUOTA_BUCKET = "quota_bucket" "#!lua" ["lib_take", "lib_bucket"];
     /// Quota, GCRA.
-    QUOTA_GCRA = "quota_gcra" "#!lua";
+    QUOTA_GCRA = "quota_gcra" "#!lua" ["lib_take", "lib_gcra"];
     /// Quota: set or clear a subject's override of the size.
-    QUOTA_OVERRIDE = "quota_override" "#!lua";
+    QUOTA_OVERRIDE = "quota_override" "#!lua" [];
     /// Quota: give units back.
-    QUOTA_REFUND = "quota_refund" "#!lua";
+    QUOTA_REFUND = "quota_refund" "#!lua" [];
     /// Quota: forget a subject's usage.
-    QUOTA_RESET = "quota_reset" "#!lua";
+    QUOTA_RESET = "quota_reset" "#!lua" [];
     /// Semaphore with leases.
-    SEMAPHORE = "semaphore" "#!lua";
+    SEMAPHORE = "semaphore" "#!lua" ["lib_lease"];
+    /// A compound decision: several quotas and a semaphore lease of one subject, all or nothing.
+    DECIDE = "decide" "#!lua" ["lib_fixed", "lib_sliding", "lib_bucket", "lib_gcra", "lib_lease"];
     /// Inbox: append a message.
-    INBOX_APPEND = "inbox_append" "#!lua";
+    INBOX_APPEND = "inbox_append" "#!lua" [];
     /// Inbox: trim by age and length.
-    INBOX_TRIM = "inbox_trim" "#!lua";
+    INBOX_TRIM = "inbox_trim" "#!lua" [];
     /// Red packet: create.
-    REDPACKET_CREATE = "redpacket_create" "#!lua";
+    REDPACKET_CREATE = "redpacket_create" "#!lua" [];
     /// Red packet: grab one share.
-    REDPACKET_GRAB = "redpacket_grab" "#!lua";
+    REDPACKET_GRAB = "redpacket_grab" "#!lua" [];
     /// Red packet: status.
-    REDPACKET_STATUS = "redpacket_status" "#!lua flags=no-writes";
+    REDPACKET_STATUS = "redpacket_status" "#!lua flags=no-writes" [];
 }
 
 /// A call of one script with its keys and arguments.

@@ -3,6 +3,7 @@
 mod bad_input;
 mod cluster_native;
 mod concurrency;
+mod decisions;
 mod degraded;
 mod drain;
 mod faults;

@@ -65,7 +65,7 @@ async fn two_namespaces_on_one_redis_never_meet() {
     assert!(all.iter().all(|k| k.starts_with("rc:") || k.starts_with("app2:")), "{all:?}");
     let in_b: Vec<&String> = all.iter().filter(|k| k.starts_with("app2:")).collect();
     assert!(in_b.iter().any(|k| k.contains(&format!("{{rp:{id}}}"))), "b's packet keys are under app2: {all:?}");
-    assert!(in_b.iter().any(|k| k.contains("{q:daily-prize:alice}")), "{all:?}");
+    assert!(in_b.iter().any(|k| k.contains("{u:alice}:q:daily-prize")), "{all:?}");
     assert!(!all.iter().any(|k| k.starts_with("rc:") && k.contains(&id)), "nothing of b's packet under rc: {all:?}");
 
     // drain finds b's packet only in b's namespace.

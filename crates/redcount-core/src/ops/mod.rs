@@ -18,6 +18,7 @@ use crate::value::Value;
 
 pub mod claim;
 pub mod counter;
+pub mod decision;
 pub mod inbox;
 pub mod quota;
 pub mod redpacket;

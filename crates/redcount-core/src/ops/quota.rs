@@ -122,7 +122,20 @@ impl Algorithm {
         }
     }
 
-    fn tag(&self) -> &'static str {
+    /// The parameters as the scripts read them (lib_*.lua: `*_args`, where the cost follows).
+    pub(crate) fn push_params(&self, args: &mut alloc::vec::Vec<String>) {
+        match *self {
+            Algorithm::FixedWindow { limit, window_ms } | Algorithm::SlidingWindow { limit, window_ms } => {
+                args.extend([itoa_i(limit), itoa_i(window_ms)]);
+            }
+            Algorithm::TokenBucket { capacity, refill, interval_ms } => {
+                args.extend([itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms)]);
+            }
+            Algorithm::Gcra { rate, period_ms, burst } => args.extend([itoa_i(rate), itoa_i(period_ms), itoa_i(burst)]),
+        }
+    }
+
+    pub(crate) fn tag(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow { .. } => "fw",
             Algorithm::SlidingWindow { .. } => "sw",
@@ -163,7 +176,7 @@ impl TakeQuota {
     }
 }
 
-/// The result of [`TakeQuota`].
+/// The result of [`TakeQuota`] (and of a quota part of a decision).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaOutcome {
     /// True when the units were (or, for a peek, would be) granted.
@@ -178,33 +191,33 @@ pub struct QuotaOutcome {
     pub retry_after_ms: i64,
 }
 
+impl QuotaOutcome {
+    /// From the scripts' reply: `{allowed, limit, remaining, reset_ms, retry_after_ms}`.
+    pub(crate) fn from_reply([allowed, limit, remaining, reset_ms, retry_after_ms]: [i64; 5]) -> Self {
+        QuotaOutcome { allowed: allowed == 1, limit, remaining, reset_ms, retry_after_ms }
+    }
+}
+
 impl Operation for TakeQuota {
     type Outcome = QuotaOutcome;
     const NAME: &'static str = "quota";
 
     fn request(&self) -> Request {
-        let peek = String::from(if self.peek { "1" } else { "0" });
-        let (script, args) = match self.algo {
-            Algorithm::FixedWindow { limit, window_ms } => {
-                (&QUOTA_FIXED, alloc::vec![itoa_i(limit), itoa_i(window_ms), itoa_i(self.cost), peek])
-            }
-            Algorithm::SlidingWindow { limit, window_ms } => {
-                (&QUOTA_SLIDING, alloc::vec![itoa_i(limit), itoa_i(window_ms), itoa_i(self.cost), peek])
-            }
-            Algorithm::TokenBucket { capacity, refill, interval_ms } => (
-                &QUOTA_BUCKET,
-                alloc::vec![itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms), itoa_i(self.cost), peek],
-            ),
-            Algorithm::Gcra { rate, period_ms, burst } => {
-                (&QUOTA_GCRA, alloc::vec![itoa_i(rate), itoa_i(period_ms), itoa_i(burst), itoa_i(self.cost), peek])
-            }
+        let script = match self.algo {
+            Algorithm::FixedWindow { .. } => &QUOTA_FIXED,
+            Algorithm::SlidingWindow { .. } => &QUOTA_SLIDING,
+            Algorithm::TokenBucket { .. } => &QUOTA_BUCKET,
+            Algorithm::Gcra { .. } => &QUOTA_GCRA,
         };
+        let mut args = alloc::vec::Vec::with_capacity(5);
+        self.algo.push_params(&mut args);
+        args.extend([itoa_i(self.cost), String::from(if self.peek { "1" } else { "0" })]);
         Request::Script(Invocation { script, keys: self.keys.to_vec(), args })
     }
 
     fn parse(&self, reply: Value) -> Result<QuotaOutcome, ShapeError> {
         let [allowed, limit, remaining, reset_ms, retry_after_ms] = reply.into_ints::<5>(Self::NAME)?;
-        Ok(QuotaOutcome { allowed: allowed == 1, limit, remaining, reset_ms, retry_after_ms })
+        Ok(QuotaOutcome::from_reply([allowed, limit, remaining, reset_ms, retry_after_ms]))
     }
 }
 
@@ -273,15 +286,7 @@ impl Operation for RefundQuota {
 
     fn request(&self) -> Request {
         let mut args = alloc::vec![String::from(self.algo.tag()), itoa_i(self.units)];
-        match self.algo {
-            Algorithm::FixedWindow { limit, window_ms } | Algorithm::SlidingWindow { limit, window_ms } => {
-                args.extend([itoa_i(limit), itoa_i(window_ms)]);
-            }
-            Algorithm::TokenBucket { capacity, refill, interval_ms } => {
-                args.extend([itoa_i(capacity), itoa_i(refill), itoa_i(interval_ms)]);
-            }
-            Algorithm::Gcra { rate, period_ms, burst } => args.extend([itoa_i(rate), itoa_i(period_ms), itoa_i(burst)]),
-        }
+        self.algo.push_params(&mut args);
         Request::Script(Invocation { script: &QUOTA_REFUND, keys: self.keys.to_vec(), args })
     }
 

@@ -126,8 +126,7 @@ impl Operation for UpdateLease {
         };
         Request::Script(Invocation {
             script: &SEMAPHORE,
-            // The tokens live beside the leases, in the same hash slot.
-            keys: alloc::vec![self.key.clone(), alloc::format!("{}:tok", self.key), alloc::format!("{}:ovr", self.key)],
+            keys: keys::semaphore_keys(&self.key).to_vec(),
             args: alloc::vec![
                 String::from(self.action.as_str()),
                 self.holder.clone(),

@@ -1,0 +1,56 @@
+-- redcount: the token-bucket quota with integer refills (no floating-point drift) as
+-- functions, shared by quota_bucket.lua and decide.lua.
+-- State: KEYS hash {tokens, ts}: ts = time of the last refill step, in ms. A new bucket
+-- starts full.
+
+-- The parameters at ARGV[a .. a+3]: capacity (1 .. 10^9), tokens added per refill step
+-- (1 .. capacity), refill step in ms (1 .. 10^12), cost (1 .. 10^9; more than the capacity
+-- in force is denied).
+local function bucket_args(a)
+  local cap = int('capacity', ARGV[a], 1, 1000000000)
+  return {
+    cap = cap,
+    refill = int('refill', ARGV[a + 1], 1, cap),
+    step = int('interval', ARGV[a + 2], 1, 1000000000000),
+    cost = int('cost', ARGV[a + 3], 1, 1000000000),
+  }
+end
+
+-- Reads the bucket at server time `now_us` and decides; writes nothing. Returns a table as
+-- lib_fixed.lua's fixed_eval does: allowed, retry, take(), reply().
+--   reset_ms: until the bucket is full again; retry_after_ms: until enough tokens for this
+--   cost have been added.
+local function bucket_eval(p, key, ovr, now_us)
+  local cap = override(ovr, p.cap, 1000000000)
+  local refill, step, cost = p.refill, p.step, p.cost
+  local now = math.floor(now_us / 1000)
+  local st = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens, ts = cap, now
+  if st[1] and st[2] then
+    tokens = math.min(cap, math.max(0, tonumber(st[1]) or 0))
+    ts = tonumber(st[2]) or now
+    if ts > now then ts = now end -- the server clock stepped back: add nothing
+    local steps = math.floor((now - ts) / step)
+    if steps > 0 then
+      tokens = math.min(cap, tokens + steps * refill)
+      ts = ts + steps * step
+    end
+  end
+  if tokens >= cap then ts = now end -- a full bucket starts its next step on first use
+
+  local function until_tokens(n) -- ms until the bucket holds n tokens
+    if tokens >= n then return 0 end
+    local k = math.ceil((n - tokens) / refill)
+    return math.max(0, ts + k * step - now)
+  end
+
+  local q = {allowed = tokens >= cost, retry = 0}
+  if not q.allowed then q.retry = until_tokens(cost) end
+  function q.take()
+    tokens = tokens - cost
+    redis.call('HSET', key, 'tokens', s(tokens), 'ts', s(ts))
+    redis.call('PEXPIRE', key, s(math.max(1, until_tokens(cap))))
+  end
+  function q.reply() return {q.allowed and 1 or 0, cap, tokens, until_tokens(cap), q.retry} end
+  return q
+end

@@ -1,0 +1,93 @@
+-- redcount: a counting semaphore with one lease per holder, as functions shared by
+-- semaphore.lua and decide.lua.
+-- State: KEYS set: sorted set, member = holder id, score = lease end in ms (server time);
+--        KEYS tokens: hash, holder id -> its fencing token; '#' -> the last token issued;
+--        KEYS ovr: the semaphore's override of the limit (quota_override.lua sets it).
+-- A fencing token is minted with each new lease, kept by renewals, strictly increasing per
+-- semaphore, and at least the server time in µs, so it keeps increasing even after the
+-- semaphore's keys expired.
+
+-- The parameters at ARGV[a .. a+2]: holder id, limit (1 .. 10^6), lease in ms (1 .. 10^10).
+local function lease_args(a)
+  return {
+    holder = id('holder', ARGV[a]),
+    limit = int('limit', ARGV[a + 1], 1, 1000000),
+    lease = int('lease', ARGV[a + 2], 1, 10000000000),
+  }
+end
+
+-- Removes the leases over at `now` (ms) with their tokens (in batches: unpack has a limit).
+local function lease_reclaim(set, tokens, now)
+  local gone = redis.call('ZRANGEBYSCORE', set, '-inf', s(now))
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', s(now))
+    for i = 1, #gone, 1000 do
+      redis.call('HDEL', tokens, unpack(gone, i, math.min(i + 999, #gone)))
+    end
+  end
+end
+
+-- A holder's token (0 when it has none), and the last token issued (0 when none).
+local function lease_token_of(tokens, h) return tonumber(redis.call('HGET', tokens, h)) or 0 end
+local function lease_last_token(tokens) return tonumber(redis.call('HGET', tokens, '#')) or 0 end
+
+-- Ms until the earliest lease live at `now` ends (-1 when none is live).
+local function lease_earliest(set, now)
+  local first = redis.call('ZRANGEBYSCORE', set, '(' .. s(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first == 0 then return -1 end
+  return tonumber(first[2]) - now
+end
+
+-- A new lease's token for holder h: after every token issued, never below `now_us`.
+local function lease_mint(tokens, h, now_us)
+  local t = math.max(lease_last_token(tokens) + 1, now_us)
+  redis.call('HSET', tokens, '#', s(t), h, s(t))
+  return t
+end
+
+-- After a write: the set lives exactly as long as its longest lease, so idle semaphores
+-- vanish; the tokens one lease longer, so a check tells "ended" from "never held" a while.
+local function lease_keep(set, tokens, lease)
+  local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
+  if #last > 0 then
+    redis.call('PEXPIREAT', set, s(tonumber(last[2])))
+    redis.call('PEXPIREAT', tokens, s(tonumber(last[2]) + lease))
+  elseif redis.call('EXISTS', tokens) == 1 then
+    redis.call('PEXPIRE', tokens, s(lease))
+  end
+end
+
+-- An acquire of p.holder (a renewal when it holds a live lease), read at server time
+-- `now_us` and decided; writes nothing. Returns a table: allowed, retry (ms until the
+-- earliest lease ends, when full), take() to acquire (only when allowed), and reply():
+-- {code, limit, in_use, earliest_ms, retry_after_ms, lease_ms, fencing_token}, code 0
+-- full, 1 a new lease, 2 the held lease renewed (as it would be, before take()).
+local function lease_eval(p, set, tokens, ovr, now_us)
+  local limit = override(ovr, p.limit, 1000000)
+  local now = math.floor(now_us / 1000)
+  local held = tonumber(redis.call('ZSCORE', set, p.holder))
+  if held and held <= now then held = nil end -- over, not yet reclaimed
+  local in_use = redis.call('ZCOUNT', set, '(' .. s(now), '+inf')
+  local q = {allowed = held ~= nil or in_use < limit, retry = 0}
+  local code, token, lease_left = 0, 0, 0
+  if held then code = 2 elseif q.allowed then code = 1 end
+  if not q.allowed then q.retry = math.max(0, lease_earliest(set, now)) end
+  function q.take()
+    lease_reclaim(set, tokens, now)
+    if held then
+      redis.call('ZADD', set, 'XX', s(now + p.lease), p.holder)
+      token = lease_token_of(tokens, p.holder)
+      if token == 0 then token = lease_mint(tokens, p.holder, now_us) end -- a lease from before tokens
+    else
+      redis.call('ZADD', set, 'NX', s(now + p.lease), p.holder)
+      token = lease_mint(tokens, p.holder, now_us)
+      in_use = in_use + 1
+    end
+    lease_left = p.lease
+    lease_keep(set, tokens, p.lease)
+  end
+  function q.reply()
+    return {code, limit, in_use, lease_earliest(set, now), q.retry, lease_left, token}
+  end
+  return q
+end
