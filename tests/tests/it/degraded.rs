@@ -37,6 +37,13 @@ async fn check_degraded(base: &str, log: impl Fn() -> String) {
     // A lease cannot be granted without Redis; a counter is money: both refuse.
     let (s, v) = post(base, "/api/semaphores/slots/s1/acquire", r#"{"holder":"h1"}"#).await;
     assert_eq!((s, &v["holding"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
+    // A decision passes degraded only when every part declares allow (and none is a lease).
+    let (s, v) = post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"}]}"#).await;
+    assert_eq!((s, &v["allowed"], &v["degraded"]), (200, &Value::Bool(true), &Value::Bool(true)), "{v}");
+    let (s, v) = post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"},{"policy":"q-shut"}]}"#).await;
+    assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
+    let (s, v) = post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"},{"policy":"slots","holder":"h1"}]}"#).await;
+    assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
     let (s, v) = post(base, "/api/counters/jobs/j1", r#"{"delta":1}"#).await;
     assert_eq!(s, 503, "{v}");
     assert!(v.get("degraded").is_none() && v.get("allowed").is_none(), "a counter is never degraded to a pass: {v}");

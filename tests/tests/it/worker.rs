@@ -175,6 +175,30 @@ async fn route_contract(kind: Kind) {
         Some("holder"),
     );
 
+    // Compound decision: daily-prize (2 a day) AND burst (5 per 10 s) AND a device-slots
+    // lease on the subject's own semaphore, all or nothing, in one script (one slot on a
+    // Cluster).
+    let decide = |holder: &str| {
+        format!(
+            r#"{{"parts":[{{"policy":"daily-prize"}},{{"policy":"burst","cost":1}},{{"policy":"device-slots","holder":"{holder}"}}]}}"#
+        )
+    };
+    let d = api.post("/api/decisions/dora", &decide("job-1")).await;
+    assert_eq!((d.status, &d.json["allowed"], &d.json["denied_by"]), (200, &json!(true), &json!(null)), "{}", d.json);
+    assert!(d.json["parts"][2]["fencing_token"].as_i64().is_some_and(|t| t > 0), "{}", d.json);
+    assert_eq!(d.json["parts"][1]["remaining"], json!(4));
+    api.post("/api/decisions/dora", &decide("job-2")).await;
+    let denied = api.post("/api/decisions/dora", &decide("job-3")).await;
+    // The semaphore is full and the daily quota spent: the first denying part is named,
+    // and burst, which alone would admit, is not charged.
+    assert_eq!((&denied.json["allowed"], &denied.json["denied_by"]), (&json!(false), &json!("daily-prize")), "{}", denied.json);
+    assert_eq!((&denied.json["parts"][1]["allowed"], &denied.json["parts"][1]["remaining"]), (&json!(true), &json!(3)));
+    assert_eq!(denied.json["parts"][2]["result"], json!("full"));
+    assert!(denied.headers.get("retry-after").is_some());
+    let released = api.post("/api/semaphores/device-slots/dora/release", r#"{"holder":"job-1"}"#).await;
+    assert_eq!(released.json["result"], json!("released"), "the decision's lease is the semaphore route's");
+    assert_error(&api.post("/api/decisions/dora", r#"{"parts":[{"policy":"running-jobs"}]}"#).await, 400, Some("parts[0].policy"));
+
     // Inbox: admin only under this policy.
     assert_error(&api.post("/api/inbox/carol/messages", r#"{"id":1,"body":"hi"}"#).await, 401, None);
     let m = api.call("POST", "/api/inbox/carol/messages", Some(r#"{"id":1,"body":"hi ✓"}"#), true).await;
@@ -265,6 +289,12 @@ async fn route_contract(kind: Kind) {
             format!(r#"{{"holder":"{}"}}"#, "h".repeat(65)).into_bytes(),
             400,
         ),
+        ("POST", "/api/decisions/x".into(), br#"{"parts":[]}"#.to_vec(), 400),
+        ("POST", "/api/decisions/x".into(), br#"{"parts":[{"policy":"burst","cost":"1e0"}]}"#.to_vec(), 400),
+        ("POST", "/api/decisions/x".into(), br#"{"parts":[{"policy":"burst"},{"policy":"burst"}]}"#.to_vec(), 400),
+        ("POST", "/api/decisions/x".into(), br#"{"parts":[{"policy":"burst","policy":"daily-prize"}]}"#.to_vec(), 400),
+        ("POST", "/api/decisions/x".into(), br#"{"parts":[{"policy":"device-slots","holder":"a:b"}]}"#.to_vec(), 400),
+        ("POST", "/api/decisions/%7Bu%3Ax%7D".into(), br#"{"parts":[{"policy":"burst"}]}"#.to_vec(), 400),
         ("POST", "/api/inbox/u/messages".into(), br#"{"id":1,"body":"x"}"#.to_vec(), 401),
         ("DELETE", "/api/quotas/daily-prize/x".into(), Vec::new(), 401),
         ("POST", "/api/redpackets".into(), vec![b' '; 17 * 1024], 413),
