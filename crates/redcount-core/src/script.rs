@@ -44,7 +44,7 @@ impl Script {
 macro_rules! scripts {
     ($($(#[$doc:meta])* $id:ident = $file:literal $shebang:literal [$($lib:literal),*];)*) => {
         // Each script is sent as shebang + prelude.lua + the lib_*.lua files it uses + its
-        // own file: self-contained for EVAL, one copy of the shared helpers and of each
+        // own file (their comment lines left empty by build.rs): self-contained for EVAL, one copy of the shared helpers and of each
         // algorithm in the repository (a quota script and a compound decision run the same
         // functions). The shebang makes Redis refuse a writing script as a whole at
         // maxmemory (OOM, nothing written) instead of letting it write once its first write
@@ -53,9 +53,9 @@ macro_rules! scripts {
             $file,
             concat!(
                 $shebang, "\n",
-                include_str!("../../../lua/prelude.lua"),
-                $(include_str!(concat!("../../../lua/", $lib, ".lua")),)*
-                include_str!(concat!("../../../lua/", $file, ".lua"))
+                include_str!(concat!(env!("OUT_DIR"), "/lua/prelude.lua")),
+                $(include_str!(concat!(env!("OUT_DIR"), "/lua/", $lib, ".lua")),)*
+                include_str!(concat!(env!("OUT_DIR"), "/lua/", $file, ".lua"))
             ),
         ); )*
         /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
