@@ -186,6 +186,73 @@ $("#storm").addEventListener("click", async () => {
   }
 });
 
+// Compound decision under a crowd: every call asks for both quotas at once; the meters
+// read each quota afterwards (a peek), so the page shows what each was really charged.
+const DECIDE = ["calls-per-hour", "calls-per-minute"];
+
+function meter(name, used, limit) {
+  const row = document.createElement("div");
+  row.className = "meter";
+  row.dataset.policy = name;
+  row.dataset.used = String(used);
+  const label = Object.assign(document.createElement("code"), { textContent: name });
+  const bar = Object.assign(document.createElement("div"), { className: "bar" });
+  const fill = Object.assign(document.createElement("div"), { className: "fill" });
+  fill.style.width = `${Math.min(100, (used / Math.max(limit, 1)) * 100)}%`;
+  bar.append(fill);
+  const num = Object.assign(document.createElement("span"), { className: "num", textContent: `${used} / ${limit} used` });
+  row.append(label, bar, num);
+  return row;
+}
+
+$("#decide-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const subject = $("#decide-subject").value.trim();
+  const crowd = parseInt($("#decide-crowd").value, 10);
+  const msg = $("#decide-msg");
+  const say = (text, kind = "error") => { msg.textContent = text; msg.dataset.kind = kind; };
+  if (!Number.isInteger(crowd) || crowd < 1 || crowd > 500) return say("The crowd is 1 to 500 calls.");
+  $("#decide-go").disabled = true;
+  say(`${crowd} calls decide at once…`, "info");
+  const path = (p) => `/api/quotas/${p}/${encodeURIComponent(subject)}`;
+  try {
+    // Usage before, so a second crowd on the same team is counted from where it stood.
+    const before = await Promise.all(DECIDE.map((p) => api("GET", path(p))));
+    let admitted = 0, errors = 0;
+    const deniedBy = {};
+    await Promise.all(Array.from({ length: crowd }, async () => {
+      try {
+        const d = await api("POST", `/api/decisions/${encodeURIComponent(subject)}`, { parts: DECIDE.map((policy) => ({ policy })) });
+        if (d.allowed) admitted += 1;
+        else deniedBy[d.denied_by] = (deniedBy[d.denied_by] || 0) + 1;
+      } catch (e) {
+        errors += 1;
+        say(`A call failed: ${e.message}`);
+      }
+      $("#d-admitted").textContent = admitted;
+      $("#d-denied").textContent = Object.values(deniedBy).reduce((a, b) => a + b, 0);
+    }));
+    const after = await Promise.all(DECIDE.map((p) => api("GET", path(p))));
+    const charged = after.map((q, i) => (before[i].remaining - q.remaining));
+    $("#d-calls").textContent = crowd;
+    $("#d-by").textContent = Object.entries(deniedBy).map(([p, n]) => `${p} ×${n}`).join(", ") || "none";
+    $("#meters").replaceChildren(...after.map((q, i) => meter(DECIDE[i], q.limit - q.remaining, q.limit)));
+    const exact = errors === 0 && charged.every((c) => c === admitted);
+    const v = $("#decide-verdict");
+    v.dataset.state = exact ? "ok" : "bad";
+    v.dataset.admitted = String(admitted);
+    v.dataset.charged = charged.join(",");
+    v.textContent = exact
+      ? `${admitted} admitted, and each policy was charged exactly ${admitted}: the ${crowd - admitted} denied calls cost nothing ✓`
+      : `admitted ${admitted}, charged ${charged.join(" and ")}: MISMATCH ✗`;
+    if (errors === 0) say(`${admitted} admitted, ${crowd - admitted} denied.`, "info");
+  } catch (e) {
+    say(`Could not decide: ${e.message}`);
+  } finally {
+    $("#decide-go").disabled = false;
+  }
+});
+
 // Small panels
 function show(panel, ok, text) {
   const out = $(".out", panel);

@@ -45,6 +45,21 @@ try {
   if (won !== "25" || empty !== "55" || bars !== 25 || claims !== 25) fail("winners, late comers, chart bars and claim list must be 25/55/25/25");
   await page.screenshot({ path: `${artifacts}/demo-desktop.png`, fullPage: true });
 
+  // Compound decisions under a crowd: 30 calls of calls-per-hour AND calls-per-minute (10
+  // a minute) admit 10, and each policy is charged exactly 10 (denied calls cost nothing).
+  await page.fill("#decide-subject", `team-${Date.now()}`);
+  await page.fill("#decide-crowd", "30");
+  await page.click("#decide-go");
+  await page.waitForSelector('#decide-verdict[data-state="ok"], #decide-verdict[data-state="bad"]', { timeout: 60000 });
+  const decided = await page.$eval("#decide-verdict", (v) => ({ state: v.dataset.state, admitted: v.dataset.admitted, charged: v.dataset.charged, text: v.textContent }));
+  console.log(`decisions: ${JSON.stringify(decided)}`);
+  if (decided.state !== "ok" || decided.admitted !== "10" || decided.charged !== "10,10") fail(`decision panel: ${JSON.stringify(decided)}`);
+  const meters = await page.$$eval("#meters .meter", (m) => m.map((x) => `${x.dataset.policy}=${x.dataset.used}`).join(" "));
+  if (meters !== "calls-per-hour=10 calls-per-minute=10") fail(`meters: ${meters}`);
+  const by = await page.textContent("#d-by");
+  if (by !== "calls-per-minute ×20") fail(`denied by: ${by}`);
+  await page.locator(".decide").screenshot({ path: `${artifacts}/demo-decisions.png` });
+
   // A small panel: the quota allows 2 a day, then denies, and says so.
   const quota = page.locator('[data-panel="quota"]');
   for (const want of ["true", "true", "false"]) {

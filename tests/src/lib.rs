@@ -403,6 +403,8 @@ impl RedisCluster {
 pub const TEST_POLICIES: &str = r#"{
   "daily-prize":  { "kind": "quota", "algorithm": "fixed", "limit": 2, "window_ms": 86400000 },
   "burst":        { "kind": "quota", "algorithm": "sliding", "limit": 5, "window_ms": 10000 },
+  "calls-per-hour":   { "kind": "quota", "algorithm": "gcra", "rate": 100, "period_ms": 3600000, "burst": 100 },
+  "calls-per-minute": { "kind": "quota", "algorithm": "sliding", "limit": 10, "window_ms": 60000 },
   "device-slots": { "kind": "semaphore", "limit": 2, "lease_ms": 300000 },
   "short-slots":  { "kind": "semaphore", "limit": 1, "lease_ms": 1000 },
   "running-jobs": { "kind": "counter", "min": 0, "storage": "hash" },

@@ -727,7 +727,10 @@ fn decisions(config: &Config, req: &ApiRequest<'_>, caller: Caller, subject: &st
             other => {
                 return Err(at(ApiResponse::error(
                     400,
-                    format!("policy {name} is a {} policy: a decision takes quota and semaphore policies", other.kind()),
+                    format!(
+                        "policy {name} is a {} policy: a decision takes quota and semaphore policies",
+                        other.kind()
+                    ),
                     Some("policy"),
                 )));
             }

@@ -1041,7 +1041,7 @@ rows! {
     decision_parts_not_a_list_is_400 => post("/api/decisions/{s}", r#"{"parts":{"policy":"fixed"}}"#).then(400)
         .json("/field", "parts"),
     decision_no_part_is_400 => decide("[]").then(400).json("/field", "parts"),
-    decision_nine_parts_is_400 => decide(&format!("[{}]", vec![r#"{"policy":"fixed"}"#; 9].join(","))).then(400)
+    decision_nine_parts_is_400 => decide(&format!("[{}]", [r#"{"policy":"fixed"}"#; 9].join(","))).then(400)
         .json("/field", "parts"),
     decision_same_policy_twice_is_400 => decide(r#"[{"policy":"fixed"},{"policy":"fixed"}]"#).then(400)
         .json("/field", "parts"),

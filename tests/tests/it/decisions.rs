@@ -50,8 +50,8 @@ async fn storm(a: Algorithm, b: Algorithm) {
     for i in 0..1000 {
         let (d, barrier, subject) = (conns[i % 50].clone(), barrier.clone(), subject.clone());
         tasks.push(tokio::spawn(async move {
-            let op = Decide::new(&subject, vec![Part::quota("a", a, 1).unwrap(), Part::quota("b", b, 1).unwrap()])
-                .unwrap();
+            let op =
+                Decide::new(&subject, vec![Part::quota("a", a, 1).unwrap(), Part::quota("b", b, 1).unwrap()]).unwrap();
             barrier.wait().await;
             d.run(&op).await.unwrap()
         }));
@@ -118,7 +118,10 @@ async fn thousand_decisions_with_a_lease_admit_exactly_the_free_slots() {
         let (d, barrier, subject) = (conns[i % 50].clone(), barrier.clone(), subject.clone());
         tasks.push(tokio::spawn(async move {
             let holder = format!("job-{i}");
-            let parts = vec![Part::quota("per-min", quota, 1).unwrap(), Part::lease("in-flight", &holder, 30, 600_000).unwrap()];
+            let parts = vec![
+                Part::quota("per-min", quota, 1).unwrap(),
+                Part::lease("in-flight", &holder, 30, 600_000).unwrap(),
+            ];
             barrier.wait().await;
             (holder, d.run(&Decide::new(&subject, parts).unwrap()).await.unwrap())
         }));
@@ -137,8 +140,12 @@ async fn thousand_decisions_with_a_lease_admit_exactly_the_free_slots() {
     }
     assert_eq!(admitted.len(), 30);
     assert_eq!(remaining(&conns[0], "per-min", &subject, quota).await, 70, "the quota paid for 30 only");
-    let holders: Vec<String> =
-        redis::cmd("ZRANGE").arg(keys::semaphore("in-flight", &subject)).arg(0).arg(-1).query(&mut redis.conn()).unwrap();
+    let holders: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys::semaphore("in-flight", &subject))
+        .arg(0)
+        .arg(-1)
+        .query(&mut redis.conn())
+        .unwrap();
     assert_eq!(holders.into_iter().collect::<BTreeSet<_>>(), admitted);
 }
 
@@ -202,15 +209,24 @@ struct QuotaModel {
 /// Releases through the semaphore route are mixed in. The seed is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_decisions_match_the_model() {
-    let seed: u64 = std::env::var("REDCOUNT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    let seed: u64 =
+        std::env::var("REDCOUNT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
     println!("seed {seed} (replay: REDCOUNT_SEED={seed} cargo test … random_decisions_match_the_model)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let redis = RedisServer::start();
     let d = redis.direct().await;
     let long = 1_000_000_000_000;
     let mut quotas = vec![
-        QuotaModel { name: "fw", algo: Algorithm::FixedWindow { limit: rng.random_range(3..30), window_ms: long }, used: 0 },
-        QuotaModel { name: "sw", algo: Algorithm::SlidingWindow { limit: rng.random_range(3..30), window_ms: long }, used: 0 },
+        QuotaModel {
+            name: "fw",
+            algo: Algorithm::FixedWindow { limit: rng.random_range(3..30), window_ms: long },
+            used: 0,
+        },
+        QuotaModel {
+            name: "sw",
+            algo: Algorithm::SlidingWindow { limit: rng.random_range(3..30), window_ms: long },
+            used: 0,
+        },
         QuotaModel {
             name: "tb",
             algo: Algorithm::TokenBucket { capacity: rng.random_range(3..30), refill: 1, interval_ms: long },
@@ -273,7 +289,11 @@ async fn random_decisions_match_the_model() {
             .iter()
             .zip(&costs)
             .map(|(&i, &c)| {
-                if i == 4 { held.contains(&holder) || (held.len() as i64) < sem_limit } else { quotas[i].used + c <= quotas[i].algo.limit() }
+                if i == 4 {
+                    held.contains(&holder) || (held.len() as i64) < sem_limit
+                } else {
+                    quotas[i].used + c <= quotas[i].algo.limit()
+                }
             })
             .collect();
         let allowed = admits.iter().all(|&a| a);

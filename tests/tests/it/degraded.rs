@@ -42,7 +42,8 @@ async fn check_degraded(base: &str, log: impl Fn() -> String) {
     assert_eq!((s, &v["allowed"], &v["degraded"]), (200, &Value::Bool(true), &Value::Bool(true)), "{v}");
     let (s, v) = post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"},{"policy":"q-shut"}]}"#).await;
     assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
-    let (s, v) = post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"},{"policy":"slots","holder":"h1"}]}"#).await;
+    let (s, v) =
+        post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"},{"policy":"slots","holder":"h1"}]}"#).await;
     assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
     let (s, v) = post(base, "/api/counters/jobs/j1", r#"{"delta":1}"#).await;
     assert_eq!(s, 503, "{v}");

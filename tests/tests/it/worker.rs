@@ -191,13 +191,22 @@ async fn route_contract(kind: Kind) {
     let denied = api.post("/api/decisions/dora", &decide("job-3")).await;
     // The semaphore is full and the daily quota spent: the first denying part is named,
     // and burst, which alone would admit, is not charged.
-    assert_eq!((&denied.json["allowed"], &denied.json["denied_by"]), (&json!(false), &json!("daily-prize")), "{}", denied.json);
+    assert_eq!(
+        (&denied.json["allowed"], &denied.json["denied_by"]),
+        (&json!(false), &json!("daily-prize")),
+        "{}",
+        denied.json
+    );
     assert_eq!((&denied.json["parts"][1]["allowed"], &denied.json["parts"][1]["remaining"]), (&json!(true), &json!(3)));
     assert_eq!(denied.json["parts"][2]["result"], json!("full"));
     assert!(denied.headers.get("retry-after").is_some());
     let released = api.post("/api/semaphores/device-slots/dora/release", r#"{"holder":"job-1"}"#).await;
     assert_eq!(released.json["result"], json!("released"), "the decision's lease is the semaphore route's");
-    assert_error(&api.post("/api/decisions/dora", r#"{"parts":[{"policy":"running-jobs"}]}"#).await, 400, Some("parts[0].policy"));
+    assert_error(
+        &api.post("/api/decisions/dora", r#"{"parts":[{"policy":"running-jobs"}]}"#).await,
+        400,
+        Some("parts[0].policy"),
+    );
 
     // Inbox: admin only under this policy.
     assert_error(&api.post("/api/inbox/carol/messages", r#"{"id":1,"body":"hi"}"#).await, 401, None);

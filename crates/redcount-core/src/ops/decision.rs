@@ -51,7 +51,10 @@ impl Part {
         let holder = validate::id("holder", holder)?;
         validate::range("limit", limit, 1, MAX_SEMAPHORE_LIMIT)?;
         validate::range("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-        Ok(Part { policy: String::from(policy), kind: PartKind::Lease { holder: String::from(holder), limit, lease_ms } })
+        Ok(Part {
+            policy: String::from(policy),
+            kind: PartKind::Lease { holder: String::from(holder), limit, lease_ms },
+        })
     }
 
     /// The policy this part applies.
