@@ -16,16 +16,18 @@ local function lease_args(a)
   }
 end
 
--- Removes the leases over at `now` (ms) with their tokens (in batches: unpack has a limit).
+-- Removes the leases over at `now` (ms) with their tokens, at most 1,000 per call, so no
+-- call pays for a long backlog at once (live leases are counted apart: lease_live).
 local function lease_reclaim(set, tokens, now)
-  local gone = redis.call('ZRANGEBYSCORE', set, '-inf', s(now))
+  local gone = redis.call('ZRANGEBYSCORE', set, '-inf', s(now), 'LIMIT', 0, 1000)
   if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', set, '-inf', s(now))
-    for i = 1, #gone, 1000 do
-      redis.call('HDEL', tokens, unpack(gone, i, math.min(i + 999, #gone)))
-    end
+    redis.call('ZREM', set, unpack(gone))
+    redis.call('HDEL', tokens, unpack(gone))
   end
 end
+
+-- Leases live at `now` (ms): those not yet reclaimed but over do not count.
+local function lease_live(set, now) return redis.call('ZCOUNT', set, '(' .. s(now), '+inf') end
 
 -- A holder's token (0 when it has none), and the last token issued (0 when none).
 local function lease_token_of(tokens, h) return tonumber(redis.call('HGET', tokens, h)) or 0 end
@@ -67,7 +69,7 @@ local function lease_eval(p, set, tokens, ovr, now_us)
   local now = math.floor(now_us / 1000)
   local held = tonumber(redis.call('ZSCORE', set, p.holder))
   if held and held <= now then held = nil end -- over, not yet reclaimed
-  local in_use = redis.call('ZCOUNT', set, '(' .. s(now), '+inf')
+  local in_use = lease_live(set, now)
   local q = {allowed = held ~= nil or in_use < limit, retry = 0}
   local code, token, lease_left = 0, 0, 0
   if held then code = 2 elseif q.allowed then code = 1 end

@@ -11,7 +11,7 @@
 -- Reply: {refunded}: the units given back (fewer when less was in use; 0 for a fixed window
 -- whose window has passed, or when nothing is in use).
 -- Optional: KEYS[3] + two last ARGV make it idempotent (prelude.lua).
--- (Runs after prelude.lua: int, s, idempotency.)
+-- (Runs after prelude.lua and lib_sliding.lua: sliding_entry.)
 
 local key, algo = KEYS[1], ARGV[1]
 local units = int('cost', ARGV[2], 1, 1000000000)
@@ -52,21 +52,38 @@ if algo == 'fw' then
   end
 elseif algo == 'sw' then
   -- The newest logged calls give their units back first; a call partly refunded keeps the
-  -- rest of its cost. Only the newest entries change, so the running totals of the older
-  -- ones (quota_sliding.lua) stay true. Entries are read one at a time, newest first.
+  -- rest of its cost. The running totals (lib_sliding.lua) find the first entry to change by
+  -- a binary search, so this is O(log n) Redis time whatever the units: the entries after it
+  -- go in one ZREMRANGEBYRANK, it keeps what was not given back, and the totals of the
+  -- older entries stay true. A log that still holds the earlier layout gives nothing back.
   local floor = now_ms() - p2
-  while given < units do
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if #last == 0 or tonumber(last[2]) <= floor then break end
-    local total, c = string.match(last[1], '^c(%d+):(%d+)$')
-    if not total then break end -- an entry of the earlier layout: left as it is
-    total, c = tonumber(total), tonumber(c)
-    local take = math.min(c, units - given)
-    redis.call('ZREM', key, last[1])
-    if take < c then
-      redis.call('ZADD', key, last[2], 'c' .. string.format('%016.0f', total - take) .. ':' .. (c - take))
+  local expired = redis.call('ZCOUNT', key, '-inf', s(floor))
+  local size = redis.call('ZCARD', key)
+  local last_total = size > expired and sliding_entry(redis.call('ZRANGE', key, -1, -1)[1])
+  local first_total, first_cost = nil, nil
+  if last_total then first_total, first_cost = sliding_entry(redis.call('ZRANGE', key, expired, expired)[1]) end
+  if first_total then
+    given = math.min(units, last_total - (first_total - first_cost))
+    local target = last_total - given -- the running total after the refund
+    -- The first live entry whose total passes the target (the last one does: given > 0).
+    local lo, hi, legacy = expired, size - 1, false
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local total = sliding_entry(redis.call('ZRANGE', key, mid, mid)[1])
+      if not total then legacy = true break end
+      if total > target then hi = mid else lo = mid + 1 end
     end
-    given = given + take
+    if legacy then
+      given = 0
+    elseif given > 0 then
+      local at = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
+      local total, c = sliding_entry(at[1])
+      local keep = c - (total - target)
+      redis.call('ZREMRANGEBYRANK', key, lo, -1)
+      if keep > 0 then
+        redis.call('ZADD', key, at[2], 'c' .. string.format('%016.0f', target) .. ':' .. keep)
+      end
+    end
   end
 elseif algo == 'tb' then
   local cap, refill, step = p1, p2, p3

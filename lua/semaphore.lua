@@ -15,8 +15,9 @@
 --   earliest_ms: until the earliest lease ends (-1 when nobody holds one)
 --   lease_ms: until this holder's lease ends (0 when it holds none)
 --   fencing_token: the lease's token (0 when none): see lib_lease.lua.
--- Expired leases are reclaimed on every call, so a crashed holder frees its slot when its
--- own lease ends, and one slow holder can never reset the others.
+-- Expired leases are reclaimed on every call (up to 1,000 at a time; those left over count
+-- as free), so a crashed holder frees its slot when its own lease ends, and one slow holder
+-- can never reset the others.
 -- Optional: KEYS[4] + two last ARGV make it idempotent (prelude.lua). A replayed acquire or
 -- renew tells the current truth: the lease left now, or 4 (not a holder) once it has ended;
 -- a replay never grants a slot that is not held.
@@ -46,13 +47,14 @@ end
 local limit = override(KEYS[3], p.limit, 1000000)
 lease_reclaim(key, tokens, now)
 local holder = p.holder
-local held = redis.call('ZSCORE', key, holder)
+local held = tonumber(redis.call('ZSCORE', key, holder))
+if held and held <= now then held = nil end -- over, and beyond this call's reclaim
 
 if replay then
   if replay[1] ~= 1 and replay[1] ~= 2 then return replay end
-  local in_use = redis.call('ZCARD', key)
+  local in_use = lease_live(key, now)
   if held then
-    return {replay[1], in_use, limit, lease_earliest(key, now), tonumber(held) - now, lease_token_of(tokens, holder), 'replayed'}
+    return {replay[1], in_use, limit, lease_earliest(key, now), held - now, lease_token_of(tokens, holder), 'replayed'}
   end
   return {4, in_use, limit, lease_earliest(key, now), 0, 0, 'replayed'}
 end
@@ -88,5 +90,5 @@ end
 if code ~= 5 and code ~= 6 and code ~= 7 then lease_keep(key, tokens, p.lease) end
 local lease_left = 0
 if code == 2 then lease_left = p.lease end
-if code == 5 then lease_left = tonumber(held) - now end
-return finish({code, redis.call('ZCARD', key), limit, lease_earliest(key, now), lease_left, token})
+if code == 5 then lease_left = held - now end
+return finish({code, lease_live(key, now), limit, lease_earliest(key, now), lease_left, token})

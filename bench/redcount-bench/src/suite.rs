@@ -645,6 +645,103 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     }
     rows.push(("inbox append, max_len lowered 20,000 → 1 (trims ≤ 1,000 per call)".into(), usec_per_call().await?));
 
+    // The scripts of issue 12, each at its largest allowed arguments. A helper measures `n`
+    // calls of one operation (the state made first by `setup` calls, not counted).
+    async fn measure<O: Operation + Sync>(d: &Direct, op: &O, n: usize) -> Result<f64, Error> {
+        d.send(&Command::new("CONFIG").arg("RESETSTAT")).await?;
+        for _ in 0..n {
+            d.run(op).await?;
+        }
+        let info = d.send(&Command::new("INFO").arg("commandstats")).await?;
+        let text = match info {
+            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => String::new(),
+        };
+        let line = text.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
+        Ok(line.split(',').find_map(|f| f.strip_prefix("usec_per_call=")).and_then(|v| v.parse().ok()).unwrap_or(0.0))
+    }
+    use redcount_core::ops::decision::{Decide, Part};
+    use redcount_core::ops::quota::{MAX_GCRA_PERIOD_MS, MAX_GCRA_RATE, MAX_GCRA_SPAN, MAX_LIMIT, RefundQuota};
+    use redcount_core::ops::semaphore::{Action, UpdateLease};
+    let fixed = Algorithm::FixedWindow { limit: MAX_LIMIT, window_ms: 1_000_000_000_000 };
+    let sliding = Algorithm::SlidingWindow { limit: 10_000, window_ms: 3_600_000 };
+    let bucket = Algorithm::TokenBucket { capacity: MAX_LIMIT, refill: 1, interval_ms: 1_000_000_000_000 };
+    let gcra_fast = Algorithm::Gcra { rate: MAX_GCRA_RATE, period_ms: 1_000, burst: MAX_GCRA_SPAN / 1_000 / 1_000 };
+    let gcra_slow =
+        Algorithm::Gcra { rate: 1, period_ms: MAX_GCRA_PERIOD_MS, burst: MAX_GCRA_SPAN / MAX_GCRA_PERIOD_MS };
+    let subject = format!("g{run}");
+    rows.push((
+        "quota take, fixed window, limit 10^9".into(),
+        measure(&d, &TakeQuota::take("rt-f", &subject, fixed, 1)?, 500).await?,
+    ));
+    rows.push((
+        "quota take, GCRA, 10^7 per second (T = 0.1 µs)".into(),
+        measure(&d, &TakeQuota::take("rt-g1", &subject, gcra_fast, 1)?, 500).await?,
+    ));
+    let slow = TakeQuota::take("rt-g2", &subject, gcra_slow, 1)?;
+    for _ in 0..gcra_slow.limit() {
+        d.run(&slow).await?;
+    }
+    rows.push(("quota take, GCRA, 1 per leap year, denied".into(), measure(&d, &slow, 500).await?));
+
+    // A decision of 8 parts, two of each algorithm, the sliding ones on logs of 9,000+
+    // (allowed: every part read, then every part written), then on full logs (denied by the
+    // sliding parts: every part read, nothing written).
+    let parts = || -> Result<Vec<Part>, Error> {
+        Ok(vec![
+            Part::quota("d-f1", fixed, 1)?,
+            Part::quota("d-b1", bucket, 1)?,
+            Part::quota("d-g1", gcra_fast, 1)?,
+            Part::quota("d-s1", sliding, 1)?,
+            Part::quota("d-f2", fixed, 1)?,
+            Part::quota("d-b2", bucket, 1)?,
+            Part::quota("d-g2", gcra_fast, 1)?,
+            Part::quota("d-s2", sliding, 1)?,
+        ])
+    };
+    let decide = Decide::new(&subject, parts()?)?;
+    for _ in 0..9_000 {
+        d.run(&decide).await?;
+    }
+    rows.push((
+        "decision, 8 parts (2 × each algorithm; sliding logs of 9,000+): allowed".into(),
+        measure(&d, &decide, 500).await?,
+    ));
+    for _ in 0..500 {
+        d.run(&decide).await?;
+    }
+    rows.push(("decision, 8 parts, both sliding logs full: denied".into(), measure(&d, &decide, 500).await?));
+
+    // Semaphores of 10,000 holders: an acquire, a fencing check, and a decision of 7 quotas
+    // and a lease on it.
+    let holders = format!("h{run}");
+    for i in 0..10_000 {
+        d.run(&UpdateLease::new("rt-s", &holders, Action::Acquire, &format!("h{i}"), 1_000_000, 3_600_000)?).await?;
+    }
+    let acquire = UpdateLease::new("rt-s", &holders, Action::Acquire, "late", 1_000_000, 3_600_000)?;
+    rows.push((
+        "semaphore acquire, 10,000 holders (renewal after the first)".into(),
+        measure(&d, &acquire, 500).await?,
+    ));
+    let check = UpdateLease::new("rt-s", &holders, Action::Check { fencing_token: 1 }, "h5", 1_000_000, 3_600_000)?;
+    rows.push(("semaphore check (fencing token), 10,000 holders".into(), measure(&d, &check, 500).await?));
+    let mut with_lease = parts()?;
+    with_lease.pop();
+    with_lease.push(Part::lease("rt-s", "late", 1_000_000, 3_600_000)?);
+    let decide_lease = Decide::new(&holders, with_lease)?;
+    rows.push(("decision, 7 quotas and a lease on 10,000 holders".into(), measure(&d, &decide_lease, 500).await?));
+
+    // A refund of all 10,000 units of a full sliding log: one search, one range removal.
+    let refund_subject = format!("r{run}");
+    let take = TakeQuota::take("rt-r", &refund_subject, sliding, 1)?;
+    for _ in 0..10_000 {
+        d.run(&take).await?;
+    }
+    rows.push((
+        "quota refund of 10,000 units on a full sliding log".into(),
+        measure(&d, &RefundQuota::new("rt-r", &refund_subject, sliding, 10_000)?, 1).await?,
+    ));
+
     let base = rows[0].1.max(0.001);
     let mut out = String::from(
         "\n## Redis time per call at the policy maxima\n\n\

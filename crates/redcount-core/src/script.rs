@@ -79,7 +79,7 @@ scripts! {
     /// Quota: set or clear a subject's override of the size.
     QUOTA_OVERRIDE = "quota_override" "#!lua" [];
     /// Quota: give units back.
-    QUOTA_REFUND = "quota_refund" "#!lua" [];
+    QUOTA_REFUND = "quota_refund" "#!lua" ["lib_sliding"];
     /// Quota: forget a subject's usage.
     QUOTA_RESET = "quota_reset" "#!lua" [];
     /// Semaphore with leases.

@@ -99,3 +99,36 @@ async fn expired_holders_never_see_their_token_live_after_a_newer_one() {
     println!("{} grants, {held} checks live, {ended} ended", grants.len());
     assert!(held > 5 && ended > 5, "both sides reached (seed {seed}): {held} live, {ended} ended");
 }
+
+/// A semaphore with 2,500 leases over at once: a call reclaims at most 1,000 (its Redis time
+/// stays bounded), and every call counts only live leases, so the leftovers never hold a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_ended_leases_is_reclaimed_in_bounded_steps() {
+    use redcount_core::keys;
+    let redis = RedisServer::start();
+    let d = redcount::Direct::connect(&redis.url()).await.unwrap();
+    let set = keys::semaphore("bulk", "pool");
+    // 2,500 leases that ended a minute ago, written as the script writes them, and one live.
+    let mut conn = redis.conn();
+    let ended = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 - 60_000;
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(&set);
+    for i in 0..2_500 {
+        zadd.arg(ended).arg(format!("old{i}"));
+    }
+    zadd.query::<()>(&mut conn).unwrap();
+    let acquire = |h: &str| UpdateLease::new("bulk", "pool", Action::Acquire, h, 2, 600_000).unwrap();
+    let first = d.run(&acquire("a")).await.unwrap();
+    assert_eq!((first.result, first.in_use), (SemaphoreResult::Acquired, 1), "ended leases hold no slot: {first:?}");
+    let card: i64 = redis::cmd("ZCARD").arg(&set).query(&mut conn).unwrap();
+    assert_eq!(card, 1 + 1_500, "one call reclaimed 1,000 ended leases, not all 2,500");
+    let second = d.run(&acquire("b")).await.unwrap();
+    assert_eq!((second.result, second.in_use), (SemaphoreResult::Acquired, 2), "{second:?}");
+    assert_eq!(d.run(&acquire("c")).await.unwrap().result, SemaphoreResult::Full);
+    for h in ["a", "b"] {
+        let op = UpdateLease::new("bulk", "pool", Action::Release, h, 2, 600_000).unwrap();
+        assert_eq!(d.run(&op).await.unwrap().result, SemaphoreResult::Released);
+    }
+    let card: i64 = redis::cmd("ZCARD").arg(&set).query(&mut conn).unwrap();
+    assert_eq!(card, 0, "the backlog is gone after a few calls");
+}

@@ -180,3 +180,36 @@ async fn denied_calls_cost_nothing_and_refunds_never_pass_the_limit() {
         assert_eq!(takes(8).await, 5, "{algo:?}: whole again, and no more");
     }
 }
+
+/// A sliding window's refunds, at random against a model (seed printed): takes of random
+/// costs and refunds of random sizes, each answered exactly (what was given back, what
+/// remains), the log's running totals kept true through partial refunds (a later take sees
+/// exactly the model's room). Refunds are O(log n): one search, one range removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_refunds_match_the_model() {
+    use redcount_core::ops::quota::{RefundQuota, TakeQuota};
+    let seed: u64 = rand::rng().random();
+    println!("seed {seed} (replay: set it in sliding_refunds_match_the_model)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let redis = RedisServer::start();
+    let d = redcount::Direct::connect(&redis.url()).await.unwrap();
+    let limit = rng.random_range(5..60);
+    let algo = Algorithm::SlidingWindow { limit, window_ms: 3_600_000 };
+    let mut used = 0;
+    for step in 0..400 {
+        if rng.random_bool(0.3) {
+            let units = rng.random_range(1..=limit);
+            let given = d.run(&RefundQuota::new("rf", "s", algo, units).unwrap()).await.unwrap();
+            assert_eq!(given, units.min(used), "seed {seed}, step {step}: refund of {units} with {used} used");
+            used -= given;
+        } else {
+            let cost = rng.random_range(1..=limit.min(7));
+            let o = d.run(&TakeQuota::take("rf", "s", algo, cost).unwrap()).await.unwrap();
+            assert_eq!(o.allowed, used + cost <= limit, "seed {seed}, step {step}: {o:?}");
+            if o.allowed {
+                used += cost;
+            }
+            assert_eq!(o.remaining, limit - used, "seed {seed}, step {step}: {o:?}");
+        }
+    }
+}
