@@ -28,13 +28,14 @@ local function id(name, v)
 end
 
 -- A subject's override of a policy's size (limit, capacity or burst), set by an admin
--- (quota_override.lua) in the subject's own slot: the stored value when it is a whole number in
--- 1 .. hi, else the policy's `size`.
-local function override(key, size, hi)
-  local o = tonumber(redis.call('GET', key))
+-- (quota_override.lua) in the subject's own slot: the stored value `v` (as GET or MGET read
+-- it) when it is a whole number in 1 .. hi, else the policy's `size`.
+local function override_value(v, size, hi)
+  local o = tonumber(v)
   if o and o >= 1 and o <= hi and o == math.floor(o) then return o end
   return size
 end
+local function override(key, size, hi) return override_value(redis.call('GET', key), size, hi) end
 
 -- Redis's clock (not the caller's): milliseconds, and whole seconds, since the epoch.
 local function now_ms()

@@ -8,8 +8,9 @@
 -- ARGV[3..] the algorithm's parameters, as its take script takes them
 --   fw: limit, window ms · sw: limit, window ms · tb: capacity, refill, interval ms ·
 --   gc: rate, period ms, burst
--- Reply: {refunded}: the units given back (fewer when less was in use; 0 for a fixed window
--- whose window has passed, or when nothing is in use).
+-- Reply: {refunded}: the units given back (fewer when less was in use, or, for a sliding
+-- window, past the units of its newest 500 logged calls; 0 for a fixed window whose window
+-- has passed, or when nothing is in use).
 -- Optional: KEYS[3] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua and lib_sliding.lua: sliding_entry.)
 
@@ -42,31 +43,37 @@ end
 
 local given = 0
 if algo == 'fw' then
-  local window = p2
-  local st = redis.call('HMGET', key, 'w', 'n')
-  -- Only units of the current window: an earlier window's are already back.
-  if tonumber(st[1]) == math.floor(now_ms() / window) then
-    local used = tonumber(st[2]) or 0
+  -- Only units of the current window (lib_fixed.lua's "<window>:<used>"): an earlier
+  -- window's are already back.
+  local sw, sn = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
+  if tonumber(sw) == math.floor(now_ms() / p2) then
+    local used = tonumber(sn)
     given = math.min(units, used)
-    if given > 0 then redis.call('HSET', key, 'n', s(used - given)) end
+    if given > 0 then redis.call('SET', key, sw .. ':' .. s(used - given), 'KEEPTTL') end
   end
 elseif algo == 'sw' then
   -- The newest logged calls give their units back first; a call partly refunded keeps the
   -- rest of its cost. The running totals (lib_sliding.lua) find the first entry to change by
-  -- a binary search, so this is O(log n) Redis time whatever the units: the entries after it
-  -- go in one ZREMRANGEBYRANK, it keeps what was not given back, and the totals of the
-  -- older entries stay true. A log that still holds the earlier layout gives nothing back.
+  -- a binary search (O(log n)): the entries after it go in one ZREMRANGEBYRANK, it keeps
+  -- what was not given back, and the totals of the older entries stay true. A log that
+  -- still holds the earlier layout gives nothing back.
   local floor = now_ms() - p2
   local expired = redis.call('ZCOUNT', key, '-inf', s(floor))
   local size = redis.call('ZCARD', key)
   local last_total = size > expired and sliding_entry(redis.call('ZRANGE', key, -1, -1)[1])
   local first_total, first_cost = nil, nil
   if last_total then first_total, first_cost = sliding_entry(redis.call('ZRANGE', key, expired, expired)[1]) end
+  -- At most the newest 500 logged calls change in one refund (removing entries costs
+  -- Redis time per entry): their units, or fewer; the reply says how many came back.
+  local oldest = math.max(expired, size - 500)
+  if first_total and oldest > expired then
+    first_total, first_cost = sliding_entry(redis.call('ZRANGE', key, oldest, oldest)[1])
+  end
   if first_total then
     given = math.min(units, last_total - (first_total - first_cost))
     local target = last_total - given -- the running total after the refund
     -- The first live entry whose total passes the target (the last one does: given > 0).
-    local lo, hi, legacy = expired, size - 1, false
+    local lo, hi, legacy = oldest, size - 1, false
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
       local total = sliding_entry(redis.call('ZRANGE', key, mid, mid)[1])

@@ -575,6 +575,16 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
+/// Redis's own time per EVALSHA since the last `CONFIG RESETSTAT` (INFO commandstats).
+async fn evalsha_usec(d: &Direct) -> Result<f64, Error> {
+    let text = match d.send(&Command::new("INFO").arg("commandstats")).await? {
+        Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+        _ => String::new(),
+    };
+    let line = text.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
+    Ok(line.split(',').find_map(|f| f.strip_prefix("usec_per_call=")).and_then(|v| v.parse().ok()).unwrap_or(0.0))
+}
+
 /// Redis's own time per script call (INFO commandstats, EVALSHA) at the largest values a
 /// policy may configure, beside a plain counter add measured in the same run: the bound
 /// every call must keep (at most 1 ms) whatever the policy, denied calls included.
@@ -583,20 +593,7 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     let d = Direct::connect(redis_url).await?;
     let run = format!("{:x}", rand::random::<u32>());
     let reset = || async { d.send(&Command::new("CONFIG").arg("RESETSTAT")).await.map(|_| ()) };
-    let usec_per_call = || async {
-        let info = d.send(&Command::new("INFO").arg("commandstats")).await?;
-        let text = match info {
-            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
-            _ => String::new(),
-        };
-        let line = text.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
-        let v = line
-            .split(',')
-            .find_map(|f| f.strip_prefix("usec_per_call="))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        Ok::<f64, Error>(v)
-    };
+    let usec_per_call = || evalsha_usec(&d);
     let mut rows: Vec<(String, f64)> = Vec::new();
 
     // Baseline: a counter add.
@@ -648,17 +645,15 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     // The scripts of issue 12, each at its largest allowed arguments. A helper measures `n`
     // calls of one operation (the state made first by `setup` calls, not counted).
     async fn measure<O: Operation + Sync>(d: &Direct, op: &O, n: usize) -> Result<f64, Error> {
+        // Loaded first, so no call measured is a NOSCRIPT (then an EVAL, counted apart).
+        if let redcount_core::script::Request::Script(inv) = op.request() {
+            d.send(&Command::new("SCRIPT").arg("LOAD").arg(inv.script.source())).await?;
+        }
         d.send(&Command::new("CONFIG").arg("RESETSTAT")).await?;
         for _ in 0..n {
             d.run(op).await?;
         }
-        let info = d.send(&Command::new("INFO").arg("commandstats")).await?;
-        let text = match info {
-            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
-            _ => String::new(),
-        };
-        let line = text.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
-        Ok(line.split(',').find_map(|f| f.strip_prefix("usec_per_call=")).and_then(|v| v.parse().ok()).unwrap_or(0.0))
+        evalsha_usec(d).await
     }
     use redcount_core::ops::decision::{Decide, Part};
     use redcount_core::ops::quota::{MAX_GCRA_PERIOD_MS, MAX_GCRA_RATE, MAX_GCRA_SPAN, MAX_LIMIT, RefundQuota};
@@ -738,9 +733,11 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
         d.run(&take).await?;
     }
     rows.push((
-        "quota refund of 10,000 units on a full sliding log".into(),
+        "quota refund of 10,000 units on a full sliding log (the newest 500 calls change)".into(),
         measure(&d, &RefundQuota::new("rt-r", &refund_subject, sliding, 10_000)?, 1).await?,
     ));
+
+    let peer = peer_rows(&d, &run).await?;
 
     let base = rows[0].1.max(0.001);
     let mut out = String::from(
@@ -750,6 +747,111 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     );
     for (name, us) in &rows {
         out.push_str(&format!("| {name} | {us:.0} | {:.1} |\n", us / base));
+    }
+    out.push_str(&peer);
+    Ok(out)
+}
+
+/// Redis time per call of redcount's quota scripts beside @upstash/ratelimit's for the same
+/// job, in one run: each measured over interleaved rounds (median), always allowed. The
+/// peer's scripts are read from its npm package (`REDCOUNT_PEER_JS`: its dist/index.js, set
+/// by `cargo xtask bench`); without it the section says so.
+async fn peer_rows(d: &Direct, run: &str) -> Result<String, Error> {
+    let mut out = String::from(
+        "\n### Beside @upstash/ratelimit (same Redis, same run)\n\n\
+         Median µs per call of 3 interleaved rounds of 2,000 allowed calls. redcount's scripts read the\n\
+         server's clock, its override of the limit and write nothing when they deny; the peer's take the\n\
+         client's clock, read its dynamic limit (passed, as redcount's override is) and are charged when\n\
+         they deny.\n\n| job | redcount µs | peer µs | ratio |\n|---|---:|---:|---:|\n",
+    );
+    let Some(js) = std::env::var_os("REDCOUNT_PEER_JS").and_then(|p| std::fs::read_to_string(p).ok()) else {
+        out.push_str("| (REDCOUNT_PEER_JS not set: the peer's scripts were not found) | | | |\n");
+        return Ok(out);
+    };
+    let script = |name: &str| -> Option<String> {
+        let start = js.find(&format!("var {name} = `"))? + name.len() + 8;
+        // Without Upstash's own shebang flag, which Redis refuses (as redcount-rest does).
+        Some(js[start..start + js[start..].find('`')?].replacen("#!lua flags=allow-key-locking", "#!lua", 1))
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.as_millis()).unwrap_or(0);
+    let jobs: [(&str, Algorithm, &str, Vec<String>); 3] = [
+        (
+            "fixed window, 10^9 per hour",
+            Algorithm::FixedWindow { limit: 1_000_000_000, window_ms: 3_600_000 },
+            "fixedWindowLimitScript",
+            vec![
+                "2".into(),
+                format!("pf{run}"),
+                format!("pf{run}:dyn"),
+                "1000000000".into(),
+                "3600000".into(),
+                "1".into(),
+            ],
+        ),
+        (
+            "sliding window, 10,000 per hour (peer: two-window estimate)",
+            Algorithm::SlidingWindow { limit: 10_000, window_ms: 3_600_000 },
+            "slidingWindowLimitScript",
+            vec![
+                "3".into(),
+                format!("ps{run}:1"),
+                format!("ps{run}:0"),
+                format!("ps{run}:dyn"),
+                "1000000000".into(),
+                now.to_string(),
+                "3600000".into(),
+                "1".into(),
+            ],
+        ),
+        (
+            "token bucket, 10^9, 1 back per hour",
+            Algorithm::TokenBucket { capacity: 1_000_000_000, refill: 1, interval_ms: 3_600_000 },
+            "tokenBucketLimitScript",
+            vec![
+                "2".into(),
+                format!("pb{run}"),
+                format!("pb{run}:dyn"),
+                "1000000000".into(),
+                "3600000".into(),
+                "1".into(),
+                now.to_string(),
+                "1".into(),
+            ],
+        ),
+    ];
+    for (job, algo, name, args) in jobs {
+        let Some(text) = script(name) else {
+            out.push_str(&format!("| {job} | | (no `{name}` in the peer's package) | |\n"));
+            continue;
+        };
+        let sha = match d.send(&Command::new("SCRIPT").arg("LOAD").arg(text)).await? {
+            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => return Err(Error::Failed("SCRIPT LOAD answered no SHA".into())),
+        };
+        let mut theirs = Command::new("EVALSHA").arg(sha);
+        for a in &args {
+            theirs.push(a.clone());
+        }
+        // A subject of a 2,000,000-unit budget: 6,000 calls stay allowed.
+        let op = TakeQuota::take("rt-peer", &format!("{name}{run}"), algo, 1)?;
+        d.run(&op).await?;
+        let ours = op.request().command();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            for (cmd, into) in [(&ours, &mut a), (&theirs, &mut b)] {
+                d.send(&Command::new("CONFIG").arg("RESETSTAT")).await?;
+                for _ in 0..2_000 {
+                    d.send(cmd).await?;
+                }
+                into.push(evalsha_usec(d).await?);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (ours_us, peer_us) = (median(&mut a), median(&mut b));
+        out.push_str(&format!("| {job} | {ours_us:.2} | {peer_us:.2} | {:.2}× |\n", ours_us / peer_us.max(0.001)));
     }
     Ok(out)
 }

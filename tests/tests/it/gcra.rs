@@ -212,4 +212,16 @@ async fn sliding_refunds_match_the_model() {
             assert_eq!(o.remaining, limit - used, "seed {seed}, step {step}: {o:?}");
         }
     }
+    // One refund changes at most the newest 500 logged calls (its Redis time stays bounded):
+    // 1,200 calls of one unit; refunds of all 1,200 give 500, 500, then the last 200.
+    let big = Algorithm::SlidingWindow { limit: 10_000, window_ms: 3_600_000 };
+    let take = TakeQuota::take("rf", "big", big, 1).unwrap();
+    for _ in 0..1_200 {
+        assert!(d.run(&take).await.unwrap().allowed);
+    }
+    let refund = RefundQuota::new("rf", "big", big, 1_200).unwrap();
+    for (given, left) in [(500, 700), (500, 200), (200, 0)] {
+        assert_eq!(d.run(&refund).await.unwrap(), given);
+        assert_eq!(d.run(&TakeQuota::peek("rf", "big", big, 1).unwrap()).await.unwrap().remaining, 10_000 - left);
+    }
 }
