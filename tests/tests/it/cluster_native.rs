@@ -107,6 +107,20 @@ async fn serve_on_a_cluster_answers_the_route_contract_basics() {
     assert_eq!(api.call("DELETE", "/api/quotas/daily-prize/bob", None, true).await.parts().1, json!({"reset": true}));
     assert_eq!(api.post("/api/quotas/daily-prize/bob", "").await.parts().1["allowed"], json!(true));
 
+    // A compound decision on a Cluster, for subjects on every master: one script, one slot
+    // (the subject's hash tag), all or nothing.
+    for subject in ["d-a", "d-b", "d-c", "d-d", "d-e", "d-f"] {
+        let path = format!("/api/decisions/{subject}");
+        let body = r#"{"parts":[{"policy":"burst"},{"policy":"daily-prize"},{"policy":"device-slots","holder":"j1"}]}"#;
+        for _ in 0..2 {
+            let (status, d) = api.post(&path, body).await.parts();
+            assert_eq!((status, &d["allowed"]), (200, &json!(true)), "{subject}: {d}");
+        }
+        let (_, d) = api.post(&path, body).await.parts();
+        let got = (&d["allowed"], &d["denied_by"], &d["parts"][0]["remaining"]);
+        assert_eq!(got, (&json!(false), &json!("daily-prize"), &json!(3)), "burst is not charged: {d}");
+    }
+
     // Claim: once per window.
     assert_eq!(api.post("/api/claims/signup-bonus/alice", "").await.parts().1["claimed"], json!(true));
     let (_, again) = api.post("/api/claims/signup-bonus/alice", "").await.parts();
