@@ -1,0 +1,102 @@
+// redcount's Cloudflare Worker: the platform half of a thin shell around redcount_api.
+//
+// This module owns the I/O (reading the request, the REST fetch, the Response); every
+// decision is the wasm module's (src/lib.rs, which drives redcount_api): it is called once
+// per step with the bytes of that step, and answers with the next one. `cargo xtask
+// build-worker` copies this file to build/index.js beside wasm-bindgen's glue and the wasm.
+import wasmModule from "./redcount_worker_bg.wasm";
+import { initSync, configure, rest_target, max_body, handle, receive, fail } from "./redcount_worker.js";
+
+initSync({ module: wasmModule });
+
+const MAX_BODY = max_body();
+const EMPTY = new Uint8Array(0);
+const text = new TextDecoder();
+
+// The configuration as the wasm module last read it: the env it came from, its REDCOUNT_*
+// text, and what the REST fetch needs. Parsed once per isolate; again only when the text changes.
+let seenEnv = null;
+let seenVars = null;
+let restUrl = "";
+let restHeaders = null;
+
+function configured(env) {
+  if (env === seenEnv) return;
+  const parts = [];
+  for (const name of Object.keys(env)) {
+    const value = env[name];
+    if (typeof value === "string" && name.startsWith("REDCOUNT_")) parts.push(name, value);
+  }
+  const vars = parts.join("\0");
+  if (vars !== seenVars) {
+    const problem = configure(vars);
+    if (problem) console.error(`redcount: ${problem}`);
+    // The URL, then header pairs; one headers object for every REST call of this configuration.
+    const [url, ...pairs] = rest_target().split("\0");
+    restUrl = url;
+    restHeaders = {};
+    for (let i = 0; i + 1 < pairs.length; i += 2) restHeaders[pairs[i]] = pairs[i + 1];
+    seenVars = vars;
+  }
+  seenEnv = env;
+}
+
+function header(headers, name) {
+  const v = headers.get(name);
+  return v === null ? "-" : "+" + v;
+}
+
+// A respond step as the platform's Response: status, the API's headers, the body (one copy).
+function respond(step) {
+  const status = step[1] | (step[2] << 8);
+  const len = (step[3] | (step[4] << 8) | (step[5] << 16) | (step[6] << 24)) >>> 0;
+  const list = text.decode(step.subarray(7, 7 + len)).split("\0");
+  const headers = [];
+  for (let i = 0; i + 1 < list.length; i += 2) headers.push([list[i], list[i + 1]]);
+  return new Response(status === 204 ? null : step.subarray(7 + len), { status, headers });
+}
+
+function errorText(e) {
+  return e instanceof Error ? e.message || e.name : String(e);
+}
+
+export default {
+  async fetch(request, env) {
+    configured(env);
+    const h = request.headers;
+    const length = h.get("Content-Length");
+    const head =
+      request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
+      header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
+    let body = EMPTY;
+    let bodyError;
+    // Past MAX_BODY the wasm side answers 413 without the body ever being read.
+    if (request.body !== null && !(Number(length) > MAX_BODY)) {
+      try {
+        body = new Uint8Array(await request.arrayBuffer());
+      } catch (e) {
+        bodyError = errorText(e);
+      }
+    }
+    let step = handle(head, body, bodyError);
+    while (step[0] === 1) {
+      const id = (step[1] | (step[2] << 8) | (step[3] << 16) | (step[4] << 24)) >>> 0;
+      const timeout = (step[5] | (step[6] << 8) | (step[7] << 16) | (step[8] << 24)) >>> 0;
+      const init = { method: "POST", headers: restHeaders, body: step.subarray(9) };
+      // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
+      if (timeout > 0) init.signal = AbortSignal.timeout(timeout);
+      let status;
+      let reply;
+      try {
+        const resp = await fetch(restUrl, init);
+        status = resp.status;
+        reply = new Uint8Array(await resp.arrayBuffer());
+      } catch (e) {
+        step = fail(id, errorText(e));
+        continue;
+      }
+      step = receive(id, status, reply);
+    }
+    return respond(step);
+  },
+};
