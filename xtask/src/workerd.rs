@@ -365,7 +365,7 @@ mod tests {
         assert_eq!(
             t.vars,
             [
-                ("POLICIES".into(), "{\n  \"a\": 1\n}".into()),
+                ("POLICIES".into(), "{\n  \"a\": 1\n}\n".into()),
                 ("NAME".into(), "shop".into()),
                 ("ONE".into(), "{}".into())
             ]
