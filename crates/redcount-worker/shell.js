@@ -46,13 +46,30 @@ function header(headers, name) {
   return v === null ? "-" : "+" + v;
 }
 
+// The header list of the last response, reused while the next one's bytes are the same (most
+// responses carry exactly Content-Type and Cache-Control); Response copies it, never changes it.
+let lastBlock = EMPTY;
+let lastHeaders = [];
+
+function headerList(block) {
+  if (block.length === lastBlock.length) {
+    let i = 0;
+    while (i < block.length && block[i] === lastBlock[i]) i++;
+    if (i === block.length) return lastHeaders;
+  }
+  const list = text.decode(block).split("\0");
+  const headers = [];
+  for (let i = 0; i + 1 < list.length; i += 2) headers.push([list[i], list[i + 1]]);
+  lastBlock = block.slice();
+  lastHeaders = headers;
+  return headers;
+}
+
 // A respond step as the platform's Response: status, the API's headers, the body (one copy).
 function respond(step) {
   const status = step[1] | (step[2] << 8);
   const len = (step[3] | (step[4] << 8) | (step[5] << 16) | (step[6] << 24)) >>> 0;
-  const list = text.decode(step.subarray(7, 7 + len)).split("\0");
-  const headers = [];
-  for (let i = 0; i + 1 < list.length; i += 2) headers.push([list[i], list[i + 1]]);
+  const headers = headerList(step.subarray(7, 7 + len));
   return new Response(status === 204 ? null : step.subarray(7 + len), { status, headers });
 }
 
