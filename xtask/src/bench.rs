@@ -45,6 +45,9 @@ fn worker_dir(dir: &std::path::Path, toml: &str, dev_vars: &str) -> Result<(), S
     std::fs::write(dir.join(".dev.vars"), dev_vars).map_err(|e| e.to_string())
 }
 
+/// The heading of BENCHMARKS.md's last section, written by hand and kept by each run.
+const BY_HAND: &str = "\n## Measured by hand";
+
 /// Cold starts per worker: the median and every run, in ms.
 const COLD_RUNS: usize = 5;
 
@@ -208,6 +211,12 @@ pub fn all() -> Result<(), String> {
         cold(&cold_ours),
         cold(&cold_peer),
     );
+    // A section measured by hand (e.g. against an older build) is kept as it was.
+    let old = std::fs::read_to_string(root().join("BENCHMARKS.md")).unwrap_or_default();
+    if let Some(at) = old.find(BY_HAND) {
+        md.push('\n');
+        md.push_str(&old[at + 1..]);
+    }
     std::fs::write(root().join("BENCHMARKS.md"), md).map_err(|e| e.to_string())?;
     eprintln!("xtask: wrote BENCHMARKS.md and BENCHMARKS.svg");
     Ok(())
