@@ -51,7 +51,9 @@ const BY_HAND: &str = "\n## Measured by hand";
 /// Cold starts per worker: the median and every run, in ms.
 const COLD_RUNS: usize = 5;
 
-pub fn all() -> Result<(), String> {
+/// `cargo xtask bench` (`full`: everything, writing BENCHMARKS.md) or `cargo xtask bench
+/// workers` (the workers side by side only, printed).
+pub fn all(full: bool) -> Result<(), String> {
     setup::ensure_test_deps()?;
     workerd::ensure()?;
     let bins = setup::build_bins(true)?;
@@ -133,6 +135,21 @@ pub fn all() -> Result<(), String> {
     // The redcount worker under wrangler dev too, for the reference row.
     let (_dev, dev_port) = procs::wrangler(&wdir)?;
 
+    let workers_table = work.join("workers.md");
+    setup::run(
+        Command::new(bins.join("redcount"))
+            .args(["bench", "workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
+            .args(["--floor-url", &url(&floor), "--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
+            .arg("--out")
+            .arg(&workers_table),
+    )?;
+    if !full {
+        let text = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
+        println!(
+            "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{profile_table}\n{text}"
+        );
+        return Ok(());
+    }
     let table = work.join("all.md");
     let chart = root().join("BENCHMARKS.svg");
     setup::run(
@@ -146,14 +163,6 @@ pub fn all() -> Result<(), String> {
             .arg(&chart)
             .env("REDCOUNT_REST_TOKEN", &rest_token)
             .env("REDCOUNT_ADMIN_TOKEN", &admin),
-    )?;
-    let workers_table = work.join("workers.md");
-    setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
-            .args(["--floor-url", &url(&floor), "--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
-            .arg("--out")
-            .arg(&workers_table),
     )?;
     let table = std::fs::read_to_string(&table).map_err(|e| e.to_string())?;
     let workers_table = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;

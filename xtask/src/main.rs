@@ -42,6 +42,9 @@ Tasks:
            dev row for reference), then every scenario through every variant (Lua over RESP /
            REST front / worker, the naive client-side ways, the peer), one run; writes
            BENCHMARKS.md and BENCHMARKS.svg
+  bench workers
+           only the workers side by side under workerd (with cold starts and CPU profiles);
+           prints the tables, writes nothing in the repository
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -142,9 +145,10 @@ fn soak(args: &[String]) -> Result<(), String> {
 /// `cargo xtask bench rest`
 fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
-        None | Some("all") => bench::all(),
+        None | Some("all") => bench::all(true),
+        Some("workers") => bench::all(false),
         Some("rest") => bench_rest(),
-        _ => Err(format!("bench takes: all (the default) or rest\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default), workers or rest\n\n{HELP}")),
     }
 }
 
