@@ -46,20 +46,25 @@ function header(headers, name) {
   return v === null ? "-" : "+" + v;
 }
 
-// The header list of the last response, reused while the next one's bytes are the same (most
-// responses carry exactly Content-Type and Cache-Control); Response copies it, never changes it.
+// The headers of the last response, reused while the next one's bytes are the same (most
+// responses carry exactly Content-Type and Cache-Control); Response copies them, never changes
+// them. A plain object: the runtime converts it in one go, cheaper than a list of pairs.
 let lastBlock = EMPTY;
-let lastHeaders = [];
+let lastHeaders = {};
 
-function headerList(block) {
+function headerObject(block) {
   if (block.length === lastBlock.length) {
     let i = 0;
     while (i < block.length && block[i] === lastBlock[i]) i++;
     if (i === block.length) return lastHeaders;
   }
   const list = text.decode(block).split("\0");
-  const headers = [];
-  for (let i = 0; i + 1 < list.length; i += 2) headers.push([list[i], list[i + 1]]);
+  const headers = {};
+  for (let i = 0; i + 1 < list.length; i += 2) {
+    const [name, value] = [list[i], list[i + 1]];
+    // A repeated name (none today) keeps every value, as HTTP lists do.
+    headers[name] = Object.hasOwn(headers, name) ? `${headers[name]}, ${value}` : value;
+  }
   lastBlock = block.slice();
   lastHeaders = headers;
   return headers;
@@ -69,7 +74,7 @@ function headerList(block) {
 function respond(step) {
   const status = step[1] | (step[2] << 8);
   const len = (step[3] | (step[4] << 8) | (step[5] << 16) | (step[6] << 24)) >>> 0;
-  const headers = headerList(step.subarray(7, 7 + len));
+  const headers = headerObject(step.subarray(7, 7 + len));
   return new Response(status === 204 ? null : step.subarray(7 + len), { status, headers });
 }
 
