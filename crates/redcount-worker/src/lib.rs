@@ -7,14 +7,17 @@
 //! changes) and the exchanges in flight, and does nothing but drive [`redcount_api::handle`]
 //! and [`redcount_api::Exchange`]: no routing, validation or reply parsing happens here.
 //!
-//! Each step crosses the boundary once each way, as bytes (one copy in, one copy out):
+//! Each step crosses the boundary once each way, as bytes in two buffers this module keeps
+//! (no allocation per call, one copy in, one copy out, numbers only in every signature): the
+//! shell asks [`input`] for room, writes the call's input there, makes the call, and reads the
+//! output at the address it returns (`len:u32le`, then `len` bytes; valid until the next call).
 //!
 //! ```text
-//!   configure(vars)                  -> "" | error          once per isolate / env change
-//!   rest_target()                    -> url \0 header \0 value …
-//!   handle(head, body, body_error)   -> step
-//!   receive(handle, status, body)    -> step                 after a REST reply
-//!   fail(handle, why)                -> step                 the REST front did not answer
+//!   configure(len)                   vars             -> "" | error       once per isolate / env change
+//!   rest_target()                                     -> url \0 header \0 value …
+//!   handle(head_len, body_len)       head, body       -> step
+//!   receive(handle, status, len)     REST reply body  -> step             after a REST reply
+//!   fail(handle, len)                why              -> step             the REST front did not answer
 //! ```
 //!
 //! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
@@ -75,6 +78,10 @@ struct Isolate {
     pending: Vec<Option<Exchange>>,
     /// Free slots of `pending`.
     free: Vec<u32>,
+    /// Where the shell writes each call's input.
+    input: Vec<u8>,
+    /// Where each call leaves its output: `len:u32le`, then the bytes.
+    output: Vec<u8>,
 }
 
 impl Isolate {
@@ -102,11 +109,86 @@ thread_local! {
     static ISOLATE: RefCell<Isolate> = RefCell::new(Isolate::default());
 }
 
-/// Reads the configuration from `vars`, `NAME\0value\0NAME\0value…` (the environment's
-/// `REDCOUNT_*` text: plain vars and secrets alike). Returns `""` when it is usable, else the
-/// error, which the shell logs; every request then gets the 500 naming the variable.
+/// Room for the next call's input: makes the input buffer at least `len` bytes long and
+/// returns its address in wasm memory (the buffer is reused from call to call).
 #[wasm_bindgen]
-pub fn configure(vars: &str) -> String {
+pub fn input(len: usize) -> *mut u8 {
+    ISOLATE.with_borrow_mut(|i| {
+        if i.input.len() < len {
+            i.input.resize(len, 0);
+        }
+        i.input.as_mut_ptr()
+    })
+}
+
+/// Runs `f` on the first `len` bytes of the input buffer and keeps what it returns as the
+/// output: its address (`len:u32le`, then the bytes), valid until the next call.
+fn call(len: usize, f: impl FnOnce(&[u8]) -> Vec<u8>) -> *const u8 {
+    // Out of the isolate while `f` runs: `f` borrows the isolate itself.
+    let input = ISOLATE.with_borrow_mut(|i| core::mem::take(&mut i.input));
+    let out = f(&input[..len.min(input.len())]);
+    ISOLATE.with_borrow_mut(|i| {
+        i.input = input;
+        i.output.clear();
+        i.output.extend_from_slice(&(out.len() as u32).to_le_bytes());
+        i.output.extend_from_slice(&out);
+        i.output.as_ptr()
+    })
+}
+
+fn text(bytes: &[u8]) -> &str {
+    // The shell encodes JS strings, always valid UTF-8.
+    core::str::from_utf8(bytes).unwrap_or("")
+}
+
+/// Reads the configuration from the input, `NAME\0value\0NAME\0value…` (`len` bytes: the
+/// environment's `REDCOUNT_*` text, plain vars and secrets alike). Outputs `""` when it is
+/// usable, else the error, which the shell logs; every request then gets the 500 naming the
+/// variable.
+#[wasm_bindgen]
+pub fn configure(len: usize) -> *const u8 {
+    call(len, |vars| configure_text(text(vars)).into_bytes())
+}
+
+/// Where REST calls go, for the shell to build its fetch once per configuration: outputs the
+/// URL, then every header as `\0name\0value` (`Authorization` first, then
+/// [`api::REST_HEADERS`]); empty when the configuration is not usable.
+#[wasm_bindgen]
+pub fn rest_target() -> *const u8 {
+    call(0, |_| rest_target_text().into_bytes())
+}
+
+/// One request: the input is its head (`head_len` bytes) then its body (`body_len` bytes).
+/// The head is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length\0body-error`,
+/// each of the last five `+value` when present and `-` when absent (body-error: why the body
+/// could not be read). Outputs a step.
+#[wasm_bindgen]
+pub fn handle(head_len: usize, body_len: usize) -> *const u8 {
+    call(head_len + body_len, |input| {
+        let (head, body) = input.split_at(head_len.min(input.len()));
+        let (head, body_error) = match text(head).rsplit_once('\0') {
+            Some((head, error)) => (head, error.strip_prefix('+')),
+            None => (text(head), None),
+        };
+        handle_request(head, body, body_error)
+    })
+}
+
+/// The REST front answered the exchange `handle` with `status` and a body (the input, `len`
+/// bytes). Outputs a step.
+#[wasm_bindgen]
+pub fn receive(handle: u32, status: u16, len: usize) -> *const u8 {
+    call(len, |body| receive_reply(handle, status, body))
+}
+
+/// The REST front could not be reached for the exchange `handle` (or did not answer within
+/// its policy's `timeout_ms`): the input (`len` bytes) says how. Outputs a step.
+#[wasm_bindgen]
+pub fn fail(handle: u32, len: usize) -> *const u8 {
+    call(len, |why| fail_exchange(handle, text(why)))
+}
+
+fn configure_text(vars: &str) -> String {
     let mut parts = vars.split('\0');
     let mut pairs = Vec::new();
     while let (Some(k), Some(v)) = (parts.next(), parts.next()) {
@@ -122,11 +204,7 @@ pub fn configure(vars: &str) -> String {
     message
 }
 
-/// Where REST calls go, for the shell to build its fetch once per configuration: the URL, then
-/// every header as `\0name\0value` (`Authorization` first, then [`api::REST_HEADERS`]); empty
-/// when the configuration is not usable.
-#[wasm_bindgen]
-pub fn rest_target() -> String {
+fn rest_target_text() -> String {
     ISOLATE.with_borrow(|i| match &i.config {
         Some(Ok((_, t))) => {
             let mut out = format!("{}/\0Authorization\0Bearer {}", t.url, t.token);
@@ -151,8 +229,7 @@ pub fn max_body() -> u32 {
 /// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length`,
 /// each header `+value` when present and `-` when absent; `body` its bytes (empty when not
 /// read); `body_error` why it could not be read, if so.
-#[wasm_bindgen]
-pub fn handle(head: &str, body: &[u8], body_error: Option<String>) -> Vec<u8> {
+fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> {
     let mut f = head.split('\0');
     let (method, url) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
     let mut header = || f.next().and_then(|h| h.strip_prefix('+'));
@@ -180,9 +257,7 @@ pub fn handle(head: &str, body: &[u8], body_error: Option<String>) -> Vec<u8> {
     })
 }
 
-/// The REST front answered the exchange `handle` with `status` and `body`.
-#[wasm_bindgen]
-pub fn receive(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
+fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
     ISOLATE.with_borrow_mut(|i| match i.take(handle) {
         Some(ex) => match ex.receive(status, body) {
             Step::Respond(r) => respond(r),
@@ -192,10 +267,7 @@ pub fn receive(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
     })
 }
 
-/// The REST front could not be reached for the exchange `handle` (or did not answer within
-/// its policy's `timeout_ms`): `why` says how.
-#[wasm_bindgen]
-pub fn fail(handle: u32, why: &str) -> Vec<u8> {
+fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
     ISOLATE.with_borrow_mut(|i| match i.take(handle) {
         Some(ex) => respond(ex.fail(why)),
         None => lost(),
@@ -280,26 +352,26 @@ mod tests {
 
     #[test]
     fn drives_the_api_in_byte_steps() {
-        assert_eq!(configure(VARS), "");
+        assert_eq!(configure_text(VARS), "");
         assert_eq!(
-            rest_target(),
+            rest_target_text(),
             "http://127.0.0.1:9/\0Authorization\0Bearer rest-token-0123456789\0\
              Upstash-Encoding\0base64\0Content-Type\0application/json"
         );
-        let step = handle(CLAIM, b"", None);
+        let step = handle_request(CLAIM, b"", None);
         let (h, timeout, rest) = parse_send(&step);
         assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
         assert_eq!(timeout, 250);
-        let done = receive(h, 200, br#"{"result":[1,0]}"#);
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
         let (status, headers, body) = parse(&done);
         assert_eq!((status, body), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
         assert_eq!(headers, "Content-Type\0application/json\0Cache-Control\0no-store\0");
         // A finished exchange's handle is spent, and its slot serves the next one.
-        assert_eq!(parse(&receive(h, 200, b"{}")).0, 500);
-        let step = handle(CLAIM, b"", None);
+        assert_eq!(parse(&receive_reply(h, 200, b"{}")).0, 500);
+        let step = handle_request(CLAIM, b"", None);
         let (h2, ..) = parse_send(&step);
         assert_eq!(h2, h);
-        let failed = fail(h2, "connection refused");
+        let failed = fail_exchange(h2, "connection refused");
         let (status, _, body) = parse(&failed);
         // The policy's declared answer (deny, the default), marked degraded, with the reason.
         assert_eq!(status, 503);
@@ -308,25 +380,58 @@ mod tests {
 
     #[test]
     fn headers_absent_and_empty_differ_and_big_bodies_stay_unread() {
-        assert_eq!(configure(VARS), "");
+        assert_eq!(configure_text(VARS), "");
         // An empty Idempotency-Key is refused; an absent one is no key.
-        let empty_key = parse(&handle("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None)).0;
+        let empty_key = parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None)).0;
         assert_eq!(empty_key, 400);
-        let big = handle("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None);
+        let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None);
         assert_eq!(parse(&big).0, 413);
-        let unread = handle(CLAIM, b"", Some("reset by peer".into()));
+        let unread = handle_request(CLAIM, b"", Some("reset by peer"));
         let (status, _, body) = parse(&unread);
         assert_eq!(status, 503);
         assert!(body.contains("reset by peer"), "{body}");
     }
 
     #[test]
+    fn calls_read_the_input_buffer_and_leave_a_framed_output() {
+        let put = |bytes: &[u8]| {
+            input(bytes.len());
+            ISOLATE.with_borrow_mut(|i| i.input[..bytes.len()].copy_from_slice(bytes));
+        };
+        let output = || ISOLATE.with_borrow(|i| i.output.clone());
+        put(VARS.as_bytes());
+        configure(VARS.len());
+        assert_eq!(output(), [0, 0, 0, 0], "no error");
+        let head = format!("{CLAIM}\0-");
+        put(format!("{head}{{}}").as_bytes());
+        handle(head.len(), 2);
+        let out = output();
+        assert_eq!(u32::from_le_bytes(out[..4].try_into().unwrap()) as usize, out.len() - 4);
+        let (h, _, rest) = parse_send(&out[4..]);
+        assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
+        put(b"connection refused");
+        fail(h, 18);
+        let out = output();
+        let (status, _, body) = parse(&out[4..]);
+        assert_eq!(status, 503);
+        assert!(body.contains("connection refused"), "{body}");
+        // A body error rides at the end of the head.
+        let head = format!("{CLAIM}\0+reset by peer");
+        put(head.as_bytes());
+        handle(head.len(), 0);
+        let out = output();
+        let (status, _, body) = parse(&out[4..]);
+        assert_eq!(status, 503);
+        assert!(body.contains("reset by peer"), "{body}");
+    }
+
+    #[test]
     fn a_bad_configuration_answers_500_naming_the_variable() {
-        assert_eq!(parse(&handle(CLAIM, b"", None)).0, 503, "not configured yet");
-        let e = configure("REDCOUNT_REST_URL\0http://127.0.0.1:9");
+        assert_eq!(parse(&handle_request(CLAIM, b"", None)).0, 503, "not configured yet");
+        let e = configure_text("REDCOUNT_REST_URL\0http://127.0.0.1:9");
         assert!(e.starts_with("server misconfigured: REDCOUNT_POLICIES"), "{e}");
-        assert_eq!(rest_target(), "");
-        let step = handle(CLAIM, b"", None);
+        assert_eq!(rest_target_text(), "");
+        let step = handle_request(CLAIM, b"", None);
         let (status, _, body) = parse(&step);
         assert_eq!(status, 500);
         assert!(body.contains("REDCOUNT_POLICIES"), "{body}");
