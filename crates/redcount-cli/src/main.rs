@@ -184,10 +184,10 @@ enum BenchCmd {
         #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 50])]
         conns: Vec<usize>,
         /// Rounds.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 5)]
         rounds: usize,
         /// Requests per measurement at one connection (2.5 times as many at 10 and more).
-        #[arg(long, default_value_t = 2_000)]
+        #[arg(long, default_value_t = 3_000)]
         ops: usize,
         /// Also write the tables to this Markdown file.
         #[arg(long)]
