@@ -1,6 +1,6 @@
 // CPU profile shares of one worker under load, for `cargo xtask bench`.
 //
-// node --experimental-websocket bench/cpu-profile.mjs INSPECTOR_HOST:PORT URL SECONDS CONNS
+// node --experimental-websocket bench/cpu-profile.mjs INSPECTOR_HOST:PORT|- URL SECONDS CONNS
 //
 // Connects to workerd's V8 inspector (`workerd serve --inspector-addr`), starts V8's sampling
 // profiler (the same profiler as `--cpu-prof`), sends POST URL-with-a-fresh-subject from CONNS
@@ -11,7 +11,26 @@
 //   wasm:     WebAssembly functions,
 //   other:    V8/workerd work outside any JS frame ("(program)") and garbage collection.
 // The load runs in this process, outside workerd, so its cost is not in the profile.
+// With INSPECTOR "-" it only sends the load and prints {"requests": N} (no profiler running).
 const [inspector, url, seconds, conns] = process.argv.slice(2);
+
+let sent = 0;
+async function load() {
+  const until = Date.now() + Number(seconds) * 1000;
+  const loop = async (c) => {
+    while (Date.now() < until) {
+      const r = await fetch(`${url}p${c}-${sent++ % 1000}`, { method: "POST", body: "{}" });
+      await r.arrayBuffer();
+    }
+  };
+  await Promise.all(Array.from({ length: Number(conns) }, (_, c) => loop(c)));
+}
+
+if (inspector === "-") {
+  await load();
+  console.log(JSON.stringify({ requests: sent }));
+  process.exit(0);
+}
 
 const list = await (await fetch(`http://${inspector}/json/list`)).json();
 const target = list.find((t) => t.webSocketDebuggerUrl) ?? list[0];
@@ -39,15 +58,7 @@ const call = (method, params = {}) =>
 await call("Profiler.enable");
 await call("Profiler.setSamplingInterval", { interval: 100 });
 await call("Profiler.start");
-const until = Date.now() + Number(seconds) * 1000;
-let sent = 0;
-const loop = async (c) => {
-  while (Date.now() < until) {
-    const r = await fetch(`${url}p${c}-${sent++ % 1000}`, { method: "POST", body: "{}" });
-    await r.arrayBuffer();
-  }
-};
-await Promise.all(Array.from({ length: Number(conns) }, (_, c) => loop(c)));
+await load();
 const { result } = await call("Profiler.stop");
 ws.close();
 

@@ -106,6 +106,21 @@ pub fn all(full: bool) -> Result<(), String> {
         cold_peer.extend(workerd::cold_starts(&peer, "/limit/cold", 1)?);
     }
     eprintln!("xtask: cold starts (ms): redcount {cold_ours:?}, peer {cold_peer:?}");
+    // CPU per request, each worker in turn, three times; then where each isolate's CPU goes.
+    let mut cpu: Vec<(&str, Vec<f64>)> =
+        vec![("redcount worker", vec![]), ("@upstash/ratelimit worker", vec![]), ("floor: one fetch", vec![])];
+    for _ in 0..3 {
+        for (k, (p, path)) in
+            [(&ours, "/api/quotas/bench-quota/"), (&peer, "/limit/"), (&floor, "/floor/")].into_iter().enumerate()
+        {
+            cpu[k].1.push(workerd::cpu_per_request(p, path, 4, 10)?.1);
+        }
+    }
+    let mut cpu_table = String::from("| worker | CPU per request (median) | each run |\n|---|---:|---|\n");
+    for (name, runs) in &cpu {
+        let each: Vec<String> = runs.iter().map(|r| format!("{r:.0} µs")).collect();
+        let _ = writeln!(cpu_table, "| {name} | {:.0} µs | {} |", workerd::median(runs), each.join(", "));
+    }
     // Where each isolate's CPU goes, under 10 connections for 5 s.
     let profiles = [
         ("redcount worker", workerd::profile(&ours, "/api/quotas/bench-quota/", 5, 10)?),
@@ -146,7 +161,7 @@ pub fn all(full: bool) -> Result<(), String> {
     if !full {
         let text = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
         println!(
-            "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{profile_table}\n{text}"
+            "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{cpu_table}\n{profile_table}\n{text}"
         );
         return Ok(());
     }
@@ -194,6 +209,11 @@ pub fn all(full: bool) -> Result<(), String> {
          Worker bundle: {:.1} KB gzipped (wasm + JS, `gzip -9` per file, as `cargo xtask build-worker` prints it).\n\n\
          Cold start, from spawning workerd to the first answer of a real request (its REST round trip\n\
          included), median of {COLD_RUNS} (each run): redcount worker {}; @upstash/ratelimit worker {}.\n\n\
+         CPU per request: workerd's own CPU time (user + system, every thread, from `/proc`) over the\n\
+         requests it answered while `bench/cpu-profile.mjs` sent 10 concurrent loops for 4 s from\n\
+         outside; three runs per worker, taking turns. Other load on the machine hardly moves it,\n\
+         unlike the wall-clock figures above.\n\n\
+         {cpu_table}\n\
          Where each isolate's CPU goes: V8's sampling profiler (the one behind `--cpu-prof`), read\n\
          through workerd's inspector by `bench/cpu-profile.mjs` while it sends 10 concurrent loops of\n\
          requests for 5 s (from outside workerd); each share is of the isolate's busy time, by the\n\

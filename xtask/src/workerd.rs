@@ -286,6 +286,48 @@ pub fn profile(p: &Prepared, path: &str, seconds: u32, conns: u32) -> Result<Str
     Ok(line)
 }
 
+/// CPU time (user + system) a process has used so far, from /proc (Linux), in µs.
+fn cpu_us(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    let hz: f64 = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0);
+    Some(ticks * 1e6 / hz)
+}
+
+/// The worker's CPU per request: workerd (on a port of its own, no inspector) under `conns`
+/// concurrent loops of `POST path…` for `seconds`, sent by `bench/cpu-profile.mjs` from outside;
+/// workerd's own CPU time (every thread, from /proc) over the requests it answered. Unlike
+/// wall-clock figures, other load on the machine hardly moves it. Returns (requests, µs).
+pub fn cpu_per_request(p: &Prepared, path: &str, seconds: u32, conns: u32) -> Result<(f64, f64), String> {
+    let port = free_port();
+    let mut g = Guard::spawn("workerd", &mut command(p, port))?;
+    wait_port(port, Duration::from_secs(30), &mut g)?;
+    for i in 0..200 {
+        post_once(port, &format!("{path}warm{i}"));
+    }
+    let pid = g.id().ok_or("workerd has no pid")?;
+    let before = cpu_us(pid).ok_or("cannot read /proc/PID/stat")?;
+    let out = Command::new("node")
+        .arg(root().join("bench/cpu-profile.mjs"))
+        .args(["-", &format!("http://127.0.0.1:{port}{path}"), &seconds.to_string(), &conns.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run node: {e}"))?;
+    let after = cpu_us(pid).ok_or("cannot read /proc/PID/stat")?;
+    g.stop(Duration::from_secs(5));
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let requests = json_number(&line, "requests").filter(|n| *n > 0.0).ok_or(format!("no load sent: {line}"))?;
+    Ok((requests, (after - before) / requests))
+}
+
 /// The number after `"key":` in a flat JSON line.
 pub fn json_number(line: &str, key: &str) -> Option<f64> {
     let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;

@@ -145,6 +145,19 @@ pub async fn run(plan: &Plan) -> Result<(Vec<Series>, Option<Series>), Error> {
     Ok((series, reference))
 }
 
+/// The ratios of `a` to `b` (throughput, p99) round by round, each round's two measurements
+/// taken close together (so under the same background load); their medians.
+fn paired(a: &Series, b: &Series) -> (f64, f64) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    };
+    let rounds = a.rounds.iter().zip(&b.rounds);
+    let x = median(rounds.clone().map(|(a, b)| a.ops_per_sec() / b.ops_per_sec()).collect());
+    let p99 = median(rounds.map(|(a, b)| a.p99.as_secs_f64() / b.p99.as_secs_f64()).collect());
+    (x, p99)
+}
+
 /// The tables: each series' medians, then the goal ratios between `ours`, `peer` and `floor`
 /// (target names) at each connection count.
 pub fn markdown(series: &[Series], reference: Option<&Series>, ours: &str, peer: &str, floor: &str) -> String {
@@ -175,13 +188,17 @@ pub fn markdown(series: &[Series], reference: Option<&Series>, ours: &str, peer:
         out.push_str(&line(r, "wrangler dev (reference)"));
     }
     let find = |name: &str, conns: usize| series.iter().find(|s| s.name == name && s.conns == conns);
-    out.push_str("\n| ratio (same run) | conns | throughput | p99 | goal | met |\n|---|---:|---:|---:|---|---|\n");
+    out.push_str(
+        "\nRatios are medians of the per-round ratios (each round measures the workers one after the \
+         other, under the same background load).\n\n\
+         | ratio (same run) | conns | throughput | p99 | goal | met |\n|---|---:|---:|---:|---|---|\n",
+    );
     let mut conns: Vec<usize> = series.iter().map(|s| s.conns).collect();
     conns.sort_unstable();
     conns.dedup();
     for &c in &conns {
         if let (Some(o), Some(p)) = (find(ours, c), find(peer, c)) {
-            let (x, p99) = (o.ops_per_sec() / p.ops_per_sec(), o.p99_ms() / p.p99_ms());
+            let (x, p99) = paired(o, p);
             out.push_str(&format!(
                 "| {ours} / {peer} | {c} | {x:.2}x | {p99:.2}x ({:.2} vs {:.2} ms) | ≥ 1.2x, p99 ≤ 1.0x | {} |\n",
                 o.p99_ms(),
@@ -192,11 +209,10 @@ pub fn markdown(series: &[Series], reference: Option<&Series>, ours: &str, peer:
     }
     for &c in &conns {
         if let (Some(o), Some(f)) = (find(ours, c), find(floor, c)) {
-            let x = o.ops_per_sec() / f.ops_per_sec();
+            let (x, p99) = paired(o, f);
             let goal = c >= 50;
             out.push_str(&format!(
-                "| {ours} / {floor} | {c} | {x:.2}x | {:.2}x | {} | {} |\n",
-                o.p99_ms() / f.p99_ms(),
+                "| {ours} / {floor} | {c} | {x:.2}x | {p99:.2}x | {} | {} |\n",
                 if goal { "≥ 0.8x" } else { "—" },
                 if !goal {
                     "—"
