@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
-use crate::procs;
 use crate::setup::{self, root};
+use crate::{procs, workerd};
 
 const BENCH_POLICIES: &str = r#"{
   "bench-quota":  { "kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000 },
@@ -37,13 +37,28 @@ fn machine() -> String {
     format!("{} × {}, {mem} memory", cores, model.unwrap_or_else(|| "unknown CPU".into()))
 }
 
-pub fn all() -> Result<(), String> {
+/// Writes a worker's config directory as wrangler reads it: `wrangler.toml` and `.dev.vars`.
+fn worker_dir(dir: &std::path::Path, toml: &str, dev_vars: &str) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("wrangler.toml"), toml).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join(".dev.vars"), dev_vars).map_err(|e| e.to_string())
+}
+
+/// The heading of BENCHMARKS.md's last section, written by hand and kept by each run.
+const BY_HAND: &str = "\n## Measured by hand";
+
+/// Cold starts per worker: the median and every run, in ms.
+const COLD_RUNS: usize = 5;
+
+/// `cargo xtask bench` (`full`: everything, writing BENCHMARKS.md) or `cargo xtask bench
+/// workers` (the workers side by side only, printed).
+pub fn all(full: bool) -> Result<(), String> {
     setup::ensure_test_deps()?;
+    workerd::ensure()?;
     let bins = setup::build_bins(true)?;
-    crate::worker::build()?;
+    let (_, bundle_gz) = crate::worker::build()?;
     let work = setup::target_dir().join("bench");
-    let _ = std::fs::remove_dir_all(work.join("worker"));
-    let _ = std::fs::remove_dir_all(work.join("peer"));
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     let rest_token = procs::secret()?;
@@ -52,46 +67,111 @@ pub fn all() -> Result<(), String> {
     let front_url = format!("http://127.0.0.1:{front_port}");
     let admin = procs::secret()?;
 
-    // The redcount worker, as tests and `dev` run it.
+    // Each worker as wrangler sees it: the redcount worker (as tests and `dev` run it), the
+    // @upstash/ratelimit peer, and the floor (one fetch to the front per request); all on
+    // the same front and Redis.
     let wdir = work.join("worker");
-    std::fs::create_dir_all(&wdir).map_err(|e| e.to_string())?;
-    std::fs::write(
-        wdir.join("wrangler.toml"),
-        format!(
+    worker_dir(
+        &wdir,
+        &format!(
             "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
             root().join("crates/redcount-worker/build/index.js").display()
         ),
-    )
-    .map_err(|e| e.to_string())?;
-    std::fs::write(
-        wdir.join(".dev.vars"),
-        format!("REDCOUNT_REST_URL={front_url}\nREDCOUNT_REST_TOKEN={rest_token}\nREDCOUNT_ADMIN_TOKEN={admin}\n"),
-    )
-    .map_err(|e| e.to_string())?;
-    let (_worker, worker_port) = procs::wrangler(&wdir)?;
-
-    // The peer: @upstash/ratelimit in a JavaScript worker, same front, same Redis.
+        &format!("REDCOUNT_REST_URL={front_url}\nREDCOUNT_REST_TOKEN={rest_token}\nREDCOUNT_ADMIN_TOKEN={admin}\n"),
+    )?;
     let pdir = work.join("peer");
-    std::fs::create_dir_all(&pdir).map_err(|e| e.to_string())?;
-    std::fs::write(
-        pdir.join("wrangler.toml"),
-        format!(
+    worker_dir(
+        &pdir,
+        &format!(
             "name = \"ratelimit-peer\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nLIMIT = \"500\"\nWINDOW = \"1 h\"\nPREFIX = \"peer\"\n",
             root().join("bench/ratelimit-worker/index.mjs").display()
         ),
-    )
-    .map_err(|e| e.to_string())?;
-    std::fs::write(pdir.join(".dev.vars"), format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"))
-        .map_err(|e| e.to_string())?;
-    let (_peer, peer_port) = procs::wrangler(&pdir)?;
+        &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
+    )?;
+    let fdir = work.join("floor");
+    worker_dir(
+        &fdir,
+        &format!(
+            "name = \"floor\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            root().join("bench/floor-worker/index.mjs").display()
+        ),
+        &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
+    )?;
+    let (ours, peer, floor) = (workerd::prepare(&wdir)?, workerd::prepare(&pdir)?, workerd::prepare(&fdir)?);
 
+    // Cold starts, the two workers taking turns.
+    let (mut cold_ours, mut cold_peer) = (Vec::new(), Vec::new());
+    for _ in 0..COLD_RUNS {
+        cold_ours.extend(workerd::cold_starts(&ours, "/api/quotas/bench-quota/cold", 1)?);
+        cold_peer.extend(workerd::cold_starts(&peer, "/limit/cold", 1)?);
+    }
+    eprintln!("xtask: cold starts (ms): redcount {cold_ours:?}, peer {cold_peer:?}");
+    // CPU per request, each worker in turn, three times; then where each isolate's CPU goes.
+    let mut cpu: Vec<(&str, Vec<f64>)> =
+        vec![("redcount worker", vec![]), ("@upstash/ratelimit worker", vec![]), ("floor: one fetch", vec![])];
+    for _ in 0..3 {
+        for (k, (p, path)) in
+            [(&ours, "/api/quotas/bench-quota/"), (&peer, "/limit/"), (&floor, "/floor/")].into_iter().enumerate()
+        {
+            cpu[k].1.push(workerd::cpu_per_request(p, path, 4, 10)?.1);
+        }
+    }
+    let mut cpu_table = String::from("| worker | CPU per request (median) | each run |\n|---|---:|---|\n");
+    for (name, runs) in &cpu {
+        let each: Vec<String> = runs.iter().map(|r| format!("{r:.0} µs")).collect();
+        let _ = writeln!(cpu_table, "| {name} | {:.0} µs | {} |", workerd::median(runs), each.join(", "));
+    }
+    // Where each isolate's CPU goes, under 10 connections for 5 s.
+    let profiles = [
+        ("redcount worker", workerd::profile(&ours, "/api/quotas/bench-quota/", 5, 10)?),
+        ("@upstash/ratelimit worker", workerd::profile(&peer, "/limit/", 5, 10)?),
+    ];
+    let mut profile_table = String::from(
+        "| worker | requests sampled | isolate CPU per request | JS (shell, glue, library) | runtime built-ins | wasm | other (V8/workerd outside JS, GC) |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (name, line) in &profiles {
+        let n = |k: &str| workerd::json_number(line, k).unwrap_or(f64::NAN);
+        let _ = writeln!(
+            profile_table,
+            "| {name} | {:.0} | {:.0} µs | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+            n("requests"),
+            n("cpu_us_per_request"),
+            n("js"),
+            n("builtins"),
+            n("wasm"),
+            n("other")
+        );
+    }
+
+    let _served: Vec<procs::Guard> =
+        [&ours, &peer, &floor].into_iter().map(workerd::serve).collect::<Result<_, _>>()?;
+    let url = |p: &workerd::Prepared| format!("http://127.0.0.1:{}", p.port);
+    // The redcount worker under wrangler dev too, for the reference row.
+    let (_dev, dev_port) = procs::wrangler(&wdir)?;
+
+    let workers_table = work.join("workers.md");
+    setup::run(
+        Command::new(bins.join("redcount"))
+            .args(["bench", "workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
+            .args(["--floor-url", &url(&floor), "--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
+            .arg("--out")
+            .arg(&workers_table),
+    )?;
+    if !full {
+        let text = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
+        println!(
+            "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{cpu_table}\n{profile_table}\n{text}"
+        );
+        return Ok(());
+    }
     let table = work.join("all.md");
     let chart = root().join("BENCHMARKS.svg");
     setup::run(
         Command::new(bins.join("redcount"))
             .args(["bench", "all", "--redis", &redis_url, "--rest-url", &front_url])
-            .args(["--worker-url", &format!("http://127.0.0.1:{worker_port}")])
-            .args(["--peer-url", &format!("http://127.0.0.1:{peer_port}")])
+            .args(["--worker-url", &url(&ours)])
+            .args(["--peer-url", &url(&peer)])
             .arg("--out-md")
             .arg(&table)
             .arg("--out-svg")
@@ -100,26 +180,53 @@ pub fn all() -> Result<(), String> {
             .env("REDCOUNT_ADMIN_TOKEN", &admin),
     )?;
     let table = std::fs::read_to_string(&table).map_err(|e| e.to_string())?;
+    let workers_table = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
+    let cold = |v: &[f64]| {
+        let all: Vec<String> = v.iter().map(|x| format!("{x:.0}")).collect();
+        format!("{:.0} ms ({})", workerd::median(v), all.join(", "))
+    };
     let mut md = String::new();
     let date = version("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
     let _ = write!(
         md,
         "# Benchmarks\n\nRegenerated by `cargo xtask bench` ({date}); every row comes from the same run, on one machine.\n\n\
-         - Machine: {}\n- rustc: {}\n- redis-server: {}\n- Node.js: {}; wrangler {} (workerd inside)\n\
-         - Redis, redcount-rest (one worker thread), both workers under `wrangler dev` and the load generator\n  \
+         - Machine: {}\n- rustc: {}\n- redis-server: {}\n- Node.js: {}; wrangler {}; workerd {}\n\
+         - Redis, redcount-rest (one worker thread), the workers and the load generator\n  \
          all share this machine's cores, so absolute figures are low; compare rows, not machines.\n\n\
+         ## The workers side by side\n\n\
+         Each worker is served by **workerd directly** (the binary wrangler runs, from its npm package),\n\
+         with a config generated from its `wrangler.toml` and `.dev.vars` and the bundle\n\
+         `wrangler deploy --dry-run` makes (`xtask/src/workerd.rs`); all three call the same\n\
+         redcount-rest and Redis:\n\n\
+         - **redcount worker**: `POST /api/quotas/bench-quota/{{subject}}` (fixed window; never denied here).\n\
+         - **@upstash/ratelimit worker**: the official library, fixed window, no ephemeral cache:\n  \
+         `bench/ratelimit-worker/index.mjs`.\n\
+         - **floor: one fetch**: a worker that only POSTs `PING` to the front and returns its answer\n  \
+         (`bench/floor-worker/index.mjs`): no worker calling Redis through the front costs less.\n\
+         - The last row is the redcount worker under **`wrangler dev`** (its local Node.js proxy in\n  \
+         front of workerd caps any worker at a few hundred requests per second), for reference only.\n\n\
+         {workers_table}\n\
+         Worker bundle: {:.1} KB gzipped (wasm + JS, `gzip -9` per file, as `cargo xtask build-worker` prints it).\n\n\
+         Cold start, from spawning workerd to the first answer of a real request (its REST round trip\n\
+         included), median of {COLD_RUNS} (each run): redcount worker {}; @upstash/ratelimit worker {}.\n\n\
+         CPU per request: workerd's own CPU time (user + system, every thread, from `/proc`) over the\n\
+         requests it answered while `bench/cpu-profile.mjs` sent 10 concurrent loops for 4 s from\n\
+         outside; three runs per worker, taking turns. Other load on the machine hardly moves it,\n\
+         unlike the wall-clock figures above.\n\n\
+         {cpu_table}\n\
+         Where each isolate's CPU goes: V8's sampling profiler (the one behind `--cpu-prof`), read\n\
+         through workerd's inspector by `bench/cpu-profile.mjs` while it sends 10 concurrent loops of\n\
+         requests for 5 s (from outside workerd); each share is of the isolate's busy time, by the\n\
+         frame the sample fell in (a runtime function called from JS counts as built-in, not JS).\n\n\
+         {profile_table}\n\
          ## What the variants are\n\n\
          - **Lua over RESP**: redcount's script, one EVALSHA per operation, straight to Redis.\n\
          - **Lua via redcount-rest**: the same call as an Upstash REST request through the front.\n\
-         - **worker HTTP API**: the redcount worker's route under wrangler dev (HTTP → worker → REST front → Redis).\n\
+         - **worker HTTP API**: the redcount worker's route under workerd (HTTP → worker → REST front → Redis).\n\
          - **naive GET-check-…**: read, decide in the client, write: two round trips with a race between them.\n\
          - **naive …, … back on overflow/underflow**: write first, undo if it went too far (readers see the overshoot).\n\
          - **naive WATCH/MULTI/EXEC**: optimistic transaction, retried until it commits.\n\
-         - **peer: @upstash/ratelimit worker**: a JavaScript worker with the official library (fixed window, no\n  \
-         ephemeral cache) under the same wrangler dev, front and Redis: `bench/ratelimit-worker/index.mjs`.\n\n\
-         At 50 clients both workers sit at the same ceiling, about 3 ms per request, serialised: that is\n\
-         wrangler dev's local Node.js proxy in front of workerd, not either worker (a single request takes ~6 ms).\n\
-         The one-client rows compare the two workers without that queue.\n\n\
+         - **peer: @upstash/ratelimit worker**: the peer above, under workerd too.\n\n\
          Invariants checked against Redis after each row: shares over-issued (storm), calls allowed over the limit\n\
          or wrongly refused (quota), counts below zero at the end or seen by readers (counter floor).\n\n\
          ## Results\n\n{table}\n![throughput chart](BENCHMARKS.svg)\n",
@@ -128,7 +235,17 @@ pub fn all() -> Result<(), String> {
         version("redis-server", &["--version"]),
         version("node", &["--version"]),
         version(&root().join("node_modules/.bin/wrangler").display().to_string(), &["--version"]),
+        version(&workerd::binary().display().to_string(), &["--version"]),
+        bundle_gz as f64 / 1024.0,
+        cold(&cold_ours),
+        cold(&cold_peer),
     );
+    // A section measured by hand (e.g. against an older build) is kept as it was.
+    let old = std::fs::read_to_string(root().join("BENCHMARKS.md")).unwrap_or_default();
+    if let Some(at) = old.find(BY_HAND) {
+        md.push('\n');
+        md.push_str(&old[at + 1..]);
+    }
     std::fs::write(root().join("BENCHMARKS.md"), md).map_err(|e| e.to_string())?;
     eprintln!("xtask: wrote BENCHMARKS.md and BENCHMARKS.svg");
     Ok(())

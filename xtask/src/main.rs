@@ -12,6 +12,7 @@ mod fuzz;
 mod procs;
 mod setup;
 mod worker;
+mod workerd;
 
 use std::process::ExitCode;
 
@@ -36,9 +37,14 @@ Tasks:
            build the worker and run `wrangler deploy` (needs CLOUDFLARE_API_TOKEN); with
            --dry-run, offline and without an account: print the upload size wrangler reports
            beside the bundle size build-worker measures
-  bench    every scenario through every variant (Lua over RESP / REST front / worker, the
-           naive client-side ways, the @upstash/ratelimit peer), one run; writes BENCHMARKS.md
-           and BENCHMARKS.svg
+  bench    the workers side by side under workerd (redcount, the @upstash/ratelimit peer, a
+           one-fetch floor; 1/10/50 connections, interleaved rounds; cold starts; one wrangler
+           dev row for reference), then every scenario through every variant (Lua over RESP /
+           REST front / worker, the naive client-side ways, the peer), one run; writes
+           BENCHMARKS.md and BENCHMARKS.svg
+  bench workers
+           only the workers side by side under workerd (with cold starts and CPU profiles);
+           prints the tables, writes nothing in the repository
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -139,9 +145,10 @@ fn soak(args: &[String]) -> Result<(), String> {
 /// `cargo xtask bench rest`
 fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
-        None | Some("all") => bench::all(),
+        None | Some("all") => bench::all(true),
+        Some("workers") => bench::all(false),
         Some("rest") => bench_rest(),
-        _ => Err(format!("bench takes: all (the default) or rest\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default), workers or rest\n\n{HELP}")),
     }
 }
 

@@ -1,11 +1,10 @@
-//! Building the Cloudflare Worker (wasm32) with worker-build, on either toolchain path.
+//! Building the Cloudflare Worker on either toolchain path: the crate for wasm32 with cargo,
+//! its JS glue with wasm-bindgen-cli, `wasm-opt -Oz`, and the hand-written shell beside them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::setup::{self, have, root, run};
-
-const WORKER_BUILD_VERSION: &str = "0.8.7";
 
 /// The wasm-bindgen version Cargo.lock pins: wasm-bindgen-cli must match it exactly.
 fn locked_wasm_bindgen() -> Result<String, String> {
@@ -30,7 +29,7 @@ fn cargo_bin(name: &str) -> PathBuf {
 
 fn version_of(bin: &Path) -> Option<String> {
     let out = Command::new(bin).arg("--version").output().ok()?;
-    // `wasm-bindgen 0.2.130`, or just `0.8.7` (worker-build): the last word.
+    // `wasm-bindgen 0.2.130`: the last word.
     String::from_utf8(out.stdout).ok()?.split_whitespace().last().map(str::to_string)
 }
 
@@ -85,44 +84,52 @@ fn toolchain() -> Result<Toolchain, String> {
 /// cold start pays for each byte, and growth here is the first sign of a heavy dependency.
 pub const MAX_BUNDLE_GZ: u64 = 150 * 1024;
 
-/// Builds the worker into `crates/redcount-worker/build/`, prints the bundle size, and fails
-/// when it is over [`MAX_BUNDLE_GZ`]. Returns the bundle's raw and gzipped bytes.
+/// Builds the worker into `crates/redcount-worker/build/` (`index.js`: the crate's
+/// `shell.js`; `redcount_worker.js`: wasm-bindgen's glue; `redcount_worker_bg.wasm`), prints
+/// the bundle size, and fails when it is over [`MAX_BUNDLE_GZ`]. Returns the bundle's raw and
+/// gzipped bytes.
 pub fn build() -> Result<(u64, u64), String> {
     setup::ensure_npm()?;
     let wb_version = locked_wasm_bindgen()?;
-    let worker_build = ensure_cargo_tool("worker-build", "worker-build", WORKER_BUILD_VERSION)?;
     let wasm_bindgen = ensure_cargo_tool("wasm-bindgen-cli", "wasm-bindgen", &wb_version)?;
-    let esbuild = root().join("node_modules/.bin/esbuild");
     let crate_dir = root().join("crates/redcount-worker");
-    let mut cmd = Command::new(&worker_build);
-    cmd.arg("--release")
-        .current_dir(&crate_dir)
-        .env("WASM_BINDGEN_BIN", &wasm_bindgen)
-        .env("ESBUILD_BIN", &esbuild)
-        .env("CARGO_TARGET_DIR", root().join("target/worker"))
+    let target_dir = root().join("target/worker");
+    let toolchain = toolchain()?;
+    let mut cmd = match toolchain {
+        Toolchain::Rustup => setup::cargo(),
+        Toolchain::DebianBuildStd => Command::new("/usr/bin/cargo"),
+    };
+    cmd.args(["build", "--lib", "--release", "-p", "redcount-worker", "--target", "wasm32-unknown-unknown"])
+        .current_dir(root())
+        .env("CARGO_TARGET_DIR", &target_dir)
         // The bundle ships over the wire: optimise every crate (std too) for size, not
         // only the worker's own code; no unwinding tables; no symbols.
         .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "z")
         .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
         .env("CARGO_PROFILE_RELEASE_STRIP", "true")
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false");
-    if let Toolchain::DebianBuildStd = toolchain()? {
-        // worker-build checks this directory exists; with build-std it stays empty.
-        let sysroot =
-            Command::new("/usr/bin/rustc").args(["--print", "sysroot"]).output().map_err(|e| e.to_string())?;
-        let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
-        let _ = std::fs::create_dir_all(Path::new(&sysroot).join("lib/rustlib/wasm32-unknown-unknown/lib"));
+    if let Toolchain::DebianBuildStd = toolchain {
         let path = std::env::var("PATH").unwrap_or_default();
         cmd.env("PATH", format!("/usr/bin:{path}"))
             .env("RUSTC_BOOTSTRAP", "1")
             .env("CARGO_UNSTABLE_BUILD_STD", "std,panic_abort")
             .env_remove("RUSTC")
-            .env_remove("CARGO")
+            .env_remove("RUSTDOC")
             .env_remove("RUSTUP_TOOLCHAIN");
     }
     run(&mut cmd)?;
-    optimize(&crate_dir.join("build/index_bg.wasm"))?;
-    let (raw, gz) = report_size(&crate_dir.join("build"))?;
+    let out = crate_dir.join("build");
+    // Nothing stale beside the new files (an older build's layout included).
+    let _ = std::fs::remove_dir_all(&out);
+    run(Command::new(&wasm_bindgen)
+        .arg(target_dir.join("wasm32-unknown-unknown/release/redcount_worker.wasm"))
+        // `web`: ES module glue with `initSync`, which shell.js calls with the module the
+        // runtime compiled from the imported .wasm (no fetch of the wasm at run time).
+        .args(["--target", "web", "--no-typescript", "--out-dir"])
+        .arg(&out))?;
+    optimize(&out.join("redcount_worker_bg.wasm"))?;
+    std::fs::copy(crate_dir.join("shell.js"), out.join("index.js")).map_err(|e| format!("shell.js: {e}"))?;
+    let (raw, gz) = report_size(&out)?;
     if gz > MAX_BUNDLE_GZ {
         return Err(format!(
             "the worker bundle is {:.1} KB gzipped, over the {} KB limit: find what grew (e.g. `twiggy top` on \

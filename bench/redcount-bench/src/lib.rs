@@ -3,12 +3,14 @@
 //! against its invariant, beside the naive client-side ways.
 //!
 //! [`harness`] is the one drive loop, row type and percentile; [`suite`] (`bench all`) and
-//! [`rest`] (`bench rest`) are the scenarios run on it.
+//! [`rest`] (`bench rest`) are the scenarios run on it; [`workers`] (`bench workers`) sets the
+//! workers side by side under workerd.
 #![warn(missing_docs)]
 
 pub mod harness;
 pub mod rest;
 pub mod suite;
+pub mod workers;
 
 /// A benchmark that could not run to the end.
 #[derive(Debug)]

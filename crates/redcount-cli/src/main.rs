@@ -164,6 +164,35 @@ enum BenchCmd {
         #[arg(long)]
         out_svg: Option<std::path::PathBuf>,
     },
+    /// The redcount worker, the @upstash/ratelimit peer and a one-fetch floor worker (each
+    /// served by workerd) at several connection counts in interleaved rounds, plus one row of
+    /// the redcount worker under wrangler dev; a quota call per request, never denied.
+    Workers {
+        /// The redcount worker.
+        #[arg(long)]
+        worker_url: String,
+        /// The @upstash/ratelimit peer worker.
+        #[arg(long)]
+        peer_url: String,
+        /// The floor worker (one fetch to the REST front per request).
+        #[arg(long)]
+        floor_url: String,
+        /// The redcount worker under wrangler dev, for a reference row.
+        #[arg(long)]
+        wrangler_dev_url: Option<String>,
+        /// Connection counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 50])]
+        conns: Vec<usize>,
+        /// Rounds.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Requests per measurement at one connection (2.5 times as many at 10 and more).
+        #[arg(long, default_value_t = 3_000)]
+        ops: usize,
+        /// Also write the tables to this Markdown file.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// Red-packet grabs and quota calls: direct RESP vs an Upstash-compatible REST front.
     Rest {
         /// Redis URL (direct RESP).
@@ -278,6 +307,46 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                     };
                     if let Err(e) = write(&out_md, md).and(write(&out_svg, redcount_bench::suite::svg(&rows))) {
                         eprintln!("redcount: bench: {e}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("redcount: bench: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            }
+        }
+        Cmd::Bench {
+            which: BenchCmd::Workers { worker_url, peer_url, floor_url, wrangler_dev_url, conns, rounds, ops, out },
+        } => {
+            use redcount_bench::workers::{self, Plan, Target};
+            let quota = |name, url| Target { name, url, path: "/api/quotas/bench-quota", field: Some("allowed") };
+            let plan = Plan {
+                targets: vec![
+                    quota("redcount worker", worker_url),
+                    Target { name: "@upstash/ratelimit worker", url: peer_url, path: "/limit", field: Some("allowed") },
+                    Target { name: "floor: one fetch", url: floor_url, path: "/floor", field: None },
+                ],
+                wrangler_dev: wrangler_dev_url.map(|u| quota("redcount worker", u)),
+                conns,
+                rounds,
+                ops,
+                reference_conns: 10,
+            };
+            match workers::run(&plan).await {
+                Ok((series, reference)) => {
+                    let md = workers::markdown(
+                        &series,
+                        reference.as_ref(),
+                        "redcount worker",
+                        "@upstash/ratelimit worker",
+                        "floor: one fetch",
+                    );
+                    print!("{md}");
+                    if let Some(p) = out
+                        && let Err(e) = std::fs::write(&p, md)
+                    {
+                        eprintln!("redcount: bench: {}: {e}", p.display());
                         return std::process::ExitCode::FAILURE;
                     }
                 }

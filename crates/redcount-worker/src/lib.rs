@@ -1,56 +1,52 @@
-//! redcount's Cloudflare Worker: a thin I/O shell around `redcount_api`.
+//! redcount's Cloudflare Worker: the wasm half of a thin I/O shell around `redcount_api`.
 //!
-//! It reads the environment, hands each request to the core, makes the REST calls the core
-//! asks for, and writes the core's response. No routing, validation or reply parsing
-//! happens here: the native server runs the very same functions.
+//! The platform side is `shell.js` (beside this crate's `Cargo.toml`), a small JavaScript
+//! module that owns every `await`: it reads the request, calls into this module once per
+//! step, makes the REST call the API asks for, and builds the platform's `Response`. This
+//! half keeps the configuration (parsed once per isolate, again only when its text
+//! changes) and the exchanges in flight, and does nothing but drive [`redcount_api::handle`]
+//! and [`redcount_api::Exchange`]: no routing, validation or reply parsing happens here.
+//!
+//! Each step crosses the boundary once each way, as bytes in two buffers this module keeps
+//! (no allocation per call, one copy in, one copy out, numbers only in every signature): the
+//! shell asks [`input`] for room, writes the call's input there, makes the call, and reads the
+//! output at the address it returns (`len:u32le`, then `len` bytes; valid until the next call).
+//!
+//! ```text
+//!   configure(len)                   vars             -> "" | error       once per isolate / env change
+//!   rest_target()                                     -> url \0 header \0 value …
+//!   handle(head_len, body_len)       head, body       -> step
+//!   receive(handle, status, len)     REST reply body  -> step             after a REST reply
+//!   fail(handle, len)                why              -> step             the REST front did not answer
+//! ```
+//!
+//! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
+//! `name\0value\0…`) or `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
+//! then call `receive` or `fail` with the handle; `timeout_ms` 0: no bound of the policy's).
 
-use redcount_api::{self as api, ApiRequest, ApiResponse, Config, REST_HEADERS, RestTarget, Step};
-use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::JsFuture;
-use worker::{Context, Env, event, js_sys, wasm_bindgen, wasm_bindgen_futures, web_sys};
+use core::cell::RefCell;
 
-fn config(env: &Env) -> std::result::Result<(Config, RestTarget), api::ConfigError> {
-    // `.dev.vars` and `wrangler secret` give secrets; `[vars]` gives plain vars.
-    let var =
-        |name: &str| env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok();
-    Ok((Config::from_env(var)?, RestTarget::from_env(var)?))
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, RestTarget, Step};
+use wasm_bindgen::prelude::wasm_bindgen;
+
+#[wasm_bindgen]
+extern "C" {
+    /// Web Crypto's CSPRNG; it fills a view of wasm memory in place.
+    #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues)]
+    fn get_random_values(buf: &mut [u8]);
 }
 
 /// Randomness straight from the platform's CSPRNG (`crypto.getRandomValues`), drawn only when
 /// a route asks for it (creating a red packet): no generator to seed on every request, and no
 /// ChaCha in the bundle. Shares are money, so nothing weaker will do.
-struct PlatformRng {
-    crypto: js_sys::Object,
-    get_random_values: js_sys::Function,
-}
-
-thread_local! {
-    /// Looked up once per isolate.
-    static CRYPTO: Option<(js_sys::Object, js_sys::Function)> = {
-        use wasm_bindgen::JsCast;
-        let crypto: Option<js_sys::Object> =
-            js_sys::Reflect::get(&js_sys::global(), &"crypto".into()).ok().and_then(|c| c.dyn_into().ok());
-        let get = crypto.as_ref().and_then(|c| js_sys::Reflect::get(c, &"getRandomValues".into()).ok());
-        crypto.zip(get.and_then(|f| f.dyn_into::<js_sys::Function>().ok()))
-    };
-}
+struct PlatformRng;
 
 impl PlatformRng {
-    /// `None` where the runtime has no Web Crypto (never on Workers).
-    fn new() -> Option<Self> {
-        CRYPTO.with(|c| c.clone()).map(|(crypto, get_random_values)| PlatformRng { crypto, get_random_values })
-    }
-
-    fn fill(&self, dest: &mut [u8]) {
-        // getRandomValues fills at most 65,536 bytes per call; within that bound, on an
-        // Uint8Array, it cannot throw.
+    fn fill(dest: &mut [u8]) {
+        // getRandomValues fills at most 65,536 bytes per call; within that bound, on a view
+        // of wasm memory (an ArrayBuffer, never shared), it cannot throw.
         for chunk in dest.chunks_mut(65_536) {
-            let buf = js_sys::Uint8Array::new_with_length(chunk.len() as u32);
-            if self.get_random_values.call1(&self.crypto, &buf).is_err() {
-                // Unreachable by the above; never hand out shares from unfilled bytes.
-                panic!("crypto.getRandomValues failed");
-            }
-            buf.copy_to(chunk);
+            get_random_values(chunk);
         }
     }
 }
@@ -58,74 +54,264 @@ impl PlatformRng {
 impl rand_core::RngCore for PlatformRng {
     fn next_u32(&mut self) -> u32 {
         let mut b = [0u8; 4];
-        self.fill(&mut b);
+        Self::fill(&mut b);
         u32::from_le_bytes(b)
     }
     fn next_u64(&mut self) -> u64 {
         let mut b = [0u8; 8];
-        self.fill(&mut b);
+        Self::fill(&mut b);
         u64::from_le_bytes(b)
     }
     fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.fill(dest)
+        Self::fill(dest)
     }
 }
 
 impl rand_core::CryptoRng for PlatformRng {}
 
-/// The platform's response for the API's: the body copied once, the headers as the API shaped them.
-fn respond(r: ApiResponse) -> web_sys::Response {
-    let init = web_sys::ResponseInit::new();
-    init.set_status(r.status);
-    let headers = web_sys::Headers::new().ok();
-    if let Some(h) = &headers {
-        for (k, v) in r.header_list() {
-            // Names and values come from the API, all valid; a refusal would only drop one.
-            let _ = h.append(k, v);
+/// What one isolate keeps between requests.
+#[derive(Default)]
+struct Isolate {
+    /// The configuration read by the last [`configure`]; `None` before the first.
+    config: Option<Result<(Config, RestTarget), ConfigError>>,
+    /// Exchanges waiting for their REST reply, by handle; a slot is reused once finished.
+    pending: Vec<Option<Exchange>>,
+    /// Free slots of `pending`.
+    free: Vec<u32>,
+    /// Where the shell writes each call's input.
+    input: Vec<u8>,
+    /// Where each call leaves its output: `len:u32le`, then the bytes.
+    output: Vec<u8>,
+}
+
+impl Isolate {
+    fn park(&mut self, ex: Exchange) -> u32 {
+        match self.free.pop() {
+            Some(h) => {
+                self.pending[h as usize] = Some(ex);
+                h
+            }
+            None => {
+                self.pending.push(Some(ex));
+                (self.pending.len() - 1) as u32
+            }
         }
-        init.set_headers(h);
     }
-    let body = (r.status != 204).then_some(r.body.as_str());
-    // Only fails for a status outside 200..=599, which the API never makes.
-    web_sys::Response::new_with_opt_str_and_init(body, &init).unwrap_or_else(|_| {
-        web_sys::Response::new_with_opt_str(Some("{\"error\":\"bad response\"}")).expect("a plain response")
+
+    fn take(&mut self, handle: u32) -> Option<Exchange> {
+        let ex = self.pending.get_mut(handle as usize)?.take()?;
+        self.free.push(handle);
+        Some(ex)
+    }
+}
+
+thread_local! {
+    static ISOLATE: RefCell<Isolate> = RefCell::new(Isolate::default());
+}
+
+/// Room for the next call's input: makes the input buffer at least `len` bytes long and
+/// returns its address in wasm memory (the buffer is reused from call to call).
+#[wasm_bindgen]
+pub fn input(len: usize) -> *mut u8 {
+    ISOLATE.with_borrow_mut(|i| {
+        if i.input.len() < len {
+            i.input.resize(len, 0);
+        }
+        i.input.as_mut_ptr()
     })
 }
 
-fn js_error(e: JsValue) -> String {
-    e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"))
+/// Runs `f` on the first `len` bytes of the input buffer and keeps what it returns as the
+/// output: its address (`len:u32le`, then the bytes), valid until the next call.
+fn call(len: usize, f: impl FnOnce(&[u8]) -> Vec<u8>) -> *const u8 {
+    // Out of the isolate while `f` runs: `f` borrows the isolate itself.
+    let input = ISOLATE.with_borrow_mut(|i| core::mem::take(&mut i.input));
+    let out = f(&input[..len.min(input.len())]);
+    ISOLATE.with_borrow_mut(|i| {
+        i.input = input;
+        i.output.clear();
+        i.output.extend_from_slice(&(out.len() as u32).to_le_bytes());
+        i.output.extend_from_slice(&out);
+        i.output.as_ptr()
+    })
 }
 
-/// The bytes of a request's or response's body, read in one piece.
-async fn body_bytes(buffer: Result<js_sys::Promise, JsValue>) -> Result<Vec<u8>, String> {
-    let buffer = JsFuture::from(buffer.map_err(js_error)?).await.map_err(js_error)?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+fn text(bytes: &[u8]) -> &str {
+    // The shell encodes JS strings, always valid UTF-8.
+    core::str::from_utf8(bytes).unwrap_or("")
 }
 
-/// One REST round trip; `Err` when the front cannot be reached, or did not answer within
-/// `timeout_ms` (the policy's own bound) when there is one.
-async fn post(target: &RestTarget, body: &str, timeout_ms: Option<u32>) -> Result<(u16, Vec<u8>), String> {
-    let headers = web_sys::Headers::new().map_err(js_error)?;
-    headers.set("Authorization", &format!("Bearer {}", target.token)).map_err(js_error)?;
-    for (k, v) in REST_HEADERS {
-        headers.set(k, v).map_err(js_error)?;
+/// Reads the configuration from the input, `NAME\0value\0NAME\0value…` (`len` bytes: the
+/// environment's `REDCOUNT_*` text, plain vars and secrets alike). Outputs `""` when it is
+/// usable, else the error, which the shell logs; every request then gets the 500 naming the
+/// variable.
+#[wasm_bindgen]
+pub fn configure(len: usize) -> *const u8 {
+    call(len, |vars| configure_text(text(vars)).into_bytes())
+}
+
+/// Where REST calls go, for the shell to build its fetch once per configuration: outputs the
+/// URL, then every header as `\0name\0value` (`Authorization` first, then
+/// [`api::REST_HEADERS`]); empty when the configuration is not usable.
+#[wasm_bindgen]
+pub fn rest_target() -> *const u8 {
+    call(0, |_| rest_target_text().into_bytes())
+}
+
+/// One request: the input is its head (`head_len` bytes) then its body (`body_len` bytes).
+/// The head is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length\0body-error`,
+/// each of the last five `+value` when present and `-` when absent (body-error: why the body
+/// could not be read). Outputs a step.
+#[wasm_bindgen]
+pub fn handle(head_len: usize, body_len: usize) -> *const u8 {
+    call(head_len + body_len, |input| {
+        let (head, body) = input.split_at(head_len.min(input.len()));
+        let (head, body_error) = match text(head).rsplit_once('\0') {
+            Some((head, error)) => (head, error.strip_prefix('+')),
+            None => (text(head), None),
+        };
+        handle_request(head, body, body_error)
+    })
+}
+
+/// The REST front answered the exchange `handle` with `status` and a body (the input, `len`
+/// bytes). Outputs a step.
+#[wasm_bindgen]
+pub fn receive(handle: u32, status: u16, len: usize) -> *const u8 {
+    call(len, |body| receive_reply(handle, status, body))
+}
+
+/// The REST front could not be reached for the exchange `handle` (or did not answer within
+/// its policy's `timeout_ms`): the input (`len` bytes) says how. Outputs a step.
+#[wasm_bindgen]
+pub fn fail(handle: u32, len: usize) -> *const u8 {
+    call(len, |why| fail_exchange(handle, text(why)))
+}
+
+fn configure_text(vars: &str) -> String {
+    let mut parts = vars.split('\0');
+    let mut pairs = Vec::new();
+    while let (Some(k), Some(v)) = (parts.next(), parts.next()) {
+        pairs.push((k, v));
     }
-    let init = web_sys::RequestInit::new();
-    init.set_method("POST");
-    init.set_headers(&headers);
-    init.set_body(&JsValue::from_str(body));
-    if let Some(ms) = timeout_ms {
-        init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(ms)));
-    }
-    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
-    let url = format!("{}/", target.url);
-    let resp = JsFuture::from(global.fetch_with_str_and_init(&url, &init)).await.map_err(js_error)?;
-    let resp: web_sys::Response = resp.dyn_into().map_err(js_error)?;
-    let bytes = body_bytes(resp.array_buffer()).await?;
-    Ok((resp.status(), bytes))
+    let var = |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned());
+    let config = Config::from_env(var).and_then(|c| Ok((c, RestTarget::from_env(var)?)));
+    let message = match &config {
+        Ok(_) => String::new(),
+        Err(e) => format!("server misconfigured: {e}"),
+    };
+    ISOLATE.with_borrow_mut(|i| i.config = Some(config));
+    message
 }
 
-/// `scheme://host/path?query#fragment` → (`/path`, `query`).
+fn rest_target_text() -> String {
+    ISOLATE.with_borrow(|i| match &i.config {
+        Some(Ok((_, t))) => {
+            let mut out = format!("{}/\0Authorization\0Bearer {}", t.url, t.token);
+            for (k, v) in api::REST_HEADERS {
+                out.push('\0');
+                out.push_str(k);
+                out.push('\0');
+                out.push_str(v);
+            }
+            out
+        }
+        _ => String::new(),
+    })
+}
+
+/// Largest request body the API reads: the shell refuses a longer `Content-Length` unread.
+#[wasm_bindgen]
+pub fn max_body() -> u32 {
+    api::MAX_BODY as u32
+}
+
+/// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length`,
+/// each header `+value` when present and `-` when absent; `body` its bytes (empty when not
+/// read); `body_error` why it could not be read, if so.
+fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> {
+    let mut f = head.split('\0');
+    let (method, url) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
+    let mut header = || f.next().and_then(|h| h.strip_prefix('+'));
+    let (authorization, origin, idempotency_key, content_length) = (header(), header(), header(), header());
+    ISOLATE.with_borrow_mut(|i| {
+        let config = match &i.config {
+            Some(Ok((config, _))) => config,
+            Some(Err(e)) => return respond(api::misconfigured(e)),
+            None => return respond(api::unavailable("the worker was not configured")),
+        };
+        let own = |r: ApiResponse| respond(api::with_cors(config, origin, r));
+        // The shell left an oversized body unread.
+        if content_length.and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0) > api::MAX_BODY {
+            return own(api::too_large());
+        }
+        if let Some(e) = body_error {
+            return own(api::unavailable(&format!("the request body could not be read: {e}")));
+        }
+        let (path, query) = split_url(url);
+        let request = ApiRequest { method, path, query, authorization, origin, idempotency_key, body };
+        match api::handle(config, &request, &mut PlatformRng) {
+            Step::Respond(r) => respond(r),
+            Step::Send(ex) => send(i, ex),
+        }
+    })
+}
+
+fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
+    ISOLATE.with_borrow_mut(|i| match i.take(handle) {
+        Some(ex) => match ex.receive(status, body) {
+            Step::Respond(r) => respond(r),
+            Step::Send(ex) => send(i, ex),
+        },
+        None => lost(),
+    })
+}
+
+fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
+    ISOLATE.with_borrow_mut(|i| match i.take(handle) {
+        Some(ex) => respond(ex.fail(why)),
+        None => lost(),
+    })
+}
+
+/// A handle the shell never got (a bug in the shell, not a request's fault).
+fn lost() -> Vec<u8> {
+    respond(ApiResponse::error(500, "internal error: unknown exchange", None))
+}
+
+fn send(i: &mut Isolate, ex: Exchange) -> Vec<u8> {
+    let rest = ex.body().as_bytes();
+    let mut out = Vec::with_capacity(9 + rest.len());
+    out.push(1);
+    out.extend_from_slice(&[0; 4]); // the handle, known once the exchange is parked
+    out.extend_from_slice(&ex.timeout_ms().unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(rest);
+    let handle = i.park(ex);
+    out[1..5].copy_from_slice(&handle.to_le_bytes());
+    out
+}
+
+/// The API's response as a step: status, headers (as the API listed them), body.
+fn respond(r: ApiResponse) -> Vec<u8> {
+    let mut headers = String::new();
+    for (k, v) in r.header_list() {
+        headers.push_str(k);
+        headers.push('\0');
+        headers.push_str(v);
+        headers.push('\0');
+    }
+    let body = if r.status == 204 { "" } else { r.body.as_str() };
+    let mut out = Vec::with_capacity(7 + headers.len() + body.len());
+    out.push(0);
+    out.extend_from_slice(&r.status.to_le_bytes());
+    out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    out.extend_from_slice(headers.as_bytes());
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// `scheme://host/path?query#fragment` → (`/path`, `query`). The runtime hands the shell a
+/// parsed, absolute URL; splitting its text avoids linking a URL parser into the bundle.
 fn split_url(url: &str) -> (&str, &str) {
     let after_scheme = url.find("://").map(|i| &url[i + 3..]).unwrap_or(url);
     let from_path = after_scheme.find('/').map(|i| &after_scheme[i..]).unwrap_or("/");
@@ -133,67 +319,121 @@ fn split_url(url: &str) -> (&str, &str) {
     no_fragment.split_once('?').unwrap_or((no_fragment, ""))
 }
 
-#[event(fetch)]
-async fn fetch(req: web_sys::Request, env: Env, _ctx: Context) -> worker::Result<web_sys::Response> {
-    let (config, target) = match config(&env) {
-        Ok(c) => c,
-        Err(e) => {
-            worker::console_error!("redcount: server misconfigured: {e}");
-            return Ok(respond(api::misconfigured(&e)));
-        }
-    };
-    let headers = req.headers();
-    let header = |name: &str| headers.get(name).ok().flatten();
-    let origin = header("Origin");
-    let own = |r: ApiResponse| respond(api::with_cors(&config, origin.as_deref(), r));
-    // Refuse an oversized body before reading it.
-    if header("Content-Length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0) > api::MAX_BODY {
-        return Ok(own(api::too_large()));
-    }
-    let body = match body_bytes(req.array_buffer()).await {
-        Ok(b) => b,
-        Err(e) => return Ok(own(api::unavailable(&format!("the request body could not be read: {e}")))),
-    };
-    // The runtime hands us a parsed, absolute URL; splitting its text avoids linking a URL
-    // parser (with its Unicode tables) into the bundle.
-    let url = req.url();
-    let (path, query) = split_url(&url);
-    let method = req.method();
-    let authorization = header("Authorization");
-    let idempotency_key = header("Idempotency-Key");
-    let request = ApiRequest {
-        method: &method,
-        path,
-        query,
-        authorization: authorization.as_deref(),
-        origin: origin.as_deref(),
-        idempotency_key: idempotency_key.as_deref(),
-        body: &body,
-    };
-    let Some(mut rng) = PlatformRng::new() else {
-        return Ok(own(api::unavailable("no randomness (crypto.getRandomValues is missing)")));
-    };
-    let mut step = api::handle(&config, &request, &mut rng);
-    loop {
-        match step {
-            Step::Respond(r) => return Ok(respond(r)),
-            Step::Send(exchange) => {
-                // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
-                step = match post(&target, exchange.body(), exchange.timeout_ms()).await {
-                    Ok((status, bytes)) => exchange.receive(status, &bytes),
-                    Err(e) => Step::Respond(exchange.fail(&e)),
-                };
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// A respond step: status, header block, body.
+    fn parse(step: &[u8]) -> (u16, &str, &str) {
+        assert_eq!(step[0], 0, "a respond step");
+        let status = u16::from_le_bytes([step[1], step[2]]);
+        let len = u32::from_le_bytes(step[3..7].try_into().unwrap()) as usize;
+        let text = core::str::from_utf8(&step[7..]).unwrap();
+        (status, &text[..len], &text[len..])
+    }
+
+    /// A send step: handle, timeout, REST body.
+    fn parse_send(step: &[u8]) -> (u32, u32, &str) {
+        assert_eq!(step[0], 1, "a send step");
+        let word = |at: usize| u32::from_le_bytes(step[at..at + 4].try_into().unwrap());
+        (word(1), word(5), core::str::from_utf8(&step[9..]).unwrap())
+    }
+
+    const VARS: &str = "REDCOUNT_POLICIES\0{\"bonus\": {\"kind\": \"claim\", \"window_ms\": 86400000, \"timeout_ms\": 250}}\0\
+                        REDCOUNT_REST_URL\0http://127.0.0.1:9/\0REDCOUNT_REST_TOKEN\0rest-token-0123456789";
+    const CLAIM: &str = "POST\0http://h/api/claims/bonus/alice?x=1\0-\0-\0-\0-";
+
     #[test]
     fn splits_urls() {
-        assert_eq!(super::split_url("http://h:8787/api/x?a=1#f"), ("/api/x", "a=1"));
-        assert_eq!(super::split_url("https://h"), ("/", ""));
-        assert_eq!(super::split_url("http://h/a%2Fb?"), ("/a%2Fb", ""));
+        assert_eq!(split_url("http://h:8787/api/x?a=1#f"), ("/api/x", "a=1"));
+        assert_eq!(split_url("https://h"), ("/", ""));
+        assert_eq!(split_url("http://h/a%2Fb?"), ("/a%2Fb", ""));
+    }
+
+    #[test]
+    fn drives_the_api_in_byte_steps() {
+        assert_eq!(configure_text(VARS), "");
+        assert_eq!(
+            rest_target_text(),
+            "http://127.0.0.1:9/\0Authorization\0Bearer rest-token-0123456789\0\
+             Upstash-Encoding\0base64\0Content-Type\0application/json"
+        );
+        let step = handle_request(CLAIM, b"", None);
+        let (h, timeout, rest) = parse_send(&step);
+        assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
+        assert_eq!(timeout, 250);
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
+        let (status, headers, body) = parse(&done);
+        assert_eq!((status, body), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
+        assert_eq!(headers, "Content-Type\0application/json\0Cache-Control\0no-store\0");
+        // A finished exchange's handle is spent, and its slot serves the next one.
+        assert_eq!(parse(&receive_reply(h, 200, b"{}")).0, 500);
+        let step = handle_request(CLAIM, b"", None);
+        let (h2, ..) = parse_send(&step);
+        assert_eq!(h2, h);
+        let failed = fail_exchange(h2, "connection refused");
+        let (status, _, body) = parse(&failed);
+        // The policy's declared answer (deny, the default), marked degraded, with the reason.
+        assert_eq!(status, 503);
+        assert!(body.contains(r#""degraded":true"#) && body.contains("connection refused"), "{body}");
+    }
+
+    #[test]
+    fn headers_absent_and_empty_differ_and_big_bodies_stay_unread() {
+        assert_eq!(configure_text(VARS), "");
+        // An empty Idempotency-Key is refused; an absent one is no key.
+        let empty_key = parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None)).0;
+        assert_eq!(empty_key, 400);
+        let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None);
+        assert_eq!(parse(&big).0, 413);
+        let unread = handle_request(CLAIM, b"", Some("reset by peer"));
+        let (status, _, body) = parse(&unread);
+        assert_eq!(status, 503);
+        assert!(body.contains("reset by peer"), "{body}");
+    }
+
+    #[test]
+    fn calls_read_the_input_buffer_and_leave_a_framed_output() {
+        let put = |bytes: &[u8]| {
+            input(bytes.len());
+            ISOLATE.with_borrow_mut(|i| i.input[..bytes.len()].copy_from_slice(bytes));
+        };
+        let output = || ISOLATE.with_borrow(|i| i.output.clone());
+        put(VARS.as_bytes());
+        configure(VARS.len());
+        assert_eq!(output(), [0, 0, 0, 0], "no error");
+        let head = format!("{CLAIM}\0-");
+        put(format!("{head}{{}}").as_bytes());
+        handle(head.len(), 2);
+        let out = output();
+        assert_eq!(u32::from_le_bytes(out[..4].try_into().unwrap()) as usize, out.len() - 4);
+        let (h, _, rest) = parse_send(&out[4..]);
+        assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
+        put(b"connection refused");
+        fail(h, 18);
+        let out = output();
+        let (status, _, body) = parse(&out[4..]);
+        assert_eq!(status, 503);
+        assert!(body.contains("connection refused"), "{body}");
+        // A body error rides at the end of the head.
+        let head = format!("{CLAIM}\0+reset by peer");
+        put(head.as_bytes());
+        handle(head.len(), 0);
+        let out = output();
+        let (status, _, body) = parse(&out[4..]);
+        assert_eq!(status, 503);
+        assert!(body.contains("reset by peer"), "{body}");
+    }
+
+    #[test]
+    fn a_bad_configuration_answers_500_naming_the_variable() {
+        assert_eq!(parse(&handle_request(CLAIM, b"", None)).0, 503, "not configured yet");
+        let e = configure_text("REDCOUNT_REST_URL\0http://127.0.0.1:9");
+        assert!(e.starts_with("server misconfigured: REDCOUNT_POLICIES"), "{e}");
+        assert_eq!(rest_target_text(), "");
+        let step = handle_request(CLAIM, b"", None);
+        let (status, _, body) = parse(&step);
+        assert_eq!(status, 500);
+        assert!(body.contains("REDCOUNT_POLICIES"), "{body}");
     }
 }

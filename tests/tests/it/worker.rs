@@ -417,13 +417,16 @@ async fn a_bad_configuration_is_a_clear_500_and_logged() {
         ("REDCOUNT_REST_TOKEN", "t"),
         ("REDCOUNT_POLICIES", r#"{"daily-prize":{"kind":"quota","limit":0,"window_ms":1000}}"#),
     ]);
-    let r = reqwest::get(format!("{}/api/policies", worker.url())).await.unwrap();
+    // Through the suite's client, which installs the TLS crypto provider (`reqwest::get` alone
+    // panics without one when this test runs first or alone).
+    let http = redcount_tests::http();
+    let r = http.get(format!("{}/api/policies", worker.url())).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 500);
     let j: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
     assert!(j["error"].as_str().unwrap().contains("REDCOUNT_POLICIES.daily-prize.limit"), "{j}");
     assert!(worker.log().contains("server misconfigured: REDCOUNT_POLICIES.daily-prize.limit"), "{}", worker.log());
     // The page itself is still served.
-    let page = reqwest::get(format!("{}/", worker.url())).await.unwrap();
+    let page = http.get(format!("{}/", worker.url())).send().await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
 }
 
