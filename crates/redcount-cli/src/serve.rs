@@ -174,6 +174,8 @@ fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
         "claims" => "claims",
         "quotas" => "quotas",
         "semaphores" => "semaphores",
+        "decisions" => "decisions",
+        "overrides" => "overrides",
         "inbox" => "inbox",
         "redpackets" => "redpackets",
         _ => "other",

@@ -137,10 +137,13 @@ async fn redcount_serve_counts_requests_by_route_policy_and_status() {
     }
     assert_eq!(post(format!("{base}/api/quotas/no-such-policy/alice"), None, "{}".into()).await.0, 404);
     assert_eq!(post(format!("{base}/api/claims/signup-bonus/a"), None, "".into()).await.0, 200);
-    // A fresh Redis had neither script: two fallbacks so far. The script cache lost, the
+    // A decision counts under its own route (its subject is no label).
+    let decision = r#"{"parts":[{"policy":"burst"}]}"#;
+    assert_eq!(post(format!("{base}/api/decisions/alice"), None, decision.into()).await.0, 200);
+    // A fresh Redis had none of the three scripts: three fallbacks so far. The script cache lost, the
     // next claim falls back to EVAL once more.
     let (_, m) = scrape(metrics).await;
-    assert_eq!(value(&m, "redcount_noscript_fallbacks_total", &[]), 2.0);
+    assert_eq!(value(&m, "redcount_noscript_fallbacks_total", &[]), 3.0);
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
     assert_eq!(post(format!("{base}/api/claims/signup-bonus/b"), None, "".into()).await.0, 200);
     let (text, m) = scrape(metrics).await;
@@ -151,7 +154,9 @@ async fn redcount_serve_counts_requests_by_route_policy_and_status() {
     assert_eq!(value(&m, requests, &[("route", "quotas"), ("policy", "-"), ("status", "404")]), 1.0, "{text}");
     assert!(!text.contains("no-such-policy"), "a client's name became a label: {text}");
     assert_eq!(value(&m, requests, &[("route", "claims"), ("policy", "signup-bonus")]), 2.0, "{text}");
-    assert_eq!(value(&m, "redcount_noscript_fallbacks_total", &[]), 3.0, "{text}");
+    assert_eq!(value(&m, "redcount_noscript_fallbacks_total", &[]), 4.0, "{text}");
+    assert_eq!(value(&m, requests, &[("route", "decisions"), ("policy", "-"), ("status", "200")]), 1.0, "{text}");
+    assert!(!text.contains("alice"), "a subject became a label: {text}");
     // Redis gone: the failed call is counted by what happened.
     redis.kill();
     let (status, _) = post(format!("{base}/api/claims/signup-bonus/c"), None, "".into()).await;
