@@ -744,8 +744,11 @@ fn decisions(config: &Config, req: &ApiRequest<'_>, caller: Caller, subject: &st
         };
     }
     let names: Vec<String> = parts.iter().map(|p| p.policy().to_owned()).collect();
-    let op = if peek { Decide::peek(subject, parts) } else { Decide::new(subject, parts) };
-    let op = replayable!(req, op.map_err(|e| ApiResponse::input(&e))?);
+    // A peek writes nothing, not even a stored reply: like a quota's GET it takes no key.
+    let op = match peek {
+        true => ops::Idempotent::new(Decide::peek(subject, parts).map_err(|e| ApiResponse::input(&e))?, None),
+        false => replayable!(req, Decide::new(subject, parts).map_err(|e| ApiResponse::input(&e))?),
+    };
     let mut ex = Exchange::new(op, move |_, d| decision_response(&names, d, peek));
     ex.degrade = Some(("allowed", allow_all));
     ex.timeout_ms = timeout_ms;

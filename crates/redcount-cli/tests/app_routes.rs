@@ -1029,6 +1029,10 @@ rows! {
     decision_peek_writes_nothing => get(quota("fixed"))
         .given([post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed","cost":2}],"peek":true}"#).ok(200)])
         .then(200).json("/remaining", 3),
+    decision_peek_with_a_key_stores_nothing => get(quota("fixed"))
+        .given([post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed","cost":2}],"peek":true}"#).key("p-{s}").ok(200),
+            post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed","cost":2}]}"#).key("p-{s}").ok(200)])
+        .then(200).json("/remaining", 1),
     decision_peek_answers_as_a_take_would => post("/api/decisions/{s}", r#"{"parts":[{"policy":"fixed","cost":2}],"peek":true}"#)
         .then(200).json("/allowed", true).json("/peek", true).json("/parts/0/remaining", 3),
     decision_reads_the_subjects_override => decide(r#"[{"policy":"fixed","cost":2}]"#)
