@@ -14,11 +14,12 @@
 --   denied_by: the first part that denied (1-based; 0 when allowed);
 --   retry_after_ms: 0 when allowed, else the longest wait of the parts that denied;
 --   a quota part: {allowed, limit, remaining, reset_ms, retry_after_ms, 0, 0};
---   a semaphore part: {code (0 full, 1 new lease, 2 renewed), limit, in_use, earliest_ms,
---     retry_after_ms, lease_ms, fencing_token}.
+--   a semaphore part: {code (0 full, 1 new lease, 2 renewed, 3 ended: a replay whose lease
+--     is over), limit, in_use, earliest_ms, retry_after_ms, lease_ms, fencing_token}.
 --   A part of a denied decision reports its state unchanged: whether it alone would admit,
 --   and what remains without this call.
--- Optional: one key more + two last ARGV make it idempotent (prelude.lua).
+-- Optional: one key more + two last ARGV make it idempotent (prelude.lua); only an admitted
+-- decision is stored, and a replay re-checks its leases.
 -- (Runs after prelude.lua and every lib_*.lua but lib_take.lua.)
 
 local n = int('parts', ARGV[1], 1, 8)
@@ -50,7 +51,30 @@ if (extra ~= 0 and extra ~= 1) or #ARGV ~= a - 1 + 2 * extra then
 end
 
 local replay, finish = idempotency(keys_used)
-if replay then return replay end
+if replay then
+  -- A replay tells the current truth of its leases (as semaphore.lua's replay does): a lease
+  -- that has ended since, or is another's now, is reported ended (code 3, no token), and the
+  -- decision no longer allowed (its quotas stay charged: it happened). Nothing is written.
+  local now = now_us()
+  for i = 1, n do
+    local part = parts[i]
+    local at = 4 + 7 * (i - 1)
+    if part.se and replay[at + 1] and replay[at + 1] > 0 then
+      local set, tokens = KEYS[part.k], KEYS[part.k + 1]
+      local ms = math.floor(now / 1000)
+      local ends = tonumber(redis.call('ZSCORE', set, part.p.holder))
+      local token = tonumber(redis.call('HGET', tokens, part.p.holder))
+      if ends and ends > ms and token == replay[at + 7] then
+        replay[at + 3], replay[at + 6] = lease_live(set, ms), ends - ms
+      else
+        replay[at + 1], replay[at + 3], replay[at + 6], replay[at + 7] = 3, lease_live(set, ms), 0, 0
+        if replay[1] == 1 then replay[1], replay[2], replay[3] = 0, i, 0 end
+      end
+      replay[at + 4] = lease_earliest(set, ms)
+    end
+  end
+  return replay
+end
 
 -- Every part read and decided at one server time before anything is written.
 local now = now_us()
@@ -77,4 +101,6 @@ for i = 1, n do
   local r = parts[i].q.reply()
   for j = 1, 7 do out[#out + 1] = r[j] or 0 end
 end
+-- Only a decision that took something stores its reply (lib_take.lua says why).
+if not allowed or peek then return out end
 return finish(out)

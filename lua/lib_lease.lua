@@ -16,10 +16,10 @@ local function lease_args(a)
   }
 end
 
--- Removes the leases over at `now` (ms) with their tokens, at most 1,000 per call, so no
--- call pays for a long backlog at once (live leases are counted apart: lease_live).
+-- Removes the leases over at `now` (ms) with their tokens, at most 250 per call, so no call
+-- pays for a long backlog at once (live leases are counted apart: lease_live).
 local function lease_reclaim(set, tokens, now)
-  local gone = redis.call('ZRANGEBYSCORE', set, '-inf', s(now), 'LIMIT', 0, 1000)
+  local gone = redis.call('ZRANGEBYSCORE', set, '-inf', s(now), 'LIMIT', 0, 250)
   if #gone > 0 then
     redis.call('ZREM', set, unpack(gone))
     redis.call('HDEL', tokens, unpack(gone))

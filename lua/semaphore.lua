@@ -38,14 +38,19 @@ local now = math.floor(now_us / 1000)
 if op == 'acquire' and not replay then
   -- The decision an acquire shares with decide.lua, then this script's own reply.
   local q = lease_eval(p, key, tokens, KEYS[3], now_us)
-  if q.allowed then q.take() end
+  if not q.allowed then
+    local r = q.reply()
+    return {r[1], r[3], r[2], r[4], r[6], r[7]} -- full: nothing taken, nothing stored
+  end
+  q.take()
   local r = q.reply()
   return finish({r[1], r[3], r[2], r[4], r[6], r[7]})
 end
 
 -- The semaphore's own limit, when an admin set one (prelude.lua: override).
 local limit = override(KEYS[3], p.limit, 1000000)
-lease_reclaim(key, tokens, now)
+-- A check changes nothing (ended leases are only skipped over).
+if op ~= 'check' then lease_reclaim(key, tokens, now) end
 local holder = p.holder
 local held = tonumber(redis.call('ZSCORE', key, holder))
 if held and held <= now then held = nil end -- over, and beyond this call's reclaim

@@ -209,11 +209,20 @@ impl Exchange {
 
     /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore)
     /// the policy's declared one, marked `"degraded": true` with the reason; elsewhere `plain`.
+    ///
+    /// A call that reached Redis before its answer was given up may still be applied when
+    /// Redis answers (a paused Redis runs it on waking): a degraded answer says so
+    /// (`"may_have_run": true`), so a client does not take "denied" for "not charged".
     fn unavailable(&self, status: u16, why: String) -> ApiResponse {
         match self.degrade {
-            Some((field, true)) => ApiResponse::json(200, json!({ field: true, "degraded": true, "reason": why })),
-            Some((field, false)) => {
-                ApiResponse::json(503, json!({ "error": why, field: false, "degraded": true, "reason": why }))
+            Some((field, allow)) => {
+                let why = format!("{why}; if the call reached Redis it may still be applied");
+                let mut body = json!({ field: allow, "degraded": true, "reason": why, "may_have_run": true });
+                if !allow {
+                    // A refusal is an error too, for clients that read `error`.
+                    body["error"] = json!(why);
+                }
+                ApiResponse::json(if allow { 200 } else { 503 }, body)
             }
             None => ApiResponse::error(status, why, None),
         }

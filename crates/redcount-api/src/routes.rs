@@ -783,6 +783,7 @@ fn decision_response(names: &[String], d: decision::Decision, peek: bool) -> Api
                         LeaseResult::Full => "full",
                         LeaseResult::Acquired => "acquired",
                         LeaseResult::Renewed => "renewed",
+                        LeaseResult::Ended => "ended",
                     },
                     "in_use": in_use, "limit": limit, "earliest_end_ms": earliest_end_ms,
                     "retry_after_ms": retry_after_ms, "lease_ms": lease_ms, "fencing_token": fencing_token

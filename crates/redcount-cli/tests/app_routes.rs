@@ -1041,6 +1041,21 @@ rows! {
     decision_replay_consumes_nothing_again => decide(r#"[{"policy":"fixed","cost":2}]"#).key("d-{s}")
         .given([decide(r#"[{"policy":"fixed","cost":2}]"#).key("d-{s}").ok(200)])
         .then(200).json("/parts/0/remaining", 1).header("idempotent-replayed", "true"),
+    decision_replay_after_the_lease_ended_says_so => decide(r#"[{"policy":"fixed"},{"policy":"slots","holder":"h1"}]"#).key("l-{s}")
+        .given([decide(r#"[{"policy":"fixed"},{"policy":"slots","holder":"h1"}]"#).key("l-{s}").ok(200), sem("release", "h1").ok(200)])
+        .then(200).json("/allowed", false).json("/denied_by", "slots").json("/parts/1/result", "ended")
+        .json("/parts/1/fencing_token", Value::Null).json("/parts/1/in_use", 0).json("/parts/0/remaining", 2)
+        .header("idempotent-replayed", "true"),
+    decision_replay_while_the_lease_lives_keeps_its_token => decide(r#"[{"policy":"slots","holder":"h1"}]"#).key("k-{s}")
+        .given([decide(r#"[{"policy":"slots","holder":"h1"}]"#).key("k-{s}").ok(200), sem("acquire", "h2").ok(200)])
+        .then(200).json("/allowed", true).json("/parts/0/result", "acquired").json("/parts/0/in_use", 2)
+        .header("idempotent-replayed", "true"),
+    decision_key_reused_with_parts_reordered_is_422 => decide(r#"[{"policy":"sliding"},{"policy":"fixed"}]"#).key("r-{s}")
+        .given([decide(r#"[{"policy":"fixed"},{"policy":"sliding"}]"#).key("r-{s}").ok(200)])
+        .then(422).json("/field", "Idempotency-Key"),
+    decision_denied_stores_no_reply => decide(r#"[{"policy":"fixed"}]"#).key("n-{s}")
+        .given([take("sliding", 2), take("sliding", 1), decide(r#"[{"policy":"fixed"},{"policy":"sliding"}]"#).key("n-{s}").ok(200)])
+        .then(200).json("/allowed", true).header("idempotent-replayed", absent()),
     decision_without_parts_is_400 => post("/api/decisions/{s}", "{}").then(400).json("/field", "parts"),
     decision_parts_not_a_list_is_400 => post("/api/decisions/{s}", r#"{"parts":{"policy":"fixed"}}"#).then(400)
         .json("/field", "parts"),

@@ -89,6 +89,12 @@ fn subject(subject: &str) -> String {
     format!("{PREFIX}:{{u:{subject}}}")
 }
 
+/// The base of a compound decision's idempotency keys (`…:idem:<suffix>`): in the subject's
+/// slot, whatever the decision's parts and their order.
+pub fn decision(subject_id: &str) -> String {
+    format!("{}:d", subject(subject_id))
+}
+
 /// A quota's state; `algo` is `fw`, `sw`, `tb` or `gc`. In the subject's slot.
 ///
 /// ```

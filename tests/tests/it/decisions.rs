@@ -240,10 +240,12 @@ async fn random_decisions_match_the_model() {
     ];
     let (sem_limit, lease) = (rng.random_range(1..4), 600_000_000);
     let mut held: BTreeSet<String> = BTreeSet::new();
+    // Each holder's token of its current lease.
+    let mut tokens: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
     let subject = uid("model");
     let mut every_key: Vec<String> = quotas.iter().map(|q| keys::quota(q.name, &subject, tag(q.algo))).collect();
     every_key.extend(keys::semaphore_keys(&keys::semaphore("sem", &subject)));
-    let mut replays: Vec<(Decide, Idempotency, redcount_core::ops::decision::Decision)> = Vec::new();
+    let mut replays: Vec<(Decide, Idempotency, redcount_core::ops::decision::Decision, String)> = Vec::new();
     let steps = std::env::var("REDCOUNT_MODEL_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
     for step in 0..steps {
         let ctx = format!("seed {seed}, step {step}");
@@ -252,14 +254,37 @@ async fn random_decisions_match_the_model() {
             let op = UpdateLease::new("sem", &subject, Action::Release, &h, sem_limit, lease).unwrap();
             d.run(&op).await.unwrap();
             held.remove(&h);
+            tokens.remove(&h);
             continue;
         }
         if rng.random_bool(0.1) && !replays.is_empty() {
-            let (op, idem, first) = &replays[rng.random_range(0..replays.len())];
+            let (op, idem, first, holder) = &replays[rng.random_range(0..replays.len())];
             let before = dump(&redis, &every_key);
             let again = d.run(&Idempotent::new(op.clone(), Some(idem.clone()))).await.unwrap();
-            assert_eq!(&again, first, "{ctx}: a replay answers as the first call did");
             assert_eq!(dump(&redis, &every_key), before, "{ctx}: a replay writes nothing");
+            // Its quotas answer as the first call did; its lease is reported as it is now:
+            // still this grant's (same token), or ended, and then the decision is not allowed.
+            let mut still = true;
+            for (a, b) in again.parts.iter().zip(&first.parts) {
+                match (a, b) {
+                    (PartOutcome::Quota(a), PartOutcome::Quota(b)) => assert_eq!(a, b, "{ctx}"),
+                    (
+                        PartOutcome::Lease { result, fencing_token, in_use, .. },
+                        PartOutcome::Lease { fencing_token: Some(t), result: granted, .. },
+                    ) => {
+                        let live = tokens.get(holder).is_some_and(|now| now == t);
+                        assert_eq!(*in_use, held.len() as i64, "{ctx}");
+                        if live {
+                            assert_eq!((*result, *fencing_token), (*granted, Some(*t)), "{ctx}");
+                        } else {
+                            assert_eq!((*result, *fencing_token), (LeaseResult::Ended, None), "{ctx}: {again:?}");
+                            still = false;
+                        }
+                    }
+                    other => panic!("{ctx}: {other:?}"),
+                }
+            }
+            assert_eq!(again.allowed, still, "{ctx}: {again:?}");
             continue;
         }
         // A random subset of the parts, in random order, random costs.
@@ -306,6 +331,11 @@ async fn random_decisions_match_the_model() {
             for (&i, &c) in order.iter().zip(&costs) {
                 if i == 4 {
                     held.insert(holder.clone());
+                    if let Some(PartOutcome::Lease { fencing_token: Some(t), .. }) =
+                        order.iter().position(|&j| j == 4).map(|k| got.parts[k])
+                    {
+                        tokens.insert(holder.clone(), t);
+                    }
                 } else {
                     quotas[i].used += c;
                 }
@@ -327,8 +357,9 @@ async fn random_decisions_match_the_model() {
                 }
             }
         }
-        if !peek {
-            replays.push((op, idem, got));
+        // Only an admitted decision is stored (a denied one changed nothing: its retry is new).
+        if allowed && !peek {
+            replays.push((op, idem, got, holder));
         }
     }
     // Every quota's state agrees with the model at the end (peeks, outside any decision).

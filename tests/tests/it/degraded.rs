@@ -32,6 +32,9 @@ async fn check_degraded(base: &str, log: impl Fn() -> String) {
     assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()), "{v}");
     let (s, v) = post(base, "/api/quotas/q-shut/u1", "").await;
     assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
+    // A denied answer is not "not charged": the call may still run when Redis answers.
+    assert_eq!(v["may_have_run"], Value::Bool(true), "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("may still be applied"), "{v}");
     let (s, v) = post(base, "/api/claims/c-open/u1", "").await;
     assert_eq!((s, &v["claimed"], &v["degraded"]), (200, &Value::Bool(true), &Value::Bool(true)), "{v}");
     // A lease cannot be granted without Redis; a counter is money: both refuse.

@@ -86,6 +86,8 @@ impl Part {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Decide {
+    /// Its idempotency keys' base (see [`keys::decision`]).
+    base: String,
     parts: Vec<Part>,
     keys: Vec<String>,
     args: Vec<String>,
@@ -129,7 +131,7 @@ impl Decide {
                 }
             }
         }
-        Ok(Decide { parts, keys, args })
+        Ok(Decide { base: keys::decision(subject), parts, keys, args })
     }
 
     /// The parts, in order.
@@ -147,6 +149,9 @@ pub enum LeaseResult {
     Acquired,
     /// The holder's lease was extended (or, in a denied decision, would have been).
     Renewed,
+    /// A replayed decision whose lease has ended since (or is another holder's now): the
+    /// decision is no longer allowed, its quotas stay charged.
+    Ended,
 }
 
 /// One part's result, in the decision's order.
@@ -179,7 +184,7 @@ impl PartOutcome {
     pub fn allowed(&self) -> bool {
         match self {
             PartOutcome::Quota(q) => q.allowed,
-            PartOutcome::Lease { result, .. } => *result != LeaseResult::Full,
+            PartOutcome::Lease { result, .. } => matches!(result, LeaseResult::Acquired | LeaseResult::Renewed),
         }
     }
 }
@@ -230,6 +235,7 @@ impl Operation for Decide {
                         0 => LeaseResult::Full,
                         1 => LeaseResult::Acquired,
                         2 => LeaseResult::Renewed,
+                        3 => LeaseResult::Ended,
                         _ => return Err(bad("unknown lease code")),
                     },
                     limit: r[1],
@@ -249,4 +255,8 @@ impl Operation for Decide {
     }
 }
 
-impl super::Replayable for Decide {}
+impl super::Replayable for Decide {
+    fn idempotency_base(&self) -> Option<String> {
+        Some(self.base.clone())
+    }
+}

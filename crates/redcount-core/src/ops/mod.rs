@@ -63,11 +63,16 @@ impl Idempotency {
         Idempotency { suffix: hex(scope), fingerprint, ttl_ms: IDEMPOTENCY_TTL_MS }
     }
 
-    /// Adds the reply key (after the script's own keys) and the TTL and fingerprint (after its
-    /// own arguments) to a script call.
+    /// Adds the reply key (after the script's own keys, named after the first of them) and the
+    /// TTL and fingerprint (after its own arguments) to a script call.
     pub fn apply(&self, inv: &mut crate::script::Invocation) {
         let first = inv.keys.first().cloned().unwrap_or_default();
-        inv.keys.push(alloc::format!("{first}:idem:{}", self.suffix));
+        self.apply_at(inv, &first);
+    }
+
+    /// As [`Idempotency::apply`], the reply key named after `base` (a key in the call's slot).
+    pub fn apply_at(&self, inv: &mut crate::script::Invocation, base: &str) {
+        inv.keys.push(alloc::format!("{base}:idem:{}", self.suffix));
         inv.args.push(crate::command::itoa_i(self.ttl_ms));
         inv.args.push(self.fingerprint.clone());
     }
@@ -75,7 +80,15 @@ impl Idempotency {
 
 /// A write whose script can store its reply under an idempotency key (the scripts that call
 /// the prelude's `idempotency`): only these can be made [`Idempotent`].
-pub trait Replayable: Operation {}
+pub trait Replayable: Operation {
+    /// The key the reply key is named after (`<base>:idem:<suffix>`), in the call's slot; by
+    /// default the call's first key. An operation whose first key depends on the request's
+    /// order (a decision's first part) names one that does not, so a key reused for another
+    /// request is always found and refused.
+    fn idempotency_base(&self) -> Option<alloc::string::String> {
+        None
+    }
+}
 
 /// An operation made replayable with an idempotency key, or left as it is (`None`): its
 /// script gets the reply key after its own keys and the TTL and fingerprint after its own
@@ -116,7 +129,10 @@ impl<O: Replayable> Operation for Idempotent<O> {
     fn request(&self) -> Request {
         match (self.op.request(), &self.idem) {
             (Request::Script(mut inv), Some(i)) => {
-                i.apply(&mut inv);
+                match self.op.idempotency_base() {
+                    Some(base) => i.apply_at(&mut inv, &base),
+                    None => i.apply(&mut inv),
+                }
                 Request::Script(inv)
             }
             (request, _) => request,
