@@ -648,7 +648,8 @@ fn overrides(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str
         return Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "cleared": existed })))));
     }
     let own = algorithm.map_or("limit", |a| a.size_field());
-    let b = body(req, &["limit", own, "ttl_ms"])?;
+    let fields: &[&str] = if own == "limit" { &["limit", "ttl_ms"] } else { &["limit", own, "ttl_ms"] };
+    let b = body(req, fields)?;
     let max = algorithm.map_or(redcount_core::ops::semaphore::MAX_LIMIT, |a| a.max_size());
     let size = match (own != "limit" && b.has(own), b.has("limit")) {
         (true, true) => {

@@ -967,7 +967,7 @@ rows! {
     override_both_names_is_400 => put("/api/overrides/bucket/{s}", r#"{"limit":2,"capacity":2}"#).admin()
         .then(400).json("/field", "limit"),
     override_unknown_field_is_400 => put("/api/overrides/fixed/{s}", r#"{"limit":2,"ttl":5}"#).admin()
-        .then(400).json("/field", "ttl"),
+        .then(400).json("/field", "ttl").json("/error", M::Contains("(known: limit, ttl_ms)")),
     override_ttl_zero_is_400 => put("/api/overrides/fixed/{s}", r#"{"limit":2,"ttl_ms":0}"#).admin()
         .then(400).json("/field", "ttl_ms"),
     override_on_a_counter_policy_is_404 => put("/api/overrides/steps/{s}", r#"{"limit":2}"#).admin()
