@@ -19,7 +19,7 @@ async function load() {
   const until = Date.now() + Number(seconds) * 1000;
   const loop = async (c) => {
     while (Date.now() < until) {
-      const r = await fetch(`${url}p${c}-${sent++ % 1000}`, { method: "POST", body: "{}" });
+      const r = await fetch(`${url}p${c}-${sent++ % 1000}`, { method: "POST" });
       await r.arrayBuffer();
     }
   };

@@ -200,7 +200,8 @@ pub fn all(full: bool) -> Result<(), String> {
          with a config generated from its `wrangler.toml` and `.dev.vars` and the bundle\n\
          `wrangler deploy --dry-run` makes (`xtask/src/workerd.rs`); all three call the same\n\
          redcount-rest and Redis:\n\n\
-         - **redcount worker**: `POST /api/quotas/bench-quota/{{subject}}` (fixed window; never denied here).\n\
+         - **redcount worker**: `POST /api/quotas/bench-quota/{{subject}}` (fixed window; never denied here;\n  \
+         every request to every worker is a POST without a body, so the quota's default cost of 1).\n\
          - **@upstash/ratelimit worker**: the official library, fixed window, no ephemeral cache:\n  \
          `bench/ratelimit-worker/index.mjs`.\n\
          - **floor: one fetch**: a worker that only POSTs `PING` to the front and returns its answer\n  \

@@ -3,7 +3,8 @@
 //! front), at several connection counts, in interleaved rounds; one more row for the redcount
 //! worker under wrangler dev, for reference.
 //!
-//! Every request is a quota call that is never denied (fresh subjects, far under the limit),
+//! Every request is a quota call that is never denied (fresh subjects, far under the limit;
+//! `POST` with an empty body, so the default cost of 1),
 //! so each worker does exactly one REST round trip per request. Figures are medians over
 //! rounds; the ratios that are the goals are computed from the same run.
 
@@ -92,14 +93,15 @@ async fn measure(t: &Target, conns: usize, ops: usize) -> Result<Row, Error> {
     let clients = connect_all(conns, || LeanHttp::connect(&t.url)).await?;
     // Open every connection before the clock starts: a cold connection is not the worker's cost.
     for c in &clients {
-        c.post(&format!("{}/warm{run}", t.path), &[], String::from("{}")).await?;
+        c.post(&format!("{}/warm{run}", t.path), &[], String::new()).await?;
     }
     let (path, field) = (t.path, t.field);
     let label = format!("{} · {conns} conns", t.name);
     let totals = drive(Some(&label), clients, ops, move |d, i| {
         let path = format!("{path}/w{run}-{}", i % 1000);
         async move {
-            let (status, body) = d.post(&path, &[], String::from("{}")).await?;
+            // No body: the quota route takes its default cost (1); the peer and the floor read none.
+            let (status, body) = d.post(&path, &[], String::new()).await?;
             let ok = status == 200
                 && field.is_none_or(|f| {
                     serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v.get(f).cloned())
