@@ -303,7 +303,11 @@ impl Client {
     async fn write(&mut self, path: String, body: String, other: String) -> Timed<(u16, Value)> {
         let key = if self.rng.percent(75) { Some(self.new_key()) } else { None };
         let t = self.api.call("POST", &path, &body, key.as_deref(), key.is_some()).await;
-        if let (Some(key), Outcome::Done(answer)) = (key, &t.out) {
+        // A denied take stores no reply (it changed nothing): sent again under its key it is a
+        // new call, so only answers that took something are replays to compare.
+        if let (Some(key), Outcome::Done(answer)) = (key, &t.out)
+            && answer.1["allowed"] != Value::Bool(false)
+        {
             self.keyed.push(Keyed { path, body, other, key, answer: answer.clone() });
         }
         t
@@ -1343,6 +1347,11 @@ fn sem_parse(st: u16, v: &Value) -> Option<SemaphoreOutcome> {
     })
 }
 
+/// True when an acquire was refused as full.
+fn o_full(t: &Timed<SemaphoreOutcome>) -> bool {
+    t.done().is_some_and(|o| o.result == SemaphoreResult::Full)
+}
+
 async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Client, Vec<SemCall>) {
     use SemaphoreResult::*;
     let mut out: Vec<SemCall> = Vec::new();
@@ -1402,7 +1411,10 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
             let key = if c.rng.percent(75) { Some(c.new_key()) } else { None };
             let t = c.api.call("POST", &path, &body, key.as_deref(), key.is_some()).await;
             let t = c.decode(t, "POST semaphore", sem_parse);
-            if let (Some(key), Some(o), false) = (key, t.done(), action == Action::Release) {
+            // A release is not replayed; a refused acquire (full) stores no reply: a new call.
+            if let (Some(key), Some(o), false) =
+                (key, t.done(), action == Action::Release || (action == Action::Acquire && o_full(&t)))
+            {
                 let k = SemKeyed { holder, action, key, path, body, answer: *o };
                 keyed.lock().unwrap().push(k);
             }
