@@ -207,7 +207,8 @@ impl Exchange {
         self.timeout_ms
     }
 
-    /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore)
+    /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore,
+    /// compound decision)
     /// the policy's declared one, marked `"degraded": true` with the reason; elsewhere `plain`.
     ///
     /// A call that reached Redis before its answer was given up may still be applied when
