@@ -208,8 +208,8 @@ impl Exchange {
     }
 
     /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore,
-    /// compound decision)
-    /// the policy's declared one, marked `"degraded": true` with the reason; elsewhere `plain`.
+    /// compound decision) the policy's declared one, marked `"degraded": true` with the
+    /// reason; elsewhere `plain`.
     ///
     /// A call that reached Redis before its answer was given up may still be applied when
     /// Redis answers (a paused Redis runs it on waking): a degraded answer says so
