@@ -78,6 +78,7 @@ end
 
 -- Every part read and decided at one server time before anything is written.
 local now = now_us()
+local function clock() return now end -- one server time for every part
 local allowed, denied_by, retry = true, 0, 0
 for i = 1, n do
   local part = parts[i]
@@ -85,7 +86,7 @@ for i = 1, n do
   if part.se then
     part.q = part.kind[4](part.p, KEYS[k1], KEYS[k1 + 1], KEYS[k1 + 2], now)
   else
-    part.q = part.kind[4](part.p, KEYS[k1], KEYS[k1 + 1], now)
+    part.q = part.kind[4](part.p, KEYS[k1], KEYS[k1 + 1], clock)
   end
   if not part.q.allowed then
     if allowed then denied_by = i end

@@ -16,14 +16,14 @@ local function bucket_args(a)
   }
 end
 
--- Reads the bucket at server time `now_us` and decides; writes nothing. Returns a table as
+-- Reads the bucket at server time (`clock()`, in µs) and decides; writes nothing. Returns a table as
 -- lib_fixed.lua's fixed_eval does: allowed, retry, take(), reply().
 --   reset_ms: until the bucket is full again; retry_after_ms: until enough tokens for this
 --   cost have been added.
-local function bucket_eval(p, key, ovr, now_us)
+local function bucket_eval(p, key, ovr, clock)
   local cap = override(ovr, p.cap, 1000000000)
   local refill, step, cost = p.refill, p.step, p.cost
-  local now = math.floor(now_us / 1000)
+  local now = math.floor(clock() / 1000)
   local st = redis.call('HMGET', key, 'tokens', 'ts')
   local tokens, ts = cap, now
   if st[1] and st[2] then

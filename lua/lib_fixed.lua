@@ -1,7 +1,12 @@
 -- redcount: the fixed-window quota (N per window, windows aligned to the Unix epoch) as
 -- functions, shared by quota_fixed.lua and decide.lua (the core prepends this file to both).
--- State: a string "<window number>:<units used in it>", expiring when its window ends; with
--- the override read by the same MGET, a take is three Redis calls (TIME, MGET, SET ... PX).
+-- State: the units used in the current window, a plain integer whose key expires when the
+-- window ends (PXAT, on Redis's clock). While the key exists it is this window's (Redis
+-- expires keys on its own clock, frozen for a script's run), so a take in a running window
+-- is three cheap calls, MGET (state and override), PTTL (the reset) and INCRBY, and reads
+-- no TIME; the first take of a window reads TIME and sets the key with its end.
+-- Before this layout the state was "<window number>:<used>" (SET ... PX); such a value is
+-- still read, when it is of the current window, and replaced by the first take.
 
 -- The parameters at ARGV[a .. a+2]: limit (1 .. 10^9), window in ms (1 .. 10^12), cost
 -- (1 .. 10^9; more than the limit in force is denied).
@@ -13,24 +18,39 @@ local function fixed_args(a)
   }
 end
 
--- Reads the state at server time `now_us` and decides; writes nothing. Returns a table:
--- allowed, retry (ms until a call of this cost can pass; 0 when allowed), take() to consume
--- the cost (call it only when allowed), and reply(): {allowed, limit, remaining, reset_ms,
--- retry_after_ms}, after take() when it was called.
-local function fixed_eval(p, key, ovr, now_us)
+-- Reads the state and decides; writes nothing. `clock()` gives the server time in µs (read
+-- only when a window starts). Returns a table: allowed, retry (ms until a call of this cost
+-- can pass; 0 when allowed), take() to consume the cost (call it only when allowed), and
+-- reply(): {allowed, limit, remaining, reset_ms, retry_after_ms}, after take() when it was
+-- called.
+local function fixed_eval(p, key, ovr, clock)
   local st = redis.call('MGET', key, ovr)
-  local limit = override_value(st[2], p.limit, 1000000000)
-  local now = math.floor(now_us / 1000)
-  local w = math.floor(now / p.window)
-  local used = 0
-  local sw, sn = string.match(st[1] or '', '^(%d+):(%d+)$')
-  if tonumber(sw) == w then used = tonumber(sn) end
-  local reset = (w + 1) * p.window - now
+  local limit = p.limit
+  if st[2] then limit = override_value(st[2], limit, 1000000000) end
+  local used = tonumber(st[1])
+  -- PTTL counts on the live clock: 0 when the window has just ended during this script (its
+  -- key still stands on the frozen clock, so the call is still that window's).
+  local reset = used and redis.call('PTTL', key)
+  local ends -- set when this call starts the window: its end, in ms since the epoch
+  if not reset or reset < 0 then -- no state, the layout before, or a key without an expiry
+    local now = math.floor(clock() / 1000)
+    local w = math.floor(now / p.window)
+    local sw, sn = string.match(st[1] or '', '^(%d+):(%d+)$')
+    used = tonumber(sw) == w and tonumber(sn) or 0
+    ends = (w + 1) * p.window
+    reset = ends - now
+  elseif reset == 0 then
+    reset = 1
+  end
   local q = {allowed = used + p.cost <= limit, retry = 0}
   if not q.allowed then q.retry = reset end
   function q.take()
     used = used + p.cost
-    redis.call('SET', key, s(w) .. ':' .. s(used), 'PX', s(reset))
+    if ends then
+      redis.call('SET', key, s(used), 'PXAT', s(ends))
+    else
+      redis.call('INCRBY', key, s(p.cost)) -- the key keeps its expiry
+    end
   end
   function q.reply() return {q.allowed and 1 or 0, limit, math.max(0, limit - used), reset, q.retry} end
   return q

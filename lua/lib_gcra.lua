@@ -33,12 +33,13 @@ local function ceil_div(x, y)
   return q
 end
 
--- Reads the TAT at server time `now` (µs) and decides; writes nothing. Returns a table as
+-- Reads the TAT at server time (`clock()`, in µs) and decides; writes nothing. Returns a table as
 -- lib_fixed.lua's fixed_eval does: allowed, retry, take(), reply().
 --   limit = burst; remaining: units a call could take at once now (after this call);
 --   reset_ms: until the quota is whole again (the TAT reached);
 --   retry_after_ms: until a call of this cost passes.
-local function gcra_eval(p, key, ovr, now)
+local function gcra_eval(p, key, ovr, clock)
+  local now = clock()
   local rate = p.rate
   local burst = override(ovr, p.burst, math.min(1000000000, math.floor(4500000000000 / p.period)))
   local T = p.period * 1000 -- one emission interval, in u

@@ -23,14 +23,14 @@ local function sliding_entry(member)
   return nil, tonumber(string.match(member, ':(%d+)')) or 1
 end
 
--- Reads the log at server time `now_us` and decides; writes nothing. Returns a table as
+-- Reads the log at server time (`clock()`, in µs) and decides; writes nothing. Returns a table as
 -- lib_fixed.lua's fixed_eval does: allowed, retry, take(), reply().
 --   reset_ms: until every logged call has left the window (0 when none is logged);
 --   retry_after_ms: until enough units leave the window for this cost.
-local function sliding_eval(p, key, ovr, now_us)
+local function sliding_eval(p, key, ovr, clock)
   local limit = override(ovr, p.limit, 10000)
   local window, cost = p.window, p.cost
-  local now = math.floor(now_us / 1000)
+  local now = math.floor(clock() / 1000)
   local floor = now - window -- an entry at time x counts while x > now - window
   -- Scores never decrease with rank (see take below), so the expired entries are the first
   -- `expired` ranks and the live ones the rest.

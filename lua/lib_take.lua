@@ -7,7 +7,7 @@ local function take_quota(p, eval, peek_at)
   local peek = ARGV[peek_at] == '1'
   local replay, finish = idempotency(2)
   if replay then return replay end
-  local q = eval(p, KEYS[1], KEYS[2], now_us())
+  local q = eval(p, KEYS[1], KEYS[2], now_us)
   -- Only a call that took something stores its reply: a denied call changed nothing, so
   -- its retry is a new call, and a flood of denied calls with fresh keys stores nothing.
   if not q.allowed or peek then return q.reply() end

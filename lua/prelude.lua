@@ -4,7 +4,8 @@
 -- A canonical decimal integer within [lo, hi], or an error naming the argument. Lua's own
 -- tonumber accepts "nan", "inf", "0x10", " 5 " and "1e3"; nothing of that passes here.
 local function int(name, v, lo, hi)
-  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') then
+  -- (string.find, not match: no string is made for the match; this runs on every argument.)
+  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then
     return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
   end
   local n = tonumber(v)

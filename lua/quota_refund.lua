@@ -43,13 +43,20 @@ end
 
 local given = 0
 if algo == 'fw' then
-  -- Only units of the current window (lib_fixed.lua's "<window>:<used>"): an earlier
-  -- window's are already back.
-  local sw, sn = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
-  if tonumber(sw) == math.floor(now_ms() / p2) then
-    local used = tonumber(sn)
+  -- Only units of the current window: the state's key ends with its window (lib_fixed.lua),
+  -- so an earlier window's units are already back.
+  local v = redis.call('GET', key)
+  local used = tonumber(v)
+  if used then
     given = math.min(units, used)
-    if given > 0 then redis.call('SET', key, sw .. ':' .. s(used - given), 'KEEPTTL') end
+    if given > 0 then redis.call('DECRBY', key, s(given)) end -- the key keeps its expiry
+  else -- the layout before, "<window>:<used>"
+    local sw, sn = string.match(v or '', '^(%d+):(%d+)$')
+    if tonumber(sw) == math.floor(now_ms() / p2) then
+      used = tonumber(sn)
+      given = math.min(units, used)
+      if given > 0 then redis.call('SET', key, sw .. ':' .. s(used - given), 'KEEPTTL') end
+    end
   end
 elseif algo == 'sw' then
   -- The newest logged calls give their units back first; a call partly refunded keeps the

@@ -752,6 +752,10 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     Ok(out)
 }
 
+/// The fixed window's three Redis calls without anything else: what server time, the
+/// override and a write-free denial cost at the least (a row beside the peer's).
+const FIXED_FLOOR: &str = include_str!("../../lua/fixed_floor.lua");
+
 /// Redis time per call of redcount's quota scripts beside @upstash/ratelimit's for the same
 /// job, in one run: each measured over interleaved rounds (median), always allowed. The
 /// peer's scripts are read from its npm package (`REDCOUNT_PEER_JS`: its dist/index.js, set
@@ -836,9 +840,30 @@ async fn peer_rows(d: &Direct, run: &str) -> Result<String, Error> {
         let op = TakeQuota::take("rt-peer", &format!("{name}{run}"), algo, 1)?;
         d.run(&op).await?;
         let ours = op.request().command();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // Beside the fixed window: its three Redis calls alone (bench/lua/fixed_floor.lua).
+        let floor = match algo {
+            Algorithm::FixedWindow { .. } => {
+                let counter = format!("{{pf{run}}}:floor");
+                d.send(&Command::new("SET").arg(counter.as_str()).arg("1").arg("PX").arg("3600000")).await?;
+                let sha = match d.send(&Command::new("SCRIPT").arg("LOAD").arg(FIXED_FLOOR)).await? {
+                    Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+                    _ => return Err(Error::Failed("SCRIPT LOAD answered no SHA".into())),
+                };
+                Some(
+                    Command::new("EVALSHA")
+                        .arg(sha)
+                        .arg("2")
+                        .arg(counter.as_str())
+                        .arg(format!("{{pf{run}}}:none"))
+                        .arg("1"),
+                )
+            }
+            _ => None,
+        };
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..3 {
-            for (cmd, into) in [(&ours, &mut a), (&theirs, &mut b)] {
+            for (cmd, into) in [(Some(&ours), &mut a), (Some(&theirs), &mut b), (floor.as_ref(), &mut c)] {
+                let Some(cmd) = cmd else { continue };
                 d.send(&Command::new("CONFIG").arg("RESETSTAT")).await?;
                 for _ in 0..2_000 {
                     d.send(cmd).await?;
@@ -852,6 +877,13 @@ async fn peer_rows(d: &Direct, run: &str) -> Result<String, Error> {
         };
         let (ours_us, peer_us) = (median(&mut a), median(&mut b));
         out.push_str(&format!("| {job} | {ours_us:.2} | {peer_us:.2} | {:.2}× |\n", ours_us / peer_us.max(0.001)));
+        if !c.is_empty() {
+            let floor_us = median(&mut c);
+            out.push_str(&format!(
+                "| fixed window: its three Redis calls alone (MGET, PTTL, INCRBY; no checks) | {floor_us:.2} | {peer_us:.2} | {:.2}× |\n",
+                floor_us / peer_us.max(0.001)
+            ));
+        }
     }
     Ok(out)
 }

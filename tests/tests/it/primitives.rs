@@ -121,6 +121,72 @@ async fn quota_fixed_window_with_cost_peek_and_reset() {
     assert_eq!(d.run(&TakeQuota::take("daily", &s, algo, 1).unwrap()).await.unwrap().remaining, 4);
 }
 
+/// The fixed window's state: the units used, a plain integer whose key expires exactly when
+/// its window ends; a take in a running window reads no TIME; the layout before
+/// ("<window>:<used>") is carried over while its window runs, by a take and by a refund.
+#[tokio::test]
+async fn quota_fixed_window_state_ends_with_its_window_and_reads_the_layout_before() {
+    use redcount_core::ops::quota::RefundQuota;
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    // A window of 10^12 ms: the epoch's window 1 runs until 2001-09-09 + 31 years, so no
+    // window boundary falls inside the test.
+    let window_ms = 1_000_000_000_000;
+    let algo = Algorithm::FixedWindow { limit: 100, window_ms };
+    let take = |s: &str, cost| TakeQuota::take("fw", s, algo, cost).unwrap();
+    let get = |key: &str| -> Option<String> { redis::cmd("GET").arg(key).query(&mut redis.conn()).unwrap() };
+    let expires_at = |key: &str| -> i64 { redis::cmd("PEXPIRETIME").arg(key).query(&mut redis.conn()).unwrap() };
+    let time_calls = || -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut redis.conn()).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_time:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    let window_end = 2 * window_ms;
+
+    let s = uid("u");
+    let key = keys::quota("fw", &s, "fw");
+    let first = d.run(&take(&s, 2)).await.unwrap();
+    assert_eq!((first.allowed, first.remaining), (true, 98));
+    assert_eq!(get(&key).as_deref(), Some("2"));
+    assert_eq!(expires_at(&key), window_end, "the key ends with its window");
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut redis.conn()).unwrap();
+    let second = d.run(&take(&s, 3)).await.unwrap();
+    assert_eq!((second.allowed, second.remaining), (true, 95));
+    assert!(second.reset_ms > 0 && second.reset_ms <= first.reset_ms, "{second:?} after {first:?}");
+    assert_eq!(time_calls(), 0, "a take in a running window reads no TIME");
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("5"), window_end));
+    // A refund gives units of the running window back and keeps the expiry.
+    assert_eq!(d.run(&RefundQuota::new("fw", &s, algo, 4).unwrap()).await.unwrap(), 4);
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end));
+    // A denial writes nothing.
+    let denied = d.run(&take(&s, 100)).await.unwrap();
+    assert_eq!((denied.allowed, denied.remaining, denied.retry_after_ms), (false, 99, denied.reset_ms));
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end));
+
+    // The layout before, of the running window (window number 1): its count is kept.
+    let s = uid("u");
+    let key = keys::quota("fw", &s, "fw");
+    let _: () = redis::cmd("SET").arg(&key).arg("1:7").arg("PXAT").arg(window_end).query(&mut redis.conn()).unwrap();
+    assert_eq!(d.run(&RefundQuota::new("fw", &s, algo, 2).unwrap()).await.unwrap(), 2);
+    assert_eq!(get(&key).as_deref(), Some("1:5"));
+    assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 94);
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("6"), window_end));
+    // Of an earlier window: nothing is carried over or refunded.
+    let s = uid("u");
+    let key = keys::quota("fw", &s, "fw");
+    let _: () = redis::cmd("SET").arg(&key).arg("0:7").arg("PX").arg(60_000).query(&mut redis.conn()).unwrap();
+    assert_eq!(d.run(&RefundQuota::new("fw", &s, algo, 2).unwrap()).await.unwrap(), 0);
+    assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 99);
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end));
+    // A count without an expiry (not one of ours) starts a new window.
+    let s = uid("u");
+    let key = keys::quota("fw", &s, "fw");
+    let _: () = redis::cmd("SET").arg(&key).arg("50").query(&mut redis.conn()).unwrap();
+    assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 99);
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end));
+}
+
 #[tokio::test]
 async fn quota_sliding_window_is_exact() {
     let redis = RedisServer::start();
