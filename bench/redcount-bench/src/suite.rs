@@ -763,10 +763,13 @@ const FIXED_FLOOR: &str = include_str!("../../lua/fixed_floor.lua");
 async fn peer_rows(d: &Direct, run: &str) -> Result<String, Error> {
     let mut out = String::from(
         "\n### Beside @upstash/ratelimit (same Redis, same run)\n\n\
-         Median µs per call of 3 interleaved rounds of 2,000 allowed calls. redcount's scripts read the\n\
-         server's clock, its override of the limit and write nothing when they deny; the peer's take the\n\
-         client's clock, read its dynamic limit (passed, as redcount's override is) and are charged when\n\
-         they deny.\n\n| job | redcount µs | peer µs | ratio |\n|---|---:|---:|---:|\n",
+         Median µs per call of 3 interleaved rounds of 2,000 allowed calls on one subject (so a running\n\
+         window). redcount's scripts decide on the server's clock (the fixed window: its key's expiry,\n\
+         read with PTTL), read the subject's override of the limit, check every argument and write\n\
+         nothing when they deny; the peer's take the client's clock, read its dynamic limit (passed, as\n\
+         redcount's override is) and are charged when they deny. The row after the fixed window is its\n\
+         three Redis calls alone (`bench/lua/fixed_floor.lua`): what a take with those three properties\n\
+         costs at the least, against the peer's two calls.\n\n| job | redcount µs | peer µs | ratio |\n|---|---:|---:|---:|\n",
     );
     let Some(js) = std::env::var_os("REDCOUNT_PEER_JS").and_then(|p| std::fs::read_to_string(p).ok()) else {
         out.push_str("| (REDCOUNT_PEER_JS not set: the peer's scripts were not found) | | | |\n");
