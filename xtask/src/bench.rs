@@ -97,7 +97,18 @@ pub fn all(full: bool) -> Result<(), String> {
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
     )?;
+    // And workerd alone: a worker that answers without any I/O.
+    let ndir = work.join("none");
+    worker_dir(
+        &ndir,
+        &format!(
+            "name = \"none\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            root().join("bench/null-worker/index.mjs").display()
+        ),
+        "",
+    )?;
     let (ours, peer, floor) = (workerd::prepare(&wdir)?, workerd::prepare(&pdir)?, workerd::prepare(&fdir)?);
+    let none = workerd::prepare(&ndir)?;
 
     // Cold starts, the two workers taking turns.
     let (mut cold_ours, mut cold_peer) = (Vec::new(), Vec::new());
@@ -145,7 +156,7 @@ pub fn all(full: bool) -> Result<(), String> {
     }
 
     let _served: Vec<procs::Guard> =
-        [&ours, &peer, &floor].into_iter().map(workerd::serve).collect::<Result<_, _>>()?;
+        [&ours, &peer, &floor, &none].into_iter().map(workerd::serve).collect::<Result<_, _>>()?;
     let url = |p: &workerd::Prepared| format!("http://127.0.0.1:{}", p.port);
     // The redcount worker under wrangler dev too, for the reference row.
     let (_dev, dev_port) = procs::wrangler(&wdir)?;
@@ -154,7 +165,8 @@ pub fn all(full: bool) -> Result<(), String> {
     setup::run(
         Command::new(bins.join("redcount"))
             .args(["bench", "workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
-            .args(["--floor-url", &url(&floor), "--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
+            .args(["--floor-url", &url(&floor), "--null-url", &url(&none)])
+            .args(["--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
             .arg("--out")
             .arg(&workers_table),
     )?;
@@ -198,7 +210,7 @@ pub fn all(full: bool) -> Result<(), String> {
          ## The workers side by side\n\n\
          Each worker is served by **workerd directly** (the binary wrangler runs, from its npm package),\n\
          with a config generated from its `wrangler.toml` and `.dev.vars` and the bundle\n\
-         `wrangler deploy --dry-run` makes (`xtask/src/workerd.rs`); all three call the same\n\
+         `wrangler deploy --dry-run` makes (`xtask/src/workerd.rs`); the first three call the same\n\
          redcount-rest and Redis:\n\n\
          - **redcount worker**: `POST /api/quotas/bench-quota/{{subject}}` (fixed window; never denied here;\n  \
          every request to every worker is a POST without a body, so the quota's default cost of 1).\n\
@@ -206,6 +218,12 @@ pub fn all(full: bool) -> Result<(), String> {
          `bench/ratelimit-worker/index.mjs`.\n\
          - **floor: one fetch**: a worker that only POSTs `PING` to the front and returns its answer\n  \
          (`bench/floor-worker/index.mjs`): no worker calling Redis through the front costs less.\n\
+         - **workerd alone: no I/O**: a worker that answers at once (`bench/null-worker/index.mjs`):\n  \
+         workerd's own latency. Its tail is workerd's: on this machine workerd pauses every few\n  \
+         hundred milliseconds for tens of milliseconds with every connection waiting, whatever the\n  \
+         worker does (the `≥ 20 ms` column counts the requests caught in such pauses). At 50\n  \
+         connections one pause covers 50 requests, so p99 there is set by how many pauses a\n  \
+         measurement meets, not by the worker; compare p50 and the `≥ 20 ms` share.\n\
          - The last row is the redcount worker under **`wrangler dev`** (its local Node.js proxy in\n  \
          front of workerd caps any worker at a few hundred requests per second), for reference only.\n\n\
          {workers_table}\n\

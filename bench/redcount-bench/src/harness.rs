@@ -209,6 +209,10 @@ pub struct Row {
     pub p50: Duration,
     /// 99th percentile latency.
     pub p99: Duration,
+    /// 99.9th percentile latency.
+    pub p999: Duration,
+    /// Operations that took 20 ms or more (a pause of the server, not of one request's work).
+    pub slow: usize,
     /// Round trips to Redis (or HTTP requests) in all.
     pub round_trips: u64,
     /// Optimistic-lock retries in all.
@@ -233,6 +237,8 @@ impl Row {
             elapsed: t.elapsed,
             p50: percentile(&t.lat, 0.5),
             p99: percentile(&t.lat, 0.99),
+            p999: percentile(&t.lat, 0.999),
+            slow: t.lat.iter().filter(|d| d.as_millis() >= 20).count(),
             round_trips: t.round_trips,
             retries: t.retries,
             errors: t.errors,

@@ -1,7 +1,8 @@
 //! `redcount bench workers`: the redcount worker against the @upstash/ratelimit peer worker
 //! and a one-fetch floor worker, each served by workerd directly (no wrangler dev proxy in
-//! front), at several connection counts, in interleaved rounds; one more row for the redcount
-//! worker under wrangler dev, for reference.
+//! front), at several connection counts, in interleaved rounds, beside a worker that answers
+//! without any I/O (workerd's own latency and pauses); one more row for the redcount worker
+//! under wrangler dev, for reference.
 //!
 //! Every request is a quota call that is never denied (fresh subjects, far under the limit;
 //! `POST` with an empty body, so the default cost of 1),
@@ -20,14 +21,15 @@ pub struct Target {
     pub url: String,
     /// The route prefix a subject is appended to (`POST {path}/{subject}`).
     pub path: &'static str,
-    /// The JSON field that must be `true` in each answer, if any (the floor answers PING).
+    /// The JSON field that must be `true` in each answer, if any (the floor and the no-I/O
+    /// worker answer PING).
     pub field: Option<&'static str>,
 }
 
 /// The workers and how hard to drive them.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The redcount worker, the peer and the floor, under workerd.
+    /// The redcount worker, the peer, the floor and (optionally) the no-I/O worker, under workerd.
     pub targets: Vec<Target>,
     /// The redcount worker under wrangler dev (one row, at `reference_conns`).
     pub wrangler_dev: Option<Target>,
@@ -69,6 +71,17 @@ impl Series {
     /// Median p99 over rounds, in ms.
     pub fn p99_ms(&self) -> f64 {
         self.median(|r| r.p99.as_secs_f64() * 1000.0)
+    }
+
+    /// Median p99.9 over rounds, in ms.
+    pub fn p999_ms(&self) -> f64 {
+        self.median(|r| r.p999.as_secs_f64() * 1000.0)
+    }
+
+    /// Share of all requests, over every round, that took 20 ms or more (%).
+    pub fn slow_pct(&self) -> f64 {
+        let ops: usize = self.rounds.iter().map(|r| r.ops).sum();
+        100.0 * self.rounds.iter().map(|r| r.slow).sum::<usize>() as f64 / ops.max(1) as f64
     }
 
     /// Median p50 over rounds, in ms.
@@ -167,18 +180,20 @@ pub fn markdown(series: &[Series], reference: Option<&Series>, ours: &str, peer:
     let mut out = format!(
         "Medians of {rounds} interleaved rounds (each round runs every worker at every connection count, \
          the workers' order turning each round); a quota call per request, never denied.\n\n\
-         | worker | served by | conns | ops/s | p50 ms | p99 ms | ops/s per round | failed |\n\
-         |---|---|---:|---:|---:|---:|---|---:|\n"
+         | worker | served by | conns | ops/s | p50 ms | p99 ms | p99.9 ms | ≥ 20 ms | ops/s per round | failed |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---|---:|\n"
     );
     let line = |s: &Series, served: &str| {
         let per: Vec<String> = s.rounds.iter().map(|r| format!("{:.0}", r.ops_per_sec())).collect();
         format!(
-            "| {} | {served} | {} | {:.0} | {:.2} | {:.2} | {} | {} |\n",
+            "| {} | {served} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2}% | {} | {} |\n",
             s.name,
             s.conns,
             s.ops_per_sec(),
             s.p50_ms(),
             s.p99_ms(),
+            s.p999_ms(),
+            s.slow_pct(),
             per.join(" / "),
             s.failures()
         )

@@ -177,6 +177,9 @@ enum BenchCmd {
         /// The floor worker (one fetch to the REST front per request).
         #[arg(long)]
         floor_url: String,
+        /// A worker that answers without any I/O (workerd's own latency and pauses), if any
+        #[arg(long)]
+        null_url: Option<String>,
         /// The redcount worker under wrangler dev, for a reference row.
         #[arg(long)]
         wrangler_dev_url: Option<String>,
@@ -317,16 +320,21 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             }
         }
         Cmd::Bench {
-            which: BenchCmd::Workers { worker_url, peer_url, floor_url, wrangler_dev_url, conns, rounds, ops, out },
+            which:
+                BenchCmd::Workers { worker_url, peer_url, floor_url, null_url, wrangler_dev_url, conns, rounds, ops, out },
         } => {
             use redcount_bench::workers::{self, Plan, Target};
             let quota = |name, url| Target { name, url, path: "/api/quotas/bench-quota", field: Some("allowed") };
+            let mut targets = vec![
+                quota("redcount worker", worker_url),
+                Target { name: "@upstash/ratelimit worker", url: peer_url, path: "/limit", field: Some("allowed") },
+                Target { name: "floor: one fetch", url: floor_url, path: "/floor", field: None },
+            ];
+            if let Some(url) = null_url {
+                targets.push(Target { name: "workerd alone: no I/O", url, path: "/none", field: None });
+            }
             let plan = Plan {
-                targets: vec![
-                    quota("redcount worker", worker_url),
-                    Target { name: "@upstash/ratelimit worker", url: peer_url, path: "/limit", field: Some("allowed") },
-                    Target { name: "floor: one fetch", url: floor_url, path: "/floor", field: None },
-                ],
+                targets,
                 wrangler_dev: wrangler_dev_url.map(|u| quota("redcount worker", u)),
                 conns,
                 rounds,
