@@ -179,12 +179,19 @@ async fn quota_fixed_window_state_ends_with_its_window_and_reads_the_layout_befo
     assert_eq!(d.run(&RefundQuota::new("fw", &s, algo, 2).unwrap()).await.unwrap(), 0);
     assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 99);
     assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end));
-    // A count without an expiry (not one of ours) starts a new window.
-    let s = uid("u");
-    let key = keys::quota("fw", &s, "fw");
-    let _: () = redis::cmd("SET").arg(&key).arg("50").query(&mut redis.conn()).unwrap();
-    assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 99);
-    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end));
+    // A count without an expiry, or one this script would never write, starts a new window.
+    for (tampered, ttl) in [("50", None), ("-500", Some(60_000)), ("2.5", Some(60_000)), ("nan", Some(60_000))] {
+        let s = uid("u");
+        let key = keys::quota("fw", &s, "fw");
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg(tampered);
+        if let Some(ms) = ttl {
+            set.arg("PX").arg(ms);
+        }
+        let _: () = set.query(&mut redis.conn()).unwrap();
+        assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 99, "{tampered}");
+        assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end), "{tampered}");
+    }
 }
 
 #[tokio::test]
