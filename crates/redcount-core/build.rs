@@ -1,7 +1,9 @@
-//! The scripts as Redis receives them: `lua/*.lua` with every comment-only line left empty.
-//! The comments are for readers of the repository; every script is carried in the worker's
-//! bundle for EVAL after NOSCRIPT, and they were more than half of its size there. Lines are
-//! kept (empty), so a line number in a Redis error is the file's.
+//! The scripts as Redis receives them: `lua/*.lua` with every comment-only line left empty
+//! and no indentation. The comments and the layout are for readers of the repository; every
+//! script is carried in the worker's bundle for EVAL after NOSCRIPT, and they were more than
+//! half of its size there. Lines are kept, so a line number in a Redis error is the file's.
+//! (No script has a long string spanning lines, whose text indentation would be part of;
+//! the build refuses one.)
 
 use std::path::Path;
 
@@ -18,10 +20,12 @@ fn main() {
         println!("cargo:rerun-if-changed={}", path.display());
         let text = std::fs::read_to_string(&path).expect("a script is UTF-8");
         let mut kept = String::with_capacity(text.len());
+        assert!(!text.contains("[["), "{}: a long string would lose its indentation", path.display());
         for line in text.lines() {
+            let code = line.trim_start();
             // Only whole-line comments: a `--` after code may be inside a string.
-            if !line.trim_start().starts_with("--") {
-                kept.push_str(line);
+            if !code.starts_with("--") {
+                kept.push_str(code);
             }
             kept.push('\n');
         }

@@ -116,7 +116,9 @@ impl ErrorReply {
             "OOM" => ErrorKind::OutOfMemory,
             "IDEMPOTENCY_CONFLICT" => ErrorKind::IdempotencyConflict,
             _ if message.starts_with("ERR redcount:") => ErrorKind::Rejected,
-            _ if message.contains("NOSCRIPT") => ErrorKind::NoScript,
+            // A byte-window search: `str::contains` with a `&str` pattern links the two-way
+            // searcher (kilobytes in the worker's wasm) for this one check.
+            _ if message.as_bytes().windows(8).any(|w| w == b"NOSCRIPT") => ErrorKind::NoScript,
             _ => ErrorKind::Other,
         };
         ErrorReply { kind, message }

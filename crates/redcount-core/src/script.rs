@@ -10,18 +10,20 @@ use crate::command::{Command, itoa};
 use crate::error::ErrorReply;
 use crate::sha1;
 
-/// A Lua script shipped with redcount. Two scripts are equal when their sources are.
+/// A Lua script shipped with redcount: its source is its parts one after the other. Two
+/// scripts are equal when their parts are.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Script {
     name: &'static str,
-    source: &'static str,
+    parts: &'static [&'static str],
     sha1: [u8; 40],
 }
 
 impl Script {
-    /// A script with its SHA-1 computed at compile time.
-    pub const fn new(name: &'static str, source: &'static str) -> Self {
-        Script { name, source, sha1: sha1::hex(sha1::digest(source.as_bytes())) }
+    /// A script of `parts` (at most 16), with the SHA-1 of their concatenation computed at
+    /// compile time.
+    pub const fn new(name: &'static str, parts: &'static [&'static str]) -> Self {
+        Script { name, parts, sha1: sha1::hex(sha1::digest_strs(parts)) }
     }
 
     /// The file name without `.lua`.
@@ -29,9 +31,10 @@ impl Script {
         self.name
     }
 
-    /// The Lua source, as sent by EVAL and SCRIPT LOAD.
-    pub fn source(&self) -> &'static str {
-        self.source
+    /// The Lua source, as sent by EVAL and SCRIPT LOAD: the parts joined (only those two
+    /// need the text; EVALSHA sends the SHA-1).
+    pub fn source(&self) -> String {
+        self.parts.concat()
     }
 
     /// The SHA-1 of the source in lowercase hex: the name EVALSHA uses.
@@ -49,14 +52,16 @@ macro_rules! scripts {
         // functions). The shebang makes Redis refuse a writing script as a whole at
         // maxmemory (OOM, nothing written) instead of letting it write once its first write
         // passed; reading scripts say `no-writes`.
+        // Kept as parts, not one string per script: the same file's text is one constant in
+        // the binary (the prelude was repeated in every script, in the worker's bundle too).
         $( $(#[$doc])* pub static $id: Script = Script::new(
             $file,
-            concat!(
-                $shebang, "\n",
+            &[
+                concat!($shebang, "\n"),
                 include_str!(concat!(env!("OUT_DIR"), "/lua/prelude.lua")),
                 $(include_str!(concat!(env!("OUT_DIR"), "/lua/", $lib, ".lua")),)*
-                include_str!(concat!(env!("OUT_DIR"), "/lua/", $file, ".lua"))
-            ),
+                include_str!(concat!(env!("OUT_DIR"), "/lua/", $file, ".lua")),
+            ],
         ); )*
         /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
         pub static ALL: &[&Script] = &[$(&$id),*];
@@ -128,7 +133,7 @@ impl Invocation {
 
     /// `EVAL source numkeys keys… args…`: the retry after NOSCRIPT (caches the script again).
     pub fn eval(&self) -> Command {
-        self.build("EVAL", self.script.source())
+        self.build("EVAL", &self.script.source())
     }
 }
 

@@ -6,9 +6,51 @@
 
 /// The SHA-1 digest of `data`.
 pub const fn digest(data: &[u8]) -> [u8; 20] {
+    digest_parts(&[data])
+}
+
+/// The SHA-1 digest of `parts` one after the other, as if concatenated (a script is its
+/// prelude, its libraries and its own file, each stored once in the binary).
+pub const fn digest_strs(parts: &[&str]) -> [u8; 20] {
+    let mut bytes: [&[u8]; 16] = [&[]; 16];
+    assert!(parts.len() <= bytes.len(), "at most 16 parts");
+    let mut i = 0;
+    while i < parts.len() {
+        bytes[i] = parts[i].as_bytes();
+        i += 1;
+    }
+    digest_parts(&bytes)
+}
+
+/// The message bytes of `parts` in order: the part and the offset of the next one.
+struct Cursor<'a> {
+    parts: &'a [&'a [u8]],
+    part: usize,
+    at: usize,
+}
+
+impl Cursor<'_> {
+    const fn next(&mut self) -> u8 {
+        while self.at >= self.parts[self.part].len() {
+            self.part += 1;
+            self.at = 0;
+        }
+        self.at += 1;
+        self.parts[self.part][self.at - 1]
+    }
+}
+
+const fn digest_parts(parts: &[&[u8]]) -> [u8; 20] {
     let mut h: [u32; 5] = [0x6745_2301, 0xEFCD_AB89, 0x98BA_DCFE, 0x1032_5476, 0xC3D2_E1F0];
+    let mut len = 0;
+    let mut p = 0;
+    while p < parts.len() {
+        len += parts[p].len();
+        p += 1;
+    }
+    let mut data = Cursor { parts, part: 0, at: 0 };
     // Message, then 0x80, zeros, and the 64-bit bit length, padded to 64-byte blocks.
-    let padded = (data.len() + 9).div_ceil(64) * 64;
+    let padded = (len + 9).div_ceil(64) * 64;
     let mut block = 0;
     while block < padded / 64 {
         let mut w = [0u32; 80];
@@ -17,7 +59,10 @@ pub const fn digest(data: &[u8]) -> [u8; 20] {
             let mut word = 0u32;
             let mut j = 0;
             while j < 4 {
-                word = (word << 8) | padded_byte(data, block * 64 + i * 4 + j, padded) as u32;
+                let idx = block * 64 + i * 4 + j;
+                // Bytes are read in order, so the cursor walks the parts once.
+                let byte = if idx < len { data.next() } else { padding_byte(len, idx, padded) };
+                word = (word << 8) | byte as u32;
                 j += 1;
             }
             w[i] = word;
@@ -63,11 +108,9 @@ pub const fn digest(data: &[u8]) -> [u8; 20] {
     out
 }
 
-const fn padded_byte(data: &[u8], idx: usize, padded: usize) -> u8 {
-    let len = data.len();
-    if idx < len {
-        data[idx]
-    } else if idx == len {
+/// Byte `idx` (at or past `len`) of the padding of a `len`-byte message.
+const fn padding_byte(len: usize, idx: usize, padded: usize) -> u8 {
+    if idx == len {
         0x80
     } else if idx >= padded - 8 {
         let bits = (len as u64).wrapping_mul(8);

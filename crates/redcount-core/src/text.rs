@@ -48,3 +48,70 @@ pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
     }
     core::hint::black_box(diff) == 0
 }
+
+/// The whole number a decimal text names exactly, within `-max..=max`: digits with an optional
+/// sign, fraction and exponent (`-0`, `1e3`, `12.50e1`, the forms `%.17g` and its kin print a
+/// whole-number score in). `None` for anything else: a fraction that is not zero, `nan`,
+/// `inf`, out of range, or more than 64 bytes. Read exactly, without floating point (an `f64`
+/// parse would round, and would bring a float parser into the worker's wasm).
+///
+/// ```
+/// use redcount_core::text::whole_number;
+/// assert_eq!(whole_number("1234", 1 << 53), Some(1234));
+/// assert_eq!(whole_number("-0", 1 << 53), Some(0));
+/// assert_eq!(whole_number("1.5e1", 1 << 53), Some(15));
+/// assert_eq!(whole_number("9.007199254740991e+15", 1 << 53), Some(9_007_199_254_740_991));
+/// assert_eq!(whole_number("1.5", 1 << 53), None);
+/// assert_eq!(whole_number("1e16", 1 << 53), None);
+/// assert_eq!(whole_number("inf", 1 << 53), None);
+/// ```
+pub fn whole_number(text: &str, max: i64) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.is_empty() || b.len() > 64 {
+        return None;
+    }
+    let (negative, b) = match b[0] {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let (mantissa, exponent) = match b.iter().position(|&c| c == b'e' || c == b'E') {
+        Some(at) => (&b[..at], core::str::from_utf8(&b[at + 1..]).ok()?.parse::<i32>().ok()?),
+        None => (b, 0),
+    };
+    let (whole, fraction) = match mantissa.iter().position(|&c| c == b'.') {
+        Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
+        None => (mantissa, &mantissa[..0]),
+    };
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    // The digits, and where the decimal point falls among them once the exponent is applied.
+    let digits = whole.iter().chain(fraction);
+    let point = i64::try_from(whole.len()).ok()? + i64::from(exponent);
+    let (mut value, mut at) = (0i64, 0i64);
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(c - b'0');
+        if at < point {
+            value = value.checked_mul(10)?.checked_add(d)?;
+            if value > max {
+                return None;
+            }
+        } else if d != 0 {
+            return None; // a digit after the point that is not zero: not a whole number
+        }
+        at += 1;
+    }
+    // Zeros the exponent adds past the last digit.
+    while at < point {
+        value = value.checked_mul(10)?;
+        if value > max {
+            return None;
+        }
+        at += 1;
+    }
+    Some(if negative { -value } else { value })
+}

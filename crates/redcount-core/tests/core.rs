@@ -217,3 +217,34 @@ fn scripts_validate_then_replay_then_act() {
     }
     assert!(checked >= 10, "{checked} scripts");
 }
+
+/// The float-based reading `inbox` used before `text::whole_number` (f64 parse, whole, in
+/// range): the reference for texts too short for f64 to round.
+fn whole_by_float(s: &str, max: i64) -> Option<i64> {
+    let f: f64 = s.parse().ok()?;
+    ((-(max as f64)..=max as f64).contains(&f) && f == (f as i64) as f64).then_some(f as i64)
+}
+
+proptest! {
+    /// Short texts over the characters a number is written with: the exact reading agrees
+    /// with the float one (nothing of 9 characters or fewer is rounded by f64), except that
+    /// the exact one takes no `inf`/`nan` spelling (neither does the float one in range).
+    #[test]
+    fn whole_number_agrees_with_the_float_reading(s in "[-+0-9.eE]{1,9}") {
+        let max = redcount_core::validate::MAX_SAFE;
+        prop_assert_eq!(redcount_core::text::whole_number(&s, max), whole_by_float(&s, max), "{:?}", s);
+    }
+
+    /// Every way a whole number in range is printed reads back as itself; half more does not.
+    #[test]
+    fn whole_number_reads_every_printing_of_a_whole_number(n in -(1i64 << 53) + 1..(1i64 << 53)) {
+        let max = redcount_core::validate::MAX_SAFE;
+        for text in [n.to_string(), format!("{:e}", n as f64), format!("{n}.000"), format!("{n}e0"), format!("{:E}", n as f64)] {
+            prop_assert_eq!(redcount_core::text::whole_number(&text, max), Some(n), "{}", text);
+        }
+        if n.unsigned_abs() < 1 << 40 {
+            prop_assert_eq!(redcount_core::text::whole_number(&format!("{n}.5"), max), None);
+        }
+        prop_assert_eq!(redcount_core::text::whole_number(&format!("{}0", max), max), None);
+    }
+}

@@ -24,7 +24,21 @@
 //! `name\0value\0…`) or `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
 //! then call `receive` or `fail` with the handle; `timeout_ms` 0: no bound of the policy's).
 
-use core::cell::RefCell;
+// On wasm32 the crate needs no std: core and alloc only, so the bundle carries none of std's
+// panic, thread-local or I/O machinery. Host builds (its unit tests) keep std.
+#![cfg_attr(target_family = "wasm", no_std)]
+extern crate alloc;
+
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// The allocator on wasm32 (not the default dlmalloc): talc, several KB smaller in the bundle.
+/// A worker isolate runs one thread, which is what talc's wasm allocator assumes.
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, RestTarget, Step};
 use wasm_bindgen::prelude::wasm_bindgen;
@@ -70,7 +84,6 @@ impl rand_core::RngCore for PlatformRng {
 impl rand_core::CryptoRng for PlatformRng {}
 
 /// What one isolate keeps between requests.
-#[derive(Default)]
 struct Isolate {
     /// The configuration read by the last [`configure`]; `None` before the first.
     config: Option<Result<(Config, RestTarget), ConfigError>>,
@@ -85,6 +98,10 @@ struct Isolate {
 }
 
 impl Isolate {
+    const fn new() -> Self {
+        Isolate { config: None, pending: Vec::new(), free: Vec::new(), input: Vec::new(), output: Vec::new() }
+    }
+
     fn park(&mut self, ex: Exchange) -> u32 {
         match self.free.pop() {
             Some(h) => {
@@ -105,15 +122,40 @@ impl Isolate {
     }
 }
 
-thread_local! {
-    static ISOLATE: RefCell<Isolate> = RefCell::new(Isolate::default());
+/// The isolate's state. An isolate runs one thread, so the lock is never contended; a call
+/// that finds it held is a bug (a call nested in another), and traps rather than waits.
+#[cfg(target_family = "wasm")]
+static ISOLATE: spin::Mutex<Isolate> = spin::Mutex::new(Isolate::new());
+
+// On the host (the unit tests, run on parallel threads): one isolate per thread.
+#[cfg(not(target_family = "wasm"))]
+std::thread_local! {
+    static ISOLATE: core::cell::RefCell<Isolate> = const { core::cell::RefCell::new(Isolate::new()) };
+}
+
+fn isolate<R>(f: impl FnOnce(&mut Isolate) -> R) -> R {
+    #[cfg(target_family = "wasm")]
+    match ISOLATE.try_lock() {
+        Some(mut i) => f(&mut i),
+        None => core::arch::wasm32::unreachable(),
+    }
+    #[cfg(not(target_family = "wasm"))]
+    ISOLATE.with_borrow_mut(f)
+}
+
+/// A panic on wasm32 (none is expected: the API returns errors) traps at once, without
+/// formatting a message nobody would read.
+#[cfg(all(target_family = "wasm", not(test)))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
 }
 
 /// Room for the next call's input: makes the input buffer at least `len` bytes long and
 /// returns its address in wasm memory (the buffer is reused from call to call).
 #[wasm_bindgen]
 pub fn input(len: usize) -> *mut u8 {
-    ISOLATE.with_borrow_mut(|i| {
+    isolate(|i| {
         if i.input.len() < len {
             i.input.resize(len, 0);
         }
@@ -125,9 +167,9 @@ pub fn input(len: usize) -> *mut u8 {
 /// output: its address (`len:u32le`, then the bytes), valid until the next call.
 fn call(len: usize, f: impl FnOnce(&[u8]) -> Vec<u8>) -> *const u8 {
     // Out of the isolate while `f` runs: `f` borrows the isolate itself.
-    let input = ISOLATE.with_borrow_mut(|i| core::mem::take(&mut i.input));
+    let input = isolate(|i| core::mem::take(&mut i.input));
     let out = f(&input[..len.min(input.len())]);
-    ISOLATE.with_borrow_mut(|i| {
+    isolate(|i| {
         i.input = input;
         i.output.clear();
         i.output.extend_from_slice(&(out.len() as u32).to_le_bytes());
@@ -200,12 +242,12 @@ fn configure_text(vars: &str) -> String {
         Ok(_) => String::new(),
         Err(e) => format!("server misconfigured: {e}"),
     };
-    ISOLATE.with_borrow_mut(|i| i.config = Some(config));
+    isolate(|i| i.config = Some(config));
     message
 }
 
 fn rest_target_text() -> String {
-    ISOLATE.with_borrow(|i| match &i.config {
+    isolate(|i| match &i.config {
         Some(Ok((_, t))) => {
             let mut out = format!("{}/\0Authorization\0Bearer {}", t.url, t.token);
             for (k, v) in api::REST_HEADERS {
@@ -234,7 +276,7 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> 
     let (method, url) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
     let mut header = || f.next().and_then(|h| h.strip_prefix('+'));
     let (authorization, origin, idempotency_key, content_length) = (header(), header(), header(), header());
-    ISOLATE.with_borrow_mut(|i| {
+    isolate(|i| {
         let config = match &i.config {
             Some(Ok((config, _))) => config,
             Some(Err(e)) => return respond(api::misconfigured(e)),
@@ -258,7 +300,7 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> 
 }
 
 fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
-    ISOLATE.with_borrow_mut(|i| match i.take(handle) {
+    isolate(|i| match i.take(handle) {
         Some(ex) => match ex.receive(status, body) {
             Step::Respond(r) => respond(r),
             Step::Send(ex) => send(i, ex),
@@ -268,7 +310,7 @@ fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
 }
 
 fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
-    ISOLATE.with_borrow_mut(|i| match i.take(handle) {
+    isolate(|i| match i.take(handle) {
         Some(ex) => respond(ex.fail(why)),
         None => lost(),
     })
@@ -313,7 +355,8 @@ fn respond(r: ApiResponse) -> Vec<u8> {
 /// `scheme://host/path?query#fragment` → (`/path`, `query`). The runtime hands the shell a
 /// parsed, absolute URL; splitting its text avoids linking a URL parser into the bundle.
 fn split_url(url: &str) -> (&str, &str) {
-    let after_scheme = url.find("://").map(|i| &url[i + 3..]).unwrap_or(url);
+    // A byte-window search (a `&str` pattern would link the two-way searcher into the bundle).
+    let after_scheme = url.as_bytes().windows(3).position(|w| w == b"://").map_or(url, |i| &url[i + 3..]);
     let from_path = after_scheme.find('/').map(|i| &after_scheme[i..]).unwrap_or("/");
     let no_fragment = from_path.split('#').next().unwrap_or("/");
     no_fragment.split_once('?').unwrap_or((no_fragment, ""))
@@ -396,9 +439,9 @@ mod tests {
     fn calls_read_the_input_buffer_and_leave_a_framed_output() {
         let put = |bytes: &[u8]| {
             input(bytes.len());
-            ISOLATE.with_borrow_mut(|i| i.input[..bytes.len()].copy_from_slice(bytes));
+            isolate(|i| i.input[..bytes.len()].copy_from_slice(bytes));
         };
-        let output = || ISOLATE.with_borrow(|i| i.output.clone());
+        let output = || isolate(|i| i.output.clone());
         put(VARS.as_bytes());
         configure(VARS.len());
         assert_eq!(output(), [0, 0, 0, 0], "no error");

@@ -50,7 +50,7 @@ impl Model {
 fn gcra_admits_exactly_what_the_definition_admits_over_virtual_time() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
-    let script = redis::Script::new(&with_virtual_clock(quota_gcra_source()));
+    let script = redis::Script::new(&with_virtual_clock(&quota_gcra_source()));
     let seed: u64 = rand::rng().random();
     println!("seed {seed} (replay: set it in gcra_admits_exactly_what_the_definition_admits_over_virtual_time)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -125,10 +125,9 @@ fn gcra_admits_exactly_what_the_definition_admits_over_virtual_time() {
     assert!(allowed_n > 100 && denied_n > 100, "both sides reached");
 }
 
-fn quota_gcra_source() -> &'static str {
-    let source = redcount_core::script::QUOTA_GCRA.source();
+fn quota_gcra_source() -> String {
     // The shebang line is for EVAL of the whole; redis::Script sends it as is.
-    source
+    redcount_core::script::QUOTA_GCRA.source()
 }
 
 /// Every quota algorithm: a denied call costs nothing (the state is byte for byte what it

@@ -131,11 +131,9 @@ fn score(v: &Value, op: &'static str) -> Result<i64, ShapeError> {
         return Ok(n);
     }
     if let Value::Bytes(b) = v
-        && let Some(f) = core::str::from_utf8(b).ok().and_then(|s| s.parse::<f64>().ok())
-        && (-(validate::MAX_SAFE as f64)..=validate::MAX_SAFE as f64).contains(&f)
-        && f == (f as i64) as f64
+        && let Some(n) = core::str::from_utf8(b).ok().and_then(|s| crate::text::whole_number(s, validate::MAX_SAFE))
     {
-        return Ok(f as i64);
+        return Ok(n);
     }
     Err(ShapeError::new(op, "score is not an integer"))
 }
