@@ -45,6 +45,30 @@ fn worker_dir(dir: &std::path::Path, toml: &str, dev_vars: &str) -> Result<(), S
     std::fs::write(dir.join(".dev.vars"), dev_vars).map_err(|e| e.to_string())
 }
 
+/// `redcount bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
+/// webdis started here before the same Redis; the table is written to `out`.
+pub fn fronts(
+    bins: &std::path::Path,
+    work: &std::path::Path,
+    redis_port: u16,
+    front_port: u16,
+    front_pid: Option<u32>,
+    token: &str,
+    out: &std::path::Path,
+) -> Result<(), String> {
+    let (webdis, webdis_port) = procs::webdis(&work.join("webdis"), redis_port)?;
+    let pid = |p: Option<u32>| p.map(|p| p.to_string()).ok_or("a front's process id is unknown");
+    setup::run(
+        Command::new(bins.join("redcount"))
+            .args(["bench", "fronts", "--rest-url", &format!("http://127.0.0.1:{front_port}")])
+            .args(["--rest-pid", &pid(front_pid)?])
+            .args(["--webdis-url", &format!("http://127.0.0.1:{webdis_port}"), "--webdis-pid", &pid(webdis.id())?])
+            .arg("--out")
+            .arg(out)
+            .env("REDCOUNT_REST_TOKEN", token),
+    )
+}
+
 /// The heading of BENCHMARKS.md's last section, written by hand and kept by each run.
 const BY_HAND: &str = "\n## Measured by hand";
 
@@ -62,8 +86,7 @@ pub fn all(full: bool) -> Result<(), String> {
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     let rest_token = procs::secret()?;
-    let (_front, front_port) =
-        procs::rest_front(&bins, &redis_url, &rest_token, &["--threads", "1", "--log", "error"])?;
+    let (front, front_port) = procs::rest_front(&bins, &redis_url, &rest_token, &["--threads", "1", "--log", "error"])?;
     let front_url = format!("http://127.0.0.1:{front_port}");
     let admin = procs::secret()?;
 
@@ -193,6 +216,9 @@ pub fn all(full: bool) -> Result<(), String> {
             // The peer's Lua, measured beside redcount's in the Redis-time section.
             .env("REDCOUNT_PEER_JS", root().join("node_modules/@upstash/ratelimit/dist/index.js")),
     )?;
+    let fronts_table = work.join("fronts.md");
+    fronts(&bins, &work, redis_port, front_port, front.id(), &rest_token, &fronts_table)?;
+    let fronts_table = std::fs::read_to_string(&fronts_table).map_err(|e| e.to_string())?;
     let table = std::fs::read_to_string(&table).map_err(|e| e.to_string())?;
     let workers_table = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
     let cold = |v: &[f64]| {
@@ -240,6 +266,10 @@ pub fn all(full: bool) -> Result<(), String> {
          requests for 5 s (from outside workerd); each share is of the isolate's busy time, by the\n\
          frame the sample fell in (a runtime function called from JS counts as built-in, not JS).\n\n\
          {profile_table}\n\
+         ## The REST front beside webdis\n\n\
+         redcount-rest and webdis (Debian's package), each with one worker thread, before the same\n\
+         Redis; the load generator sends the same commands through each (`redcount bench fronts`).\n\n\
+         {fronts_table}\n\
          ## What the variants are\n\n\
          - **Lua over RESP**: redcount's script, one EVALSHA per operation, straight to Redis.\n\
          - **Lua via redcount-rest**: the same call as an Upstash REST request through the front.\n\

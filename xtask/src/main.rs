@@ -160,7 +160,7 @@ fn bench_rest() -> Result<(), String> {
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     let token = procs::secret()?;
     // One worker thread: Redis and the load generator need the machine's other core.
-    let (_front, front_port) = procs::rest_front(&bins, &redis_url, &token, &["--threads", "1", "--log", "error"])?;
+    let (front, front_port) = procs::rest_front(&bins, &redis_url, &token, &["--threads", "1", "--log", "error"])?;
     let out = work.join("rest.md");
     setup::run(
         std::process::Command::new(bins.join("redcount"))
@@ -169,7 +169,10 @@ fn bench_rest() -> Result<(), String> {
             .arg(&out)
             .env("REDCOUNT_REST_TOKEN", &token),
     )?;
-    eprintln!("xtask: table written to {}", out.display());
+    // The front beside webdis, before the same Redis.
+    let fronts = work.join("fronts.md");
+    crate::bench::fronts(&bins, &work, redis_port, front_port, front.id(), &token, &fronts)?;
+    eprintln!("xtask: tables written to {} and {}", out.display(), fronts.display());
     Ok(())
 }
 

@@ -29,6 +29,31 @@ pub fn rest_front(bin_dir: &Path, redis_url: &str, token: &str, extra: &[&str]) 
     Ok((g, port))
 }
 
+/// Starts webdis (Debian's package; installed when missing) on a free loopback port in front
+/// of the Redis on `redis_port`, with a config of its own in `dir`: one worker thread, as the
+/// benchmark runs redcount-rest.
+pub fn webdis(dir: &Path, redis_port: u16) -> Result<(Guard, u16), String> {
+    if !crate::setup::have("webdis") {
+        crate::setup::apt_install(&["webdis"])?;
+    }
+    let port = free_port();
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let config = dir.join("webdis.json");
+    std::fs::write(
+        &config,
+        format!(
+            "{{\"redis_host\": \"127.0.0.1\", \"redis_port\": {redis_port}, \"http_host\": \"127.0.0.1\", \
+             \"http_port\": {port}, \"threads\": 1, \"daemonize\": false, \"database\": 0, \"verbosity\": 0, \
+             \"logfile\": \"{}\"}}\n",
+            dir.join("webdis.log").display()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut g = Guard::spawn("webdis", std::process::Command::new("webdis").arg(&config))?;
+    wait_port(port, Duration::from_secs(10), &mut g)?;
+    Ok((g, port))
+}
+
 /// Starts `wrangler dev` on a config directory of its own (wrangler.toml + .dev.vars there).
 pub fn wrangler(dir: &Path) -> Result<(Guard, u16), String> {
     let port = free_port();

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use redcount_core::Operation;
 use redcount_core::ops::quota::{Algorithm, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome};
 
@@ -93,4 +94,171 @@ pub fn markdown(rows: &[Row], s: Shape) -> String {
         table.push_str(&format!("| {scenario} | {:.2}x | {:+.3} |\n", tput(&r) / tput(&d), p99(&r) - p99(&d)));
     }
     table
+}
+
+/// Where the two HTTP fronts of one Redis are, and their processes (for CPU time).
+#[derive(Debug, Clone)]
+pub struct Fronts {
+    /// redcount-rest (`http://host:port`) and its token.
+    pub rest_url: String,
+    /// The token.
+    pub token: String,
+    /// redcount-rest's process id.
+    pub rest_pid: u32,
+    /// webdis (`http://host:port`), in front of the same Redis.
+    pub webdis_url: String,
+    /// webdis's process id.
+    pub webdis_pid: u32,
+}
+
+/// A process's CPU time so far (user + system, every thread), in µs, from `/proc/PID/stat`.
+fn cpu_us(pid: u32) -> Result<f64, Error> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| Error::Failed(format!("/proc/{pid}/stat: {e}")))?;
+    // Fields after the command name (which may hold spaces, so split after its `)`).
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; clock ticks
+    // of 10 ms (USER_HZ is 100 on Linux).
+    match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) => Ok((u + s) * 10_000.0),
+        _ => Err(Error::Failed(format!("/proc/{pid}/stat: no CPU times"))),
+    }
+}
+
+/// A command as webdis takes it in a POST body: its words joined by `/`, each escaped.
+fn webdis_path(parts: &[String]) -> String {
+    let escape = |w: &str| {
+        w.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect::<String>()
+    };
+    parts.iter().map(|p| escape(p)).collect::<Vec<_>>().join("/")
+}
+
+/// One measurement of one front: `ops` requests over `concurrency` connections; returns the
+/// row and the front's CPU time per request (µs).
+async fn front_once(
+    f: &Fronts,
+    webdis: bool,
+    job: &'static str,
+    command: Arc<dyn Fn(usize) -> redcount_core::Command + Send + Sync>,
+    s: Shape,
+) -> Result<(Row, f64), Error> {
+    let variant = if webdis { "webdis" } else { "redcount-rest" };
+    let pid = if webdis { f.webdis_pid } else { f.rest_pid };
+    let totals = if webdis {
+        let clients = connect_all(s.concurrency, || crate::harness::LeanHttp::connect(&f.webdis_url)).await?;
+        for c in &clients {
+            c.post("/", &[], "PING".into()).await?;
+        }
+        let before = cpu_us(pid)?;
+        let t = crate::harness::drive(None, clients, s.ops, move |c, i| {
+            let body = webdis_path(command(i).parts());
+            async move {
+                let (status, reply) = c.post("/", &[], body).await?;
+                // A Redis error comes back as `[false, "…"]` with status 200 too.
+                Ok(crate::harness::Sample::one(status == 200 && !reply.starts_with(b"{\"EVALSHA\":[false")))
+            }
+        })
+        .await;
+        (t, cpu_us(pid)? - before)
+    } else {
+        let clients = connect_all(s.concurrency, || LeanRest::connect(&f.rest_url, &f.token)).await?;
+        for c in &clients {
+            c.send(&redcount_core::Command::new("PING")).await?;
+        }
+        let before = cpu_us(pid)?;
+        let t = crate::harness::drive(None, clients, s.ops, move |c, i| {
+            let cmd = command(i);
+            async move { Ok(crate::harness::Sample::one(c.send(&cmd).await.is_ok())) }
+        })
+        .await;
+        (t, cpu_us(pid)? - before)
+    };
+    let (t, cpu) = totals;
+    Ok((Row::new(job, variant, &t), cpu / s.ops as f64))
+}
+
+/// redcount-rest beside webdis, the same Redis behind both: INCR, and EVALSHA of redcount's
+/// fixed-window take (never denied), three interleaved rounds (the order of the fronts turning
+/// each round); throughput and each front's CPU time per request, medians, as Markdown.
+pub async fn fronts(f: &Fronts, s: Shape) -> Result<String, Error> {
+    let run = format!("{:x}", rand::random::<u32>());
+    let algo = Algorithm::FixedWindow { limit: 1_000_000_000, window_ms: 3_600_000 };
+    // Load the script once (EVALSHA then EVAL), so every measured call is an EVALSHA.
+    let loader = LeanRest::connect(&f.rest_url, &f.token).await?;
+    loader.run(&TakeQuota::take("bench-front", &format!("f{run}"), algo, 1)?).await?;
+    let incr: Arc<dyn Fn(usize) -> redcount_core::Command + Send + Sync> = {
+        let run = run.clone();
+        Arc::new(move |i| redcount_core::Command::new("INCR").arg(format!("front:{run}:{}", i % 1000)))
+    };
+    let take: Arc<dyn Fn(usize) -> redcount_core::Command + Send + Sync> = {
+        let run = run.clone();
+        Arc::new(move |i| {
+            TakeQuota::take("bench-front", &format!("f{run}-{}", i % 1000), algo, 1)
+                .map(|op| op.request().command())
+                .unwrap_or_else(|_| redcount_core::Command::new("PING"))
+        })
+    };
+    let jobs = [("INCR", incr), ("EVALSHA (quota take)", take)];
+    // [job][front] -> (ops/s, cpu µs) per round
+    let mut m: Vec<[Vec<(f64, f64)>; 2]> = vec![[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    for round in 0..3 {
+        eprintln!("fronts: round {}/3 …", round + 1);
+        for (j, (job, cmd)) in jobs.iter().enumerate() {
+            let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+            for webdis in order {
+                let (row, cpu) = front_once(f, webdis, job, cmd.clone(), s).await?;
+                if row.successes != row.ops as u64 {
+                    return Err(Error::Failed(format!(
+                        "{job} through {}: {} of {} failed",
+                        row.variant,
+                        row.ops as u64 - row.successes,
+                        row.ops
+                    )));
+                }
+                m[j][usize::from(webdis)].push((row.ops_per_sec(), cpu));
+            }
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut out = format!(
+        "{} connections, {} requests per measurement, 3 interleaved rounds (medians); CPU per request is\n\
+         the front process's own CPU time (user + system, from `/proc`) over the requests it answered.\n\n\
+         | command | front | ops/s | ops/s per round | CPU per request | per round |\n|---|---|---:|---|---:|---|\n",
+        s.concurrency, s.ops
+    );
+    for (j, (job, _)) in jobs.iter().enumerate() {
+        for (k, name) in ["redcount-rest", "webdis"].into_iter().enumerate() {
+            let v = &m[j][k];
+            let per = |g: fn(&(f64, f64)) -> f64, unit: &str| {
+                v.iter().map(|x| format!("{:.0}{unit}", g(x))).collect::<Vec<_>>().join(" / ")
+            };
+            out.push_str(&format!(
+                "| {job} | {name} | {:.0} | {} | {:.1} µs | {} |\n",
+                median(v.iter().map(|x| x.0).collect()),
+                per(|x| x.0, ""),
+                median(v.iter().map(|x| x.1).collect()),
+                per(|x| x.1, " µs"),
+            ));
+        }
+        let ratio =
+            |g: fn(&(f64, f64)) -> f64| median(m[j][0].iter().zip(&m[j][1]).map(|(a, b)| g(a) / g(b)).collect());
+        out.push_str(&format!(
+            "| {job} | **redcount-rest / webdis** | **{:.2}x** | | **{:.2}x** | |\n",
+            ratio(|x| x.0),
+            ratio(|x| x.1)
+        ));
+    }
+    Ok(out)
 }

@@ -217,6 +217,34 @@ enum BenchCmd {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// redcount-rest beside webdis in front of the same Redis: INCR and EVALSHA of the quota
+    /// take, interleaved rounds; throughput and each front's CPU time per request (from /proc)
+    Fronts {
+        /// redcount-rest's URL.
+        #[arg(long, env = "REDCOUNT_REST_URL")]
+        rest_url: String,
+        /// Its token.
+        #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
+        rest_token: String,
+        /// redcount-rest's process id (its CPU time is read from /proc).
+        #[arg(long)]
+        rest_pid: u32,
+        /// webdis's URL (in front of the same Redis).
+        #[arg(long)]
+        webdis_url: String,
+        /// webdis's process id.
+        #[arg(long)]
+        webdis_pid: u32,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 50)]
+        concurrency: usize,
+        /// Requests per measurement.
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// Also write the table to this Markdown file.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -353,6 +381,27 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                     print!("{md}");
                     if let Some(p) = out
                         && let Err(e) = std::fs::write(&p, md)
+                    {
+                        eprintln!("redcount: bench: {}: {e}", p.display());
+                        return std::process::ExitCode::FAILURE;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("redcount: bench: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            }
+        }
+        Cmd::Bench {
+            which: BenchCmd::Fronts { rest_url, rest_token, rest_pid, webdis_url, webdis_pid, concurrency, ops, out },
+        } => {
+            use redcount_bench::{harness::Shape, rest};
+            let fronts = rest::Fronts { rest_url, token: rest_token, rest_pid, webdis_url, webdis_pid };
+            match rest::fronts(&fronts, Shape { ops, concurrency }).await {
+                Ok(table) => {
+                    print!("{table}");
+                    if let Some(p) = out
+                        && let Err(e) = std::fs::write(&p, table)
                     {
                         eprintln!("redcount: bench: {}: {e}", p.display());
                         return std::process::ExitCode::FAILURE;
