@@ -55,15 +55,19 @@ enum Toolchain {
 }
 
 fn toolchain() -> Result<Toolchain, String> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == "wasm32-unknown-unknown"));
+    // `REDCOUNT_WASM_TOOLCHAIN=debian` takes the fallback even where rustup has the target (to
+    // check that path on a machine that has both).
+    let forced = std::env::var("REDCOUNT_WASM_TOOLCHAIN").is_ok_and(|v| v == "debian");
+    let installed = !forced
+        && Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == "wasm32-unknown-unknown"));
     if installed {
         return Ok(Toolchain::Rustup);
     }
     // Try the ordinary path once, briefly: where rustup can download, this is all it takes.
-    if have("rustup") && have("timeout") {
+    if !forced && have("rustup") && have("timeout") {
         eprintln!("xtask: rustup target add wasm32-unknown-unknown (60 s at most)");
         let ok = Command::new("timeout")
             .args(["60", "rustup", "target", "add", "wasm32-unknown-unknown"])
@@ -109,6 +113,11 @@ pub fn build() -> Result<(u64, u64), String> {
         .env("CARGO_PROFILE_RELEASE_STRIP", "true")
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false");
     if let Toolchain::DebianBuildStd = toolchain {
+        // rustc links wasm with `rust-lld`, which Debian's rustc-web does not always provide:
+        // lld-22's `wasm-ld` is the same linker in its wasm flavour.
+        if !have("rust-lld") && Path::new("/usr/bin/wasm-ld-22").exists() {
+            cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", "/usr/bin/wasm-ld-22");
+        }
         let path = std::env::var("PATH").unwrap_or_default();
         cmd.env("PATH", format!("/usr/bin:{path}"))
             .env("RUSTC_BOOTSTRAP", "1")
