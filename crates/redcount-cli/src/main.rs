@@ -369,27 +369,17 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 ops,
                 reference_conns: 10,
             };
-            match workers::run(&plan).await {
-                Ok((series, reference)) => {
-                    let md = workers::markdown(
-                        &series,
-                        reference.as_ref(),
-                        "redcount worker",
-                        "@upstash/ratelimit worker",
-                        "floor: one fetch",
-                    );
-                    print!("{md}");
-                    if let Some(p) = out
-                        && let Err(e) = std::fs::write(&p, md)
-                    {
-                        eprintln!("redcount: bench: {}: {e}", p.display());
-                        return std::process::ExitCode::FAILURE;
-                    }
-                }
-                Err(e) => {
-                    eprintln!("redcount: bench: {e}");
-                    return std::process::ExitCode::FAILURE;
-                }
+            let md = workers::run(&plan).await.map(|(series, reference)| {
+                workers::markdown(
+                    &series,
+                    reference.as_ref(),
+                    "redcount worker",
+                    "@upstash/ratelimit worker",
+                    "floor: one fetch",
+                )
+            });
+            if !print_table(md, out) {
+                return std::process::ExitCode::FAILURE;
             }
         }
         Cmd::Bench {
@@ -397,20 +387,8 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         } => {
             use redcount_bench::{harness::Shape, rest};
             let fronts = rest::Fronts { rest_url, token: rest_token, rest_pid, webdis_url, webdis_pid };
-            match rest::fronts(&fronts, Shape { ops, concurrency }).await {
-                Ok(table) => {
-                    print!("{table}");
-                    if let Some(p) = out
-                        && let Err(e) = std::fs::write(&p, table)
-                    {
-                        eprintln!("redcount: bench: {}: {e}", p.display());
-                        return std::process::ExitCode::FAILURE;
-                    }
-                }
-                Err(e) => {
-                    eprintln!("redcount: bench: {e}");
-                    return std::process::ExitCode::FAILURE;
-                }
+            if !print_table(rest::fronts(&fronts, Shape { ops, concurrency }).await, out) {
+                return std::process::ExitCode::FAILURE;
             }
         }
         Cmd::Bench { which: BenchCmd::Rest { redis, rest_url, rest_token, concurrency, ops, out } } => {
@@ -421,6 +399,26 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+/// Prints a benchmark's Markdown table and writes it to `out` too; false (said on stderr)
+/// when the benchmark failed or the file could not be written.
+fn print_table(table: Result<String, redcount_bench::Error>, out: Option<std::path::PathBuf>) -> bool {
+    let table = match table {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("redcount: bench: {e}");
+            return false;
+        }
+    };
+    print!("{table}");
+    if let Some(p) = out
+        && let Err(e) = std::fs::write(&p, table)
+    {
+        eprintln!("redcount: bench: {}: {e}", p.display());
+        return false;
+    }
+    true
 }
 
 /// Where drain reads: one Redis, or a Redis Cluster through seed nodes (comma-separated).
