@@ -34,7 +34,9 @@ local function fixed_eval(p, key, ovr, clock)
   -- key still stands on the frozen clock, so the call is still that window's).
   local reset = used and redis.call('PTTL', key)
   local ends -- set when this call starts the window: its end, in ms since the epoch
-  if not reset or reset < 0 then -- no state, the layout before, or a key without an expiry
+  -- No state, the layout before, a key without an expiry, or one that outlives a window (set
+  -- under a longer window_ms: it cannot be this window's).
+  if not reset or reset < 0 or reset > p.window then
     local now = math.floor(clock() / 1000)
     local w = math.floor(now / p.window)
     local sw, sn = string.match(st[1] or '', '^(%d+):(%d+)$')

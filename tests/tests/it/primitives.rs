@@ -192,6 +192,17 @@ async fn quota_fixed_window_state_ends_with_its_window_and_reads_the_layout_befo
         assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 99, "{tampered}");
         assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("1"), window_end), "{tampered}");
     }
+
+    // A count kept under a longer window (the policy's window_ms shortened since): it cannot be
+    // the running window's, so the window restarts, ending where a 60 s window ends.
+    let minute = Algorithm::FixedWindow { limit: 100, window_ms: 60_000 };
+    let s = uid("u");
+    let key = keys::quota("fw", &s, "fw");
+    let _: () = redis::cmd("SET").arg(&key).arg("70").arg("PX").arg(3_600_000).query(&mut redis.conn()).unwrap();
+    let after = d.run(&TakeQuota::take("fw", &s, minute, 1).unwrap()).await.unwrap();
+    assert_eq!(after.remaining, 99, "{after:?}");
+    assert!(after.reset_ms <= 60_000, "{after:?}");
+    assert_eq!((get(&key).as_deref(), expires_at(&key) % 60_000), (Some("1"), 0));
 }
 
 #[tokio::test]
