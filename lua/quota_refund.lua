@@ -48,6 +48,9 @@ if algo == 'fw' then
   local v = redis.call('GET', key)
   local used = tonumber(v)
   if used then
+    -- Only a count the take would count (lib_fixed.lua): whole, with an expiry within a window.
+    local ttl = redis.call('PTTL', key)
+    if used < 0 or used % 1 ~= 0 or ttl < 0 or ttl > p2 then used = 0 end
     given = math.min(units, used)
     if given > 0 then redis.call('DECRBY', key, s(given)) end -- the key keeps its expiry
   else -- the layout before, "<window>:<used>"

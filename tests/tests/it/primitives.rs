@@ -199,6 +199,7 @@ async fn quota_fixed_window_state_ends_with_its_window_and_reads_the_layout_befo
     let s = uid("u");
     let key = keys::quota("fw", &s, "fw");
     let _: () = redis::cmd("SET").arg(&key).arg("70").arg("PX").arg(3_600_000).query(&mut redis.conn()).unwrap();
+    assert_eq!(d.run(&RefundQuota::new("fw", &s, minute, 5).unwrap()).await.unwrap(), 0, "not the window's units");
     let after = d.run(&TakeQuota::take("fw", &s, minute, 1).unwrap()).await.unwrap();
     assert_eq!(after.remaining, 99, "{after:?}");
     assert!(after.reset_ms <= 60_000, "{after:?}");
