@@ -337,7 +337,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             } else {
                 entries
             };
-            let small = entries.iter().all(|e| e.as_ref().is_ok_and(runs_our_script));
+            let small = entries.iter().all(|e| e.as_ref().is_ok_and(small_reply));
             let r = match run_many(st, &access, entries, atomic, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f, small).await),
                 ok => ok,
@@ -348,7 +348,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
-            let small = runs_our_script(&cmd);
+            let small = small_reply(&cmd);
             let r = match run_one(st, &access, cmd, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f, small).await),
                 ok => ok,
@@ -376,7 +376,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let cmd = Cmd { name, args: parts };
             let what = cmd.name.to_ascii_uppercase();
             check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
-            let small = runs_our_script(&cmd);
+            let small = small_reply(&cmd);
             let r = match run_one(st, &access, cmd, base64, resp2).await {
                 Err(f) => Err(explain_lost(st, f, small).await),
                 ok => ok,
@@ -774,10 +774,17 @@ async fn timed_within<T>(
     }
 }
 
-/// The shared connections for requests that only run redcount's own scripts (their replies
-/// are a few integers), a bounded connection of its own for anything else.
+/// The shared connections for requests whose replies are small by construction (redcount's
+/// own scripts, commands that answer an integer), a bounded connection of its own for
+/// anything else.
 fn lane(cmds: &[&Cmd]) -> Lane {
-    if !cmds.is_empty() && cmds.iter().all(|c| runs_our_script(c)) { Lane::Small } else { Lane::Bounded }
+    if !cmds.is_empty() && cmds.iter().all(|c| small_reply(c)) { Lane::Small } else { Lane::Bounded }
+}
+
+/// True when `c`'s reply is a few integers whatever its arguments: one of redcount's own
+/// scripts, or a command of [`crate::INTEGER_REPLY_COMMANDS`].
+fn small_reply(c: &Cmd) -> bool {
+    runs_our_script(c) || crate::INTEGER_REPLY_COMMANDS.iter().any(|n| c.name.eq_ignore_ascii_case(n))
 }
 
 /// True when `c` runs one of redcount's own scripts (EVALSHA of its SHA-1): those reply a few

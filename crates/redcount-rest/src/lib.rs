@@ -26,6 +26,55 @@ use clap::Parser;
 use http::router;
 use redcount_http::log;
 
+/// Commands whose reply is one integer whatever their arguments (none blocks, none changes
+/// the connection's state): like redcount's own scripts, they run on the front's shared,
+/// pipelined connections, several clients' commands in one write to Redis, instead of on a
+/// connection of their own, which exists so that an unbounded reply (GET, LRANGE, a script's)
+/// can be cut off without harming other requests. Left out on purpose: SET (`GET` returns a
+/// value), ZADD (`INCR` returns a score), INCRBYFLOAT (a bulk string). The tests run every one
+/// against Redis and check that the reply is an integer.
+pub const INTEGER_REPLY_COMMANDS: &[&str] = &[
+    "INCR",
+    "INCRBY",
+    "DECR",
+    "DECRBY",
+    "DEL",
+    "UNLINK",
+    "EXISTS",
+    "TOUCH",
+    "EXPIRE",
+    "PEXPIRE",
+    "EXPIREAT",
+    "PEXPIREAT",
+    "TTL",
+    "PTTL",
+    "PERSIST",
+    "SETNX",
+    "STRLEN",
+    "GETBIT",
+    "SETBIT",
+    "BITCOUNT",
+    "HINCRBY",
+    "HSET",
+    "HSETNX",
+    "HDEL",
+    "HEXISTS",
+    "HLEN",
+    "SADD",
+    "SREM",
+    "SISMEMBER",
+    "SCARD",
+    "LPUSH",
+    "RPUSH",
+    "LPUSHX",
+    "RPUSHX",
+    "LLEN",
+    "ZREM",
+    "ZCARD",
+    "PFADD",
+    "PUBLISH",
+];
+
 /// The front's request parsing on arbitrary input; for the fuzz targets only.
 #[doc(hidden)]
 pub fn fuzz_parse(path: &str, body: &[u8]) {

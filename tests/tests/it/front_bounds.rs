@@ -757,3 +757,70 @@ fn slow_commands_cannot_hold_redis_past_the_timeout() {
     let (status, body) = request(front.port(), "POST", "/", &front.readonly_token, r#"["SUNION","s","t"]"#);
     assert_eq!((status, body.as_str()), (200, r#"{"result":["m"]}"#));
 }
+
+/// The commands the front runs on its shared, pipelined connections (beside redcount's own
+/// scripts) answer one integer whatever their arguments, and none blocks: each is run against
+/// a real Redis with the widest arguments it takes (options included), and looked up in
+/// Redis's own COMMAND table. The table here covers the front's list exactly, so a command
+/// added there without a case here fails.
+#[test]
+fn the_commands_that_share_connections_answer_one_integer() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let _: () = redis::cmd("SET").arg("s").arg("hello").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("n").arg("5").query(&mut c).unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("INCR", &["n"]),
+        ("INCRBY", &["n", "5"]),
+        ("DECR", &["n"]),
+        ("DECRBY", &["n", "2"]),
+        ("DEL", &["a", "b", "c"]),
+        ("UNLINK", &["a", "b"]),
+        ("EXISTS", &["s", "n", "s"]),
+        ("TOUCH", &["s", "n"]),
+        ("EXPIRE", &["n", "100", "NX"]),
+        ("PEXPIRE", &["n", "100000", "GT"]),
+        ("EXPIREAT", &["n", "4000000000", "XX"]),
+        ("PEXPIREAT", &["n", "4000000000000"]),
+        ("TTL", &["n"]),
+        ("PTTL", &["n"]),
+        ("PERSIST", &["n"]),
+        ("SETNX", &["s", "x"]),
+        ("STRLEN", &["s"]),
+        ("GETBIT", &["s", "3"]),
+        ("SETBIT", &["bits", "100", "1"]),
+        ("BITCOUNT", &["s", "0", "-1", "BIT"]),
+        ("HINCRBY", &["h", "f", "3"]),
+        ("HSET", &["h", "a", "1", "b", "2"]),
+        ("HSETNX", &["h", "c", "3"]),
+        ("HDEL", &["h", "a", "zz"]),
+        ("HEXISTS", &["h", "b"]),
+        ("HLEN", &["h"]),
+        ("SADD", &["set", "a", "b"]),
+        ("SREM", &["set", "a"]),
+        ("SISMEMBER", &["set", "b"]),
+        ("SCARD", &["set"]),
+        ("LPUSH", &["list", "a", "b"]),
+        ("RPUSH", &["list", "c"]),
+        ("LPUSHX", &["list", "d"]),
+        ("RPUSHX", &["nolist", "d"]),
+        ("LLEN", &["list"]),
+        ("ZREM", &["zset", "a"]),
+        ("ZCARD", &["zset"]),
+        ("PFADD", &["hll", "a", "b"]),
+        ("PUBLISH", &["channel", "a message"]),
+    ];
+    let listed: std::collections::BTreeSet<&str> = redcount_rest::INTEGER_REPLY_COMMANDS.iter().copied().collect();
+    let tested: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.0).collect();
+    assert_eq!(listed, tested, "every command on the shared connections has a case here");
+    for (name, args) in cases {
+        let reply: redis::Value = redis::cmd(name).arg(*args).query(&mut c).unwrap();
+        assert!(matches!(reply, redis::Value::Int(_)), "{name} {args:?} answered {reply:?}");
+        // Redis's own table: [[name, arity, [flags…], first key, last key, step, …]].
+        let info: Vec<redis::Value> = redis::cmd("COMMAND").arg("INFO").arg(*name).query(&mut c).unwrap();
+        let Some(redis::Value::Array(entry)) = info.first() else { panic!("{name} is not in Redis's COMMAND table") };
+        let Some(redis::Value::Array(flags)) = entry.get(2) else { panic!("{name}: no flags in {entry:?}") };
+        let flags: Vec<String> = flags.iter().map(|f| redis::from_redis_value::<String>(f.clone()).unwrap()).collect();
+        assert!(!flags.iter().any(|f| f == "blocking"), "{name} may block a shared connection: {flags:?}");
+    }
+}
