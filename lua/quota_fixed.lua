@@ -9,6 +9,7 @@
 --   reset_ms: until the window ends and remaining is back to limit;
 --   retry_after_ms: 0 when allowed, else until a call of this cost can pass.
 -- A denied call writes nothing. Optional: KEYS[3] + two last ARGV make it idempotent.
--- (Runs after prelude.lua, lib_take.lua and lib_fixed.lua.)
+-- (Runs after fast_fixed.lua, which answers the common call first, prelude.lua, lib_take.lua
+-- and lib_fixed.lua.)
 
 return take_quota(fixed_args(1), fixed_eval, 4)

@@ -45,9 +45,11 @@ impl Script {
 }
 
 macro_rules! scripts {
-    ($($(#[$doc:meta])* $id:ident = $file:literal $shebang:literal [$($lib:literal),*];)*) => {
-        // Each script is sent as shebang + prelude.lua + the lib_*.lua files it uses + its
-        // own file (their comment lines left empty by build.rs): self-contained for EVAL, one copy of the shared helpers and of each
+    ($($(#[$doc:meta])* $id:ident = $file:literal $shebang:literal $(first $head:literal)? [$($lib:literal),*];)*) => {
+        // Each script is sent as shebang + its fast path if it has one (`first`: code that must
+        // run before the prelude defines anything; fast_fixed.lua says why) + prelude.lua +
+        // the lib_*.lua files it uses + its own file (their comment lines left empty by
+        // build.rs): self-contained for EVAL, one copy of the shared helpers and of each
         // algorithm in the repository (a quota script and a compound decision run the same
         // functions). The shebang makes Redis refuse a writing script as a whole at
         // maxmemory (OOM, nothing written) instead of letting it write once its first write
@@ -58,6 +60,7 @@ macro_rules! scripts {
             $file,
             &[
                 concat!($shebang, "\n"),
+                $(include_str!(concat!(env!("OUT_DIR"), "/lua/", $head, ".lua")),)?
                 include_str!(concat!(env!("OUT_DIR"), "/lua/prelude.lua")),
                 $(include_str!(concat!(env!("OUT_DIR"), "/lua/", $lib, ".lua")),)*
                 include_str!(concat!(env!("OUT_DIR"), "/lua/", $file, ".lua")),
@@ -74,7 +77,7 @@ scripts! {
     /// Once-per-window claim.
     CLAIM = "claim" "#!lua" [];
     /// Quota, fixed window.
-    QUOTA_FIXED = "quota_fixed" "#!lua" ["lib_take", "lib_fixed"];
+    QUOTA_FIXED = "quota_fixed" "#!lua" first "fast_fixed" ["lib_take", "lib_fixed"];
     /// Quota, sliding window log.
     QUOTA_SLIDING = "quota_sliding" "#!lua" ["lib_take", "lib_sliding"];
     /// Quota, token bucket.

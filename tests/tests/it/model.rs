@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 
 /// The run's seed: `REDCOUNT_SEED`, else one from the clock (the same for every model test
 /// of one run, so one number replays them all).
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
     *SEED.get_or_init(|| match std::env::var("REDCOUNT_SEED") {
         Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("REDCOUNT_SEED must be an unsigned integer, not {s:?}")),
@@ -63,10 +63,10 @@ fn steps() -> usize {
 
 /// splitmix64: a few lines, and the same sequence for a seed on every machine.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64, stream: &str) -> Self {
+    pub(crate) fn new(seed: u64, stream: &str) -> Self {
         let mut h = seed ^ 0xcbf2_9ce4_8422_2325;
         for b in stream.bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
@@ -74,7 +74,7 @@ impl Rng {
         Rng(h)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -82,20 +82,20 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next() % n }
     }
 
     /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+    pub(crate) fn range(&mut self, lo: i64, hi: i64) -> i64 {
         lo + self.below((hi - lo + 1) as u64) as i64
     }
 
-    fn percent(&mut self, p: u64) -> bool {
+    pub(crate) fn percent(&mut self, p: u64) -> bool {
         self.below(100) < p
     }
 
-    fn index(&mut self, len: usize) -> usize {
+    pub(crate) fn index(&mut self, len: usize) -> usize {
         self.below(len as u64) as usize
     }
 }

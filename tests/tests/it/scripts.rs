@@ -32,3 +32,178 @@ async fn noscript_recovers_with_one_extra_round_trip() {
     d.run(&op).await.unwrap();
     assert_eq!((redis.calls("evalsha"), redis.calls("eval")), (4, 2));
 }
+
+/// The fixed window's fast path (lua/fast_fixed.lua, run before the prelude) against the
+/// full path it shortcuts, on the same seeded random states, overrides and arguments, hostile
+/// ones among them: three copies of each case, run by the script as shipped, by the script
+/// with its fast path switched off, and by the fast path alone (ending where the full path
+/// would start). The shipped script answers and writes exactly as the full path; the fast
+/// path alone either answers the same or falls through having written nothing; and it does
+/// answer most of the common cases. Replay: `REDCOUNT_SEED=<seed printed>`.
+#[test]
+fn fixed_window_fast_path_answers_as_the_full_path() {
+    use crate::model::{Rng, seed};
+    use redis::Value as R;
+
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let seed = seed();
+    let mut rng = Rng::new(seed, "fast_fixed");
+    let shipped = redcount_core::script::QUOTA_FIXED.source();
+    let guard = "if #KEYS == 2 and ARGV[4] == '0'";
+    assert_eq!(shipped.matches(guard).count(), 1, "the fast path's guard, as this test switches it off");
+    let full = shipped.replacen(guard, "if false and ARGV[4] == '0'", 1);
+    // The shebang line, then the fast path's lines (build.rs keeps every line), then a marker.
+    let fast_lines =
+        std::fs::read_to_string(redcount_tests::root().join("lua/fast_fixed.lua")).unwrap().lines().count();
+    let fast_only: String =
+        shipped.lines().take(1 + fast_lines).map(|l| format!("{l}\n")).collect::<String>() + "return 'fell through'\n";
+
+    let time_ms = |c: &mut redis::Connection| -> i64 {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(c).unwrap();
+        s * 1000 + us / 1000
+    };
+    let state = |c: &mut redis::Connection, k: &str| -> (Option<String>, i64) {
+        let v: Option<String> = redis::cmd("GET").arg(k).query(c).unwrap();
+        (v, redis::cmd("PTTL").arg(k).query(c).unwrap())
+    };
+    let weird =
+        ["0", "-1", "+5", "007", " 5", "1e3", "0x10", "2.5", "nan", "", "abc", "1000000000001", "99999999999999999999"];
+    let (mut cases, mut answered, mut skipped) = (0, 0, 0);
+    while cases < 800 {
+        let fail = |what: String| -> ! {
+            panic!("fast_fixed (seed {seed}, case {cases}): {what}\n  replay: REDCOUNT_SEED={seed}")
+        };
+        let limit = if rng.percent(5) {
+            weird[rng.index(weird.len())].to_string()
+        } else {
+            [1, 2, 5, 100, 1_000_000_000][rng.index(5)].to_string()
+        };
+        let window_ms = [60_000i64, 3_600_000, 86_400_000, 1_000_000_000_000][rng.index(4)];
+        let window = if rng.percent(5) { weird[rng.index(weird.len())].to_string() } else { window_ms.to_string() };
+        let l: i64 = limit.parse().unwrap_or(5).clamp(1, 1000);
+        let cost =
+            if rng.percent(5) { weird[rng.index(weird.len())].to_string() } else { rng.range(1, l + 2).to_string() };
+        let peek = ["0", "0", "0", "0", "0", "0", "1", "x"][rng.index(8)];
+        let now = time_ms(&mut c);
+        let w = now / window_ms;
+        let value = match rng.below(12) {
+            0 | 1 => None,
+            2 => Some(weird[rng.index(weird.len())].to_string()),
+            3 => Some(format!("{}:{}", [w, w - 1][rng.index(2)], rng.range(0, l + 2))), // the older layout
+            _ => Some(rng.range(0, l + 2).to_string()),
+        };
+        // No expiry, one inside the window, one longer than the window can be, or one set
+        // under a longer window (its end past this window's).
+        let expiry = match rng.below(10) {
+            0 => None,
+            1 => Some(now + window_ms + rng.range(1, 10_000)),
+            _ => Some(now + rng.range(500, window_ms)),
+        };
+        let over = match rng.below(10) {
+            0..=5 => None,
+            6 | 7 => Some(rng.range(1, l + 3).to_string()),
+            _ => Some(["0", "-3", "2.5", "abc", "1000000001", "1e2"][rng.index(6)].to_string()),
+        };
+        let idem = rng.percent(10);
+        let mut outs = Vec::new();
+        let t0 = time_ms(&mut c);
+        for (i, src) in [&shipped, &full, &fast_only].into_iter().enumerate() {
+            let tag = format!("{{ff{seed}:{}:{i}}}", cases + skipped); // a skipped case's keys are not reused
+            let (k, o, ik) = (format!("{tag}:s"), format!("{tag}:o"), format!("{tag}:i"));
+            if let Some(v) = &value {
+                let _: () = redis::cmd("SET").arg(&k).arg(v).query(&mut c).unwrap();
+                if let Some(at) = expiry {
+                    let _: () = redis::cmd("PEXPIREAT").arg(&k).arg(at).query(&mut c).unwrap();
+                }
+            }
+            if let Some(v) = &over {
+                let _: () = redis::cmd("SET").arg(&o).arg(v).query(&mut c).unwrap();
+            }
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(src.as_str()).arg(if idem { 3 } else { 2 }).arg(&k).arg(&o);
+            if idem {
+                cmd.arg(&ik);
+            }
+            cmd.arg(&limit).arg(&window).arg(&cost).arg(peek);
+            if idem {
+                cmd.arg("60000").arg("fp");
+            }
+            let reply = match cmd.query::<R>(&mut c) {
+                Ok(v) => Ok(v),
+                // Without the script's SHA, which Redis names in an error and which differs
+                // between the copies.
+                Err(e) => Err(e.to_string().split(" script: ").next().unwrap_or_default().to_string()),
+            };
+            let idem_state: Option<String> = redis::cmd("GET").arg(&ik).query(&mut c).unwrap();
+            outs.push((reply, state(&mut c, &k), idem_state));
+        }
+        let t1 = time_ms(&mut c);
+        // A window that ended between the copies gives them different windows: not a case.
+        let span = window.parse::<i64>().ok().filter(|w| *w > 0).unwrap_or(window_ms);
+        if t0 / span != t1 / span || expiry.is_some_and(|at| at <= t1 + 5) {
+            skipped += 1;
+            continue;
+        }
+        let slack = t1 - t0 + 2;
+        let same = |a: &(Result<R, String>, (Option<String>, i64), Option<String>),
+                    b: &(Result<R, String>, (Option<String>, i64), Option<String>)|
+         -> bool {
+            let replies = match (&a.0, &b.0) {
+                (Ok(R::Array(x)), Ok(R::Array(y))) => {
+                    x.len() == y.len()
+                        && x.iter().zip(y).enumerate().all(|(i, (p, q))| match (p, q) {
+                            // reset and retry are read from the live clock in each copy
+                            (R::Int(p), R::Int(q)) if i >= 3 => (p - q).abs() <= slack,
+                            _ => p == q,
+                        })
+                }
+                (x, y) => x == y,
+            };
+            let ttl = |t: i64| if t < 0 { t } else { 0 };
+            replies
+                && a.1.0 == b.1.0
+                && ttl(a.1.1) == ttl(b.1.1)
+                && (a.1.1 - b.1.1).abs() <= slack
+                && match (&a.2, &b.2) {
+                    // a stored reply: the same, but for its reset and retry (as above)
+                    (Some(x), Some(y)) => {
+                        let nums = |r: &str| {
+                            r.split(['|', ',']).skip(1).map(|n| n.parse::<i64>().unwrap()).collect::<Vec<_>>()
+                        };
+                        let (x, y) = (nums(x), nums(y));
+                        x.len() == y.len()
+                            && x.iter()
+                                .zip(&y)
+                                .enumerate()
+                                .all(|(i, (p, q))| if i >= 3 { (p - q).abs() <= slack } else { p == q })
+                    }
+                    (x, y) => x == y,
+                }
+        };
+        let case = format!(
+            "limit {limit:?} window {window:?} cost {cost:?} peek {peek:?} state {value:?} expiry {:?} override {over:?} idempotent {idem}\n  shipped   {:?}\n  full path {:?}\n  fast only {:?}",
+            expiry.map(|at| at - now),
+            outs[0],
+            outs[1],
+            outs[2]
+        );
+        if !same(&outs[0], &outs[1]) {
+            fail(format!("the shipped script and the full path differ: {case}"));
+        }
+        if outs[2].0 == Ok(R::BulkString(b"fell through".to_vec())) {
+            let untouched = (value.clone(), if value.is_none() { -2 } else { expiry.map_or(-1, |at| at - t1) });
+            if outs[2].1.0 != untouched.0 || (outs[2].1.1 - untouched.1).abs() > slack || outs[2].2.is_some() {
+                fail(format!("the fast path fell through but wrote: {case}"));
+            }
+        } else if same(&outs[2], &outs[1]) {
+            answered += 1;
+        } else {
+            fail(format!("the fast path answered otherwise than the full path: {case}"));
+        }
+        cases += 1;
+    }
+    println!("fast_fixed seed {seed}: {answered} of {cases} cases answered by the fast path, {skipped} skipped");
+    assert!(answered >= cases / 4, "the fast path answered only {answered} of {cases} cases (seed {seed})");
+    assert!(skipped < cases / 10, "{skipped} cases skipped (seed {seed})");
+}
