@@ -44,6 +44,9 @@ async fn noscript_recovers_with_one_extra_round_trip() {
 fn fixed_window_fast_path_answers_as_the_full_path() {
     use crate::model::{Rng, seed};
     use redis::Value as R;
+    /// One copy's reply (an error without the script's SHA), its state (value, PTTL) and
+    /// its stored idempotent reply.
+    type Run = (Result<R, String>, (Option<String>, i64), Option<String>);
 
     let redis = RedisServer::start();
     let mut c = redis.conn();
@@ -146,9 +149,7 @@ fn fixed_window_fast_path_answers_as_the_full_path() {
             continue;
         }
         let slack = t1 - t0 + 2;
-        let same = |a: &(Result<R, String>, (Option<String>, i64), Option<String>),
-                    b: &(Result<R, String>, (Option<String>, i64), Option<String>)|
-         -> bool {
+        let same = |a: &Run, b: &Run| -> bool {
             let replies = match (&a.0, &b.0) {
                 (Ok(R::Array(x)), Ok(R::Array(y))) => {
                     x.len() == y.len()
