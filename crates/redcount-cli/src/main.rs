@@ -201,31 +201,12 @@ enum BenchCmd {
         /// Redis URL (direct RESP).
         #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
         redis: String,
-        /// REST front URL, in front of the same Redis.
-        #[arg(long, env = "REDCOUNT_REST_URL")]
-        rest_url: String,
-        /// REST token.
-        #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
-        rest_token: String,
-        /// Concurrent clients.
-        #[arg(long, default_value_t = 50)]
-        concurrency: usize,
-        /// Operations per scenario and transport.
-        #[arg(long, default_value_t = 20_000)]
-        ops: usize,
-        /// Also write the table to this Markdown file.
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        front: FrontLoad,
     },
     /// redcount-rest beside webdis in front of the same Redis: INCR and EVALSHA of the quota
     /// take, interleaved rounds; throughput and each front's CPU time per request (from /proc)
     Fronts {
-        /// redcount-rest's URL.
-        #[arg(long, env = "REDCOUNT_REST_URL")]
-        rest_url: String,
-        /// Its token.
-        #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
-        rest_token: String,
         /// redcount-rest's process id (its CPU time is read from /proc).
         #[arg(long)]
         rest_pid: u32,
@@ -235,16 +216,29 @@ enum BenchCmd {
         /// webdis's process id.
         #[arg(long)]
         webdis_pid: u32,
-        /// Concurrent clients.
-        #[arg(long, default_value_t = 50)]
-        concurrency: usize,
-        /// Requests per measurement.
-        #[arg(long, default_value_t = 20_000)]
-        ops: usize,
-        /// Also write the table to this Markdown file.
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        front: FrontLoad,
     },
+}
+
+/// A REST front under load, as `bench rest` and `bench fronts` drive it.
+#[derive(clap::Args, Debug)]
+struct FrontLoad {
+    /// The REST front's URL (redcount-rest), in front of the same Redis.
+    #[arg(long, env = "REDCOUNT_REST_URL")]
+    rest_url: String,
+    /// Its token.
+    #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
+    rest_token: String,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 50)]
+    concurrency: usize,
+    /// Requests per measurement (per scenario and transport for `bench rest`).
+    #[arg(long, default_value_t = 20_000)]
+    ops: usize,
+    /// Also write the table to this Markdown file.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -383,7 +377,13 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             }
         }
         Cmd::Bench {
-            which: BenchCmd::Fronts { rest_url, rest_token, rest_pid, webdis_url, webdis_pid, concurrency, ops, out },
+            which:
+                BenchCmd::Fronts {
+                    rest_pid,
+                    webdis_url,
+                    webdis_pid,
+                    front: FrontLoad { rest_url, rest_token, concurrency, ops, out },
+                },
         } => {
             use redcount_bench::{harness::Shape, rest};
             let fronts = rest::Fronts { rest_url, token: rest_token, rest_pid, webdis_url, webdis_pid };
@@ -391,7 +391,9 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 return std::process::ExitCode::FAILURE;
             }
         }
-        Cmd::Bench { which: BenchCmd::Rest { redis, rest_url, rest_token, concurrency, ops, out } } => {
+        Cmd::Bench {
+            which: BenchCmd::Rest { redis, front: FrontLoad { rest_url, rest_token, concurrency, ops, out } },
+        } => {
             if let Err(e) = bench_rest(&redis, &rest_url, &rest_token, concurrency, ops, out).await {
                 eprintln!("redcount: bench: {e}");
                 return std::process::ExitCode::FAILURE;

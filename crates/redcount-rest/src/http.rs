@@ -346,14 +346,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
         }
         "/" if *method == Method::POST || *method == Method::PUT => {
             let cmd = parse_one(&bytes).map_err(|f| (f, none()))?;
-            let what = cmd.name.to_ascii_uppercase();
-            check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
-            let small = small_reply(&cmd);
-            let r = match run_one(st, &access, cmd, base64, resp2).await {
-                Err(f) => Err(explain_lost(st, f, small).await),
-                ok => ok,
-            };
-            r.map(|r| (r, what.clone())).map_err(|f| (f, what))
+            one(st, &access, cmd, base64, resp2).await
         }
         _ => {
             // Path style: /set/foo/bar, with a POST body as the last argument.
@@ -374,15 +367,28 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             let name = String::from_utf8(parts.remove(0))
                 .map_err(|_| (error(StatusCode::BAD_REQUEST, "ERR command name is not UTF-8"), none()))?;
             let cmd = Cmd { name, args: parts };
-            let what = cmd.name.to_ascii_uppercase();
-            check(st, &cmd, &access).map_err(|f| (f, what.clone()))?;
-            let small = small_reply(&cmd);
-            let r = match run_one(st, &access, cmd, base64, resp2).await {
-                Err(f) => Err(explain_lost(st, f, small).await),
-                ok => ok,
-            };
-            r.map(|r| (r, what.clone())).map_err(|f| (f, what))
+            one(st, &access, cmd, base64, resp2).await
         }
+    }
+}
+
+/// One command, whichever way it came (a JSON array or a path): checked against the token's
+/// access, run, and a lost connection explained; with its name for the log.
+async fn one(
+    st: &State,
+    access: &Access,
+    cmd: Cmd,
+    base64: bool,
+    resp2: bool,
+) -> Result<(Response, String), (Failure, String)> {
+    let what = cmd.name.to_ascii_uppercase();
+    if let Err(f) = check(st, &cmd, access) {
+        return Err((f, what));
+    }
+    let small = small_reply(&cmd);
+    match run_one(st, access, cmd, base64, resp2).await {
+        Ok(r) => Ok((r, what)),
+        Err(f) => Err((explain_lost(st, f, small).await, what)),
     }
 }
 
