@@ -78,6 +78,16 @@ for (const n of nodes) {
 const count = { js: 0, builtins: 0, wasm: 0, other: 0, idle: 0 };
 samples.forEach((id, i) => (count[kind.get(id) ?? "other"] += timeDeltas[i]));
 const busy = count.js + count.builtins + count.wasm + count.other;
+// The functions with the most self time (where to look next), by name, with their kind.
+const self = new Map();
+const byId = new Map(nodes.map((x) => [x.id, x]));
+samples.forEach((id, i) => {
+  const k = kind.get(id) ?? "other";
+  if (k === "idle") return;
+  const n = byId.get(id);
+  const name = `${k}:${n ? n.callFrame.functionName || "(anonymous)" : "?"}`;
+  self.set(name, (self.get(name) ?? 0) + timeDeltas[i]);
+});
 const share = (k) => Math.round((1000 * count[k]) / Math.max(busy, 1)) / 10;
 console.log(
   JSON.stringify({
@@ -87,5 +97,9 @@ console.log(
     builtins: share("builtins"),
     wasm: share("wasm"),
     other: share("other"),
+    top: [...self]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 12)
+      .map(([name, t]) => [name, Math.round((1000 * t) / Math.max(busy, 1)) / 10]),
   }),
 );

@@ -198,6 +198,10 @@ pub fn all(full: bool) -> Result<(), String> {
         println!(
             "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{cpu_table}\n{profile_table}\n{text}"
         );
+        // The profiles' own lines too: their `top` lists the functions with the most self time.
+        for (name, line) in &profiles {
+            println!("profile of the {name}: {line}");
+        }
         return Ok(());
     }
     let table = work.join("all.md");
