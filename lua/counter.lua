@@ -33,10 +33,10 @@ local raw
 if field == '' then raw = redis.call('GET', key) else raw = redis.call('HGET', key, field) end
 local cur = 0
 if raw then
-  if not string.match(raw, '^%-?%d+$') then
+  cur = stored(raw)
+  if not cur then
     return error({err = 'ERR redcount: stored value is not an integer counter'})
   end
-  cur = tonumber(raw)
   if cur < -2 * LIM or cur > 2 * LIM then
     return error({err = 'ERR redcount: stored value out of range'})
   end

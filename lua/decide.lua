@@ -23,7 +23,7 @@
 -- (Runs after prelude.lua and every lib_*.lua but lib_take.lua.)
 
 local n = int('parts', ARGV[1], 1, 8)
-local peek = ARGV[2] == '1'
+local peek = flag('peek', ARGV[2])
 local kinds = {
   fw = {2, 3, fixed_args, fixed_eval}, sw = {2, 3, sliding_args, sliding_eval},
   tb = {2, 4, bucket_args, bucket_eval}, gc = {2, 4, gcra_args, gcra_eval},

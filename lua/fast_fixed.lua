@@ -7,23 +7,26 @@
 -- same reply and writes as the full path below (lib_fixed.lua: fixed_eval), and only what it
 -- is sure of: any argument, state or clock it does not recognise falls through, unanswered
 -- and with nothing written, to the full path, which checks, names and decides it.
--- Its argument check is stricter than the prelude's int (no sign, no leading zero, which
--- INCRBY would refuse), so it accepts a subset of what the full path accepts.
-if #KEYS == 2 and ARGV[4] == '0'
-  and string.find(ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3], '^[1-9]%d* [1-9]%d* [1-9]%d*$') then
-  local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-  if limit <= 1000000000 and window <= 1000000000000 and cost <= 1000000000 then
-    local key = KEYS[1]
-    local st = redis.call('MGET', key, KEYS[2])
-    local used = tonumber(st[1])
-    if st[2] then -- the subject's override, as prelude.lua's override_value reads it
-      local o = tonumber(st[2])
-      if o and o >= 1 and o <= 1000000000 and o % 1 == 0 then limit = o end
-    end
-    -- A count this script wrote, in a window with time left that is not longer than this
-    -- policy's window; anything else (no state, the older layout, the window ending now,
-    -- a tampered value) is the full path's.
-    if used and used >= 0 and used % 1 == 0 then
+-- It accepts positive integers only, in the text the full path accepts (prelude: int and
+-- stored): a subset of what the full path answers.
+if #KEYS == 2 and ARGV[4] == '0' then
+  local key = KEYS[1]
+  local st = redis.call('MGET', key, KEYS[2])
+  local v = st[1]
+  -- The three arguments and the count in one match (one call, not four): each a positive
+  -- integer in the text the full path accepts (prelude: int, stored). No state, or "0",
+  -- is the full path's.
+  if v and string.find(ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. v, '^[1-9]%d* [1-9]%d* [1-9]%d* [1-9]%d*$') then
+    local limit, window, cost, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(v)
+    if limit <= 1000000000 and window <= 1000000000000 and cost <= 1000000000 and used <= 9007199254740991 then
+      local o = st[2] -- the subject's override, as prelude.lua's override_value reads it
+      if o and string.find(o, '^[1-9]%d*$') then
+        o = tonumber(o)
+        if o <= 1000000000 then limit = o end
+      end
+      -- A window with time left that is not longer than this policy's window; anything
+      -- else (the window ending now, a key without expiry or set under a longer window)
+      -- is the full path's.
       local reset = redis.call('PTTL', key)
       if reset > 0 and reset <= window then
         if used + cost <= limit then

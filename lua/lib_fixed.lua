@@ -27,9 +27,10 @@ local function fixed_eval(p, key, ovr, clock)
   local st = redis.call('MGET', key, ovr)
   local limit = p.limit
   if st[2] then limit = override_value(st[2], limit, 1000000000) end
-  local used = tonumber(st[1])
-  -- Not a count this file wrote (negative, fractional, nan, inf): not trusted, the window restarts.
-  if used and (used < 0 or used % 1 ~= 0) then used = nil end
+  local used = stored(st[1])
+  -- Not a count this file wrote (negative, or not in the text it writes: "2.5", "nan", " 1",
+  -- "1e0", which INCRBY would refuse): not trusted, the window restarts.
+  if used and used < 0 then used = nil end
   -- PTTL counts on the live clock: 0 when the window has just ended during this script (its
   -- key still stands on the frozen clock, so the call is still that window's).
   local reset = used and redis.call('PTTL', key)

@@ -4,7 +4,7 @@
 -- peek (report what this call would get, consume nothing, write nothing).
 -- Reply: {allowed, limit, remaining, reset_ms, retry_after_ms}.
 local function take_quota(p, eval, peek_at)
-  local peek = ARGV[peek_at] == '1'
+  local peek = flag('peek', ARGV[peek_at])
   local replay, finish = idempotency(2)
   if replay then return replay end
   local q = eval(p, KEYS[1], KEYS[2], now_us)

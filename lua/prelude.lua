@@ -2,10 +2,10 @@
 -- (script.rs), so what Redis receives is self-contained and named by the SHA-1 of the whole.
 
 -- A canonical decimal integer within [lo, hi], or an error naming the argument. Lua's own
--- tonumber accepts "nan", "inf", "0x10", " 5 " and "1e3"; nothing of that passes here.
+-- tonumber accepts "nan", "inf", "0x10", " 5 ", "1e3" and "007"; nothing of that passes here.
 local function int(name, v, lo, hi)
   -- (string.find, not match: no string is made for the match; this runs on every argument.)
-  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then
+  if type(v) ~= 'string' or not (v == '0' or string.find(v, '^%-?[1-9]%d*$')) then
     return error({err = 'ERR redcount: ' .. name .. ' must be a decimal integer'})
   end
   local n = tonumber(v)
@@ -13,6 +13,23 @@ local function int(name, v, lo, hi)
     return error({err = 'ERR redcount: ' .. name .. ' out of range'})
   end
   return n
+end
+
+-- A stored number, read only in the text redcount writes and Redis's INCRBY and HINCRBY
+-- accept (canonical decimal, within 2^53): its value, else nil. Lua's tonumber also reads
+-- " 1", "1e0", "0x1" and "01", which those commands refuse: a script that trusted such a
+-- value (set by hand, or tampered with) wrote part of its effect and then failed on it.
+local function stored(v)
+  if type(v) ~= 'string' or #v > 17 or not (v == '0' or string.find(v, '^%-?[1-9]%d*$')) then return nil end
+  local n = tonumber(v)
+  if n > 9007199254740991 or n < -9007199254740991 then return nil end
+  return n
+end
+
+-- A flag argument: "1" is true, "0" false; anything else is refused, not read as "0".
+local function flag(name, v)
+  if v == '1' then return true elseif v == '0' then return false end
+  return error({err = 'ERR redcount: ' .. name .. ' must be 0 or 1'})
 end
 
 -- A number as the exact decimal text Redis expects (tostring would print 1e+15).
@@ -30,10 +47,11 @@ end
 
 -- A subject's override of a policy's size (limit, capacity or burst), set by an admin
 -- (quota_override.lua) in the subject's own slot: the stored value `v` (as GET or MGET read
--- it) when it is a whole number in 1 .. hi, else the policy's `size`.
+-- it) when it is a whole number in 1 .. hi as quota_override.lua writes it (prelude: stored),
+-- else the policy's `size`.
 local function override_value(v, size, hi)
-  local o = tonumber(v)
-  if o and o >= 1 and o <= hi and o == math.floor(o) then return o end
+  local o = stored(v)
+  if o and o >= 1 and o <= hi then return o end
   return size
 end
 local function override(key, size, hi) return override_value(redis.call('GET', key), size, hi) end

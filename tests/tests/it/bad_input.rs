@@ -217,7 +217,7 @@ async fn scripts_refuse_hostile_arguments_without_writing() {
     let d = redis.direct().await;
     let op = AddCounter::new("p", "victim", Storage::Key, 1, Bounds::default()).unwrap();
     let redcount_core::Request::Script(inv) = op.request() else { unreachable!() };
-    for bad in ["nan", "inf", "-inf", "1e3", "0x10", " 5 ", "2.5", "9007199254740993", "", "1e309"] {
+    for bad in ["nan", "inf", "-inf", "1e3", "0x10", " 5 ", "2.5", "9007199254740993", "", "1e309", "007", "-0", "+5"] {
         let mut raw = inv.clone();
         raw.args[1] = bad.to_string(); // delta
         match d.send(&raw.eval()).await {
@@ -262,4 +262,140 @@ async fn scripts_refuse_hostile_arguments_without_writing() {
     }
     let claims: i64 = redis::cmd("HLEN").arg(&keys::redpacket("pk2")[2]).query(&mut redis.conn()).unwrap();
     assert_eq!(claims, 3, "three valid users won (a, A-b_9, 64 a's), nothing else was stored");
+}
+
+/// The keys of one script call (its Invocation's).
+fn keys_of(op: &impl Operation) -> Vec<String> {
+    let redcount_core::Request::Script(inv) = op.request() else { unreachable!() };
+    inv.keys
+}
+
+/// Stored numbers that Lua's `tonumber` reads but Redis's INCRBY and HINCRBY refuse (and
+/// ones neither reads): a script that trusted such a value wrote part of its effect and then
+/// failed on it. Every script now reads a stored number only in the text it writes itself.
+const TAMPERED_NUMBERS: &[&str] = &[" 1", "1 ", "1e0", "0x1", "01", "1.0", "+1", "-0", "nan", "abc"];
+
+/// A compound decision over a fixed window whose state was tampered with is still all or
+/// nothing: it either admits and writes every part, or fails and writes none.
+#[tokio::test]
+async fn a_decision_over_tampered_state_writes_all_or_nothing() {
+    use redcount_core::ops::decision::{Decide, Part};
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let fixed = |limit| Algorithm::FixedWindow { limit, window_ms: 60_000 };
+    for (i, bad) in TAMPERED_NUMBERS.iter().enumerate() {
+        let subject = format!("tampered{i}");
+        let first = TakeQuota::take("a", &subject, fixed(5), 1).unwrap();
+        d.run(&first).await.unwrap();
+        let a_key = keys_of(&first)[0].clone();
+        let b_key = keys_of(&TakeQuota::take("b", &subject, fixed(100), 1).unwrap())[0].clone();
+        let _: () = redis::cmd("SET").arg(&b_key).arg(*bad).arg("PX").arg(30_000).query(&mut c).unwrap();
+        let op = Decide::new(
+            &subject,
+            vec![
+                Part::quota("a", fixed(5), 1).unwrap(),
+                Part::lease("sem", "h", 2, 10_000).unwrap(),
+                Part::quota("b", fixed(100), 1).unwrap(),
+            ],
+        )
+        .unwrap();
+        let sem_keys: Vec<String> = keys_of(&op)[2..5].to_vec();
+        let out = d.run(&op).await;
+        let a: String = redis::cmd("GET").arg(&a_key).query(&mut c).unwrap();
+        let leases: i64 = redis::cmd("EXISTS").arg(&sem_keys[0]).arg(&sem_keys[1]).query(&mut c).unwrap();
+        match out {
+            Ok(dec) if dec.allowed => {
+                assert_eq!((a.as_str(), leases), ("2", 2), "{bad:?}: admitted, so every part was taken");
+                let b: String = redis::cmd("GET").arg(&b_key).query(&mut c).unwrap();
+                assert_eq!(b, "1", "{bad:?}: the tampered window restarted");
+            }
+            other => assert_eq!((a.as_str(), leases), ("1", 0), "{bad:?}: {other:?}, yet something was written"),
+        }
+    }
+}
+
+/// A red packet whose stored share or counts were tampered with: a grab refuses it whole,
+/// the share stays where it was and no record, count or log entry is written.
+#[tokio::test]
+async fn a_grab_over_tampered_state_writes_nothing() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    for (i, bad) in TAMPERED_NUMBERS.iter().enumerate() {
+        for target in ["share", "grabbed_n", "grabbed_sum"] {
+            let id = format!("tp{i}{}", &target[..3]);
+            d.run(&Create::new(&id, 1000, 5, 1, 60_000, &mut rand::rng()).unwrap()).await.unwrap();
+            let grab = Grab::new(&id, "bob").unwrap();
+            let k = keys_of(&grab);
+            if target == "share" {
+                let _: () = redis::cmd("LSET").arg(&k[1]).arg(0).arg(*bad).query(&mut c).unwrap();
+            } else {
+                let _: () = redis::cmd("HSET").arg(&k[0]).arg(target).arg(*bad).query(&mut c).unwrap();
+            }
+            let before: Vec<redis::Value> =
+                k.iter().map(|key| redis::cmd("DUMP").arg(key).query(&mut c).unwrap()).collect();
+            let out = d.run(&grab).await;
+            let after: Vec<redis::Value> =
+                k.iter().map(|key| redis::cmd("DUMP").arg(key).query(&mut c).unwrap()).collect();
+            assert!(out.is_err(), "{target} = {bad:?}: the grab was answered: {out:?}");
+            assert_eq!(before, after, "{target} = {bad:?}: the refused grab wrote");
+        }
+    }
+}
+
+/// A stored override, count or token that this project did not write (tampered, or written
+/// by hand) is not read as a number Lua happens to parse: an override of "1e3" is no
+/// override, a counter holding "007" is refused, not added to.
+#[tokio::test]
+async fn tampered_overrides_and_counters_are_not_read_as_numbers() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    for (i, bad) in ["1e3", "0x10", " 7", "07", "7.0", "+7"].iter().enumerate() {
+        let subject = format!("ovr{i}");
+        let algo = Algorithm::FixedWindow { limit: 5, window_ms: 60_000 };
+        let op = TakeQuota::take("q", &subject, algo, 1).unwrap();
+        let _: () = redis::cmd("SET").arg(&keys_of(&op)[1]).arg(*bad).query(&mut c).unwrap();
+        let mut admitted = 0;
+        for _ in 0..10 {
+            admitted += i32::from(d.run(&op).await.unwrap().allowed);
+        }
+        assert_eq!(admitted, 5, "override {bad:?}: the policy's limit holds");
+
+        let add = AddCounter::new("p", &format!("c{i}"), Storage::Key, 1, Bounds::default()).unwrap();
+        let key = keys::counter("p", &format!("c{i}"));
+        let _: () = redis::cmd("SET").arg(&key).arg(*bad).query(&mut c).unwrap();
+        assert!(d.run(&add).await.is_err(), "counter holding {bad:?} was added to");
+        let v: String = redis::cmd("GET").arg(&key).query(&mut c).unwrap();
+        assert_eq!(v, *bad);
+    }
+}
+
+/// The peek flag of a take is "0" or "1": anything else is refused, not taken as a take.
+#[tokio::test]
+async fn a_take_with_a_bad_peek_flag_is_refused_and_writes_nothing() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let algos = [
+        Algorithm::FixedWindow { limit: 5, window_ms: 60_000 },
+        Algorithm::SlidingWindow { limit: 5, window_ms: 60_000 },
+        Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 1000 },
+    ];
+    for (i, algo) in algos.into_iter().enumerate() {
+        let op = TakeQuota::take("q", &format!("peek{i}"), algo, 1).unwrap();
+        let redcount_core::Request::Script(inv) = op.request() else { unreachable!() };
+        for bad in ["true", "2", "", "01", " 1"] {
+            let mut raw = inv.clone();
+            let last = raw.args.len() - 1;
+            raw.args[last] = bad.to_string();
+            match d.send(&raw.eval()).await {
+                Err(redcount::Error::Redis(e)) => assert_eq!(e.kind, ErrorKind::Rejected, "{algo:?} peek {bad:?}: {e}"),
+                other => panic!("{algo:?}: peek {bad:?} was not refused: {other:?}"),
+            }
+            let n: i64 = redis::cmd("EXISTS").arg(&inv.keys[0]).query(&mut c).unwrap();
+            assert_eq!(n, 0, "{algo:?} peek {bad:?} wrote");
+        }
+    }
 }
