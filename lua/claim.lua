@@ -9,7 +9,7 @@
 local w = ARGV[1]
 local window = int('window', w, 1, 1000000000000)
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(1, 1)
 if replay then return replay end
 
 local now = now_ms()

@@ -26,7 +26,7 @@ if mode ~= 'clamp' and mode ~= 'reject' then
 end
 local ttl = int('ttl', ARGV[6], 0, LIM)
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(1, 6)
 if replay then return replay end
 
 local raw

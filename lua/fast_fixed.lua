@@ -9,7 +9,7 @@
 -- and with nothing written, to the full path, which checks, names and decides it.
 -- It accepts positive integers only, in the text the full path accepts (prelude: int and
 -- stored): a subset of what the full path answers.
-if #KEYS == 2 and ARGV[4] == '0' then
+if #KEYS == 2 and #ARGV == 4 and ARGV[4] == '0' then
   local key = KEYS[1]
   local st = redis.call('MGET', key, KEYS[2])
   local v = st[1]

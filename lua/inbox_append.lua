@@ -18,7 +18,7 @@ local body = ARGV[2]
 local ttl = int('ttl', ARGV[3], 1, 100000000000)
 local max_len = int('max_len', ARGV[4], 1, 1000000)
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(1, 4)
 if replay then return replay end
 
 if #redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1], 'LIMIT', 0, 1) > 0 then

@@ -16,7 +16,7 @@ local max_age = int('max_age', ARGV[1], 1, 1000000000)
 local max_len = int('max_len', ARGV[2], 1, 1000000)
 local scan = int('scan', ARGV[3], 1, 100000)
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(1, 3)
 if replay then return replay end
 
 local function stamp(m) -- nil for a member too short to carry a stamp

@@ -27,8 +27,8 @@ local function bucket_eval(p, key, ovr, clock)
   local st = redis.call('HMGET', key, 'tokens', 'ts')
   local tokens, ts = cap, now
   if st[1] and st[2] then
-    tokens = math.min(cap, math.max(0, tonumber(st[1]) or 0))
-    ts = tonumber(st[2]) or now
+    tokens = math.min(cap, math.max(0, stored(st[1]) or 0))
+    ts = stored(st[2]) or now
     if ts > now then ts = now end -- the server clock stepped back: add nothing
     local steps = math.floor((now - ts) / step)
     if steps > 0 then

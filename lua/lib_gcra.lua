@@ -48,7 +48,8 @@ local function gcra_eval(p, key, ovr, clock)
   -- How far the TAT is ahead of now, in u (0 when it is behind: the quota is whole).
   local st = redis.call('HMGET', key, 't', 'r')
   local ahead = 0
-  local tat, rem = tonumber(st[1]), tonumber(st[2])
+  -- (Only numbers in redcount's text: anything else is untrusted, as no TAT; prelude: stored.)
+  local tat, rem = stored(st[1]), stored(st[2])
   if tat and tat >= now then
     ahead = (tat - now) * rate + math.min(math.max(rem or 0, 0), rate - 1)
     -- A server clock that stepped back leaves the TAT further ahead than any burst: cap it.

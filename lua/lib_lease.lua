@@ -29,9 +29,32 @@ end
 -- Leases live at `now` (ms): those not yet reclaimed but over do not count.
 local function lease_live(set, now) return redis.call('ZCOUNT', set, '(' .. s(now), '+inf') end
 
+-- The semaphore's state is refused whole, before anything is written, when it is not as this
+-- file writes it (set by hand, or tampered with): a token that is not a positive whole number
+-- in redcount's text (prelude: stored) would break "strictly increasing", and a lease end
+-- that is not a whole number of ms (inf, 1e300) would fail PEXPIREAT after the lease was
+-- written. (Read with the commands of the right type, so a key of another type fails here.)
+local function lease_refuse()
+  return error({err = 'ERR redcount: the semaphore state is not as redcount wrote it: no lease changed'})
+end
+local function lease_number(v)
+  if not v then return 0 end
+  local n = stored(v)
+  if not n or n < 1 then return lease_refuse() end
+  return n
+end
+
 -- A holder's token (0 when it has none), and the last token issued (0 when none).
-local function lease_token_of(tokens, h) return tonumber(redis.call('HGET', tokens, h)) or 0 end
-local function lease_last_token(tokens) return tonumber(redis.call('HGET', tokens, '#')) or 0 end
+local function lease_token_of(tokens, h) return lease_number(redis.call('HGET', tokens, h)) end
+local function lease_last_token(tokens) return lease_number(redis.call('HGET', tokens, '#')) end
+
+-- Checks what every write of this file builds on: the last token issued and the latest
+-- lease end (lease_keep sets the keys' expiry from it).
+local function lease_check(set, tokens)
+  lease_last_token(tokens)
+  local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
+  if #last > 0 then lease_number(last[2]) end
+end
 
 -- Ms until the earliest lease live at `now` ends (-1 when none is live).
 local function lease_earliest(set, now)
@@ -67,8 +90,11 @@ end
 local function lease_eval(p, set, tokens, ovr, now_us)
   local limit = override(ovr, p.limit, 1000000)
   local now = math.floor(now_us / 1000)
+  lease_check(set, tokens)
   local held = tonumber(redis.call('ZSCORE', set, p.holder))
   if held and held <= now then held = nil end -- over, not yet reclaimed
+  -- Read before take() writes anything (it may be refused: lease_number).
+  local held_token = held and lease_token_of(tokens, p.holder) or 0
   local in_use = lease_live(set, now)
   local q = {allowed = held ~= nil or in_use < limit, retry = 0}
   local code, token, lease_left = 0, 0, 0
@@ -78,7 +104,7 @@ local function lease_eval(p, set, tokens, ovr, now_us)
     lease_reclaim(set, tokens, now)
     if held then
       redis.call('ZADD', set, 'XX', s(now + p.lease), p.holder)
-      token = lease_token_of(tokens, p.holder)
+      token = held_token
       if token == 0 then token = lease_mint(tokens, p.holder, now_us) end -- a lease from before tokens
     else
       redis.call('ZADD', set, 'NX', s(now + p.lease), p.holder)

@@ -41,6 +41,12 @@ local function sliding_eval(p, key, ovr, clock)
   if size > 0 then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     last_total = sliding_entry(last[1])
+    -- The newest entry's time in redcount's text, else the log is refused before anything is
+    -- written (take() builds its score and the key's expiry on it; inf or 1e300 would fail
+    -- PEXPIRE after ZADD).
+    if not stored(last[2]) then
+      return error({err = 'ERR redcount: the quota state is not as redcount wrote it: nothing taken'})
+    end
     if size > expired then
       newest = tonumber(last[2])
       local first = redis.call('ZRANGE', key, expired, expired)

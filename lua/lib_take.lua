@@ -5,7 +5,7 @@
 -- Reply: {allowed, limit, remaining, reset_ms, retry_after_ms}.
 local function take_quota(p, eval, peek_at)
   local peek = flag('peek', ARGV[peek_at])
-  local replay, finish = idempotency(2)
+  local replay, finish = idempotency(2, peek_at)
   if replay then return replay end
   local q = eval(p, KEYS[1], KEYS[2], now_us)
   -- Only a call that took something stores its reply: a denied call changed nothing, so

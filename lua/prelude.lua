@@ -73,8 +73,13 @@ end
 -- arguments, the script's reply is stored there with its write. Returns the stored reply of
 -- an earlier call (the caller returns it unchanged), ending in the string 'replayed', and the
 -- function that stores this call's reply. The same key with another fingerprint is refused.
-local function idempotency(need)
+-- With `nargs`, the script's own argument count, a call of any other shape (a key or an
+-- argument too many or too few) is refused first: nothing it sent is silently ignored.
+local function idempotency(need, nargs)
   local key = KEYS[need + 1]
+  if #KEYS < need or #KEYS > need + 1 or (nargs and #ARGV ~= nargs + (key and 2 or 0)) then
+    return error({err = 'ERR redcount: the keys and arguments do not match the script'})
+  end
   if not key then return nil, function(reply) return reply end end
   local ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
   local fp = ARGV[#ARGV]

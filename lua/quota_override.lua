@@ -16,7 +16,7 @@ end
 local size = int('limit', ARGV[2], 1, 1000000000)
 local ttl = int('ttl_ms', ARGV[3], 0, 1000000000000)
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(1, 3)
 if replay then return replay end
 
 local existed = redis.call('EXISTS', KEYS[1])

@@ -32,7 +32,7 @@ else
   return error({err = 'ERR redcount: algorithm must be fw, sw, tb or gc'})
 end
 
-local replay, finish = idempotency(2)
+local replay, finish = idempotency(2, (algo == 'fw' or algo == 'sw') and 4 or 5)
 if replay then return replay end
 -- The subject's override of the size, as the take script reads it.
 if algo == 'tb' then
@@ -46,7 +46,7 @@ if algo == 'fw' then
   -- Only units of the current window: the state's key ends with its window (lib_fixed.lua),
   -- so an earlier window's units are already back.
   local v = redis.call('GET', key)
-  local used = tonumber(v)
+  local used = stored(v) -- (as the take reads it: other text gives nothing back)
   if used then
     -- Only a count the take would count (lib_fixed.lua): whole, with an expiry within a window.
     local ttl = redis.call('PTTL', key)
@@ -109,8 +109,8 @@ elseif algo == 'tb' then
     -- The refills due first (as the take script counts them), so a refund fills only
     -- what is really missing.
     local now = now_ms()
-    local tokens = math.min(cap, math.max(0, tonumber(st[1]) or 0))
-    local ts = math.min(tonumber(st[2]) or now, now)
+    local tokens = math.min(cap, math.max(0, stored(st[1]) or 0))
+    local ts = math.min(stored(st[2]) or now, now)
     local steps = math.floor((now - ts) / step)
     if steps > 0 then
       tokens = math.min(cap, tokens + steps * refill)
@@ -124,7 +124,7 @@ else
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local st = redis.call('HMGET', key, 't', 'r')
-  local tat, rem = tonumber(st[1]), tonumber(st[2]) or 0
+  local tat, rem = stored(st[1]), stored(st[2]) or 0
   if tat and tat >= now then
     local ahead = math.min((tat - now) * rate + math.min(math.max(rem, 0), rate - 1), p3 * T)
     -- Whole units in use (a partly elapsed one stays in use).

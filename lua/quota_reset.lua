@@ -5,6 +5,6 @@
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local replay, finish = idempotency(1)
+local replay, finish = idempotency(1, 0)
 if replay then return replay end
 return finish({redis.call('DEL', KEYS[1])})

@@ -6,6 +6,9 @@
 --   idempotent), 0 = empty (no share left), -1 = unknown or expired packet.
 --   index = the share's position in grab order (1-based); remaining = shares left.
 -- (Runs after prelude.lua: int, s, idempotency.)
+if #KEYS ~= 4 or #ARGV ~= 1 then
+  return error({err = 'ERR redcount: the keys and arguments do not match the script'})
+end
 local user = id('user', ARGV[1])
 local meta = redis.call('HMGET', KEYS[1], 'expires_ms', 'grabbed_n', 'count', 'grabbed_sum')
 local exp = meta[1]

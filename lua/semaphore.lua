@@ -28,9 +28,9 @@ if op ~= 'acquire' and op ~= 'renew' and op ~= 'release' and op ~= 'check' then
   return error({err = 'ERR redcount: op must be acquire, renew, release or check'})
 end
 local p = lease_args(2)
-local asked = int('fencing_token', ARGV[5] or '0', 0, 9007199254740991)
+local asked = int('fencing_token', ARGV[5], 0, 9007199254740991)
 
-local replay, finish = idempotency(3)
+local replay, finish = idempotency(3, 5)
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -49,6 +49,7 @@ end
 
 -- The semaphore's own limit, when an admin set one (prelude.lua: override).
 local limit = override(KEYS[3], p.limit, 1000000)
+lease_check(key, tokens) -- before any write (an acquire was checked in lease_eval)
 -- A check changes nothing (ended leases are only skipped over).
 if op ~= 'check' then lease_reclaim(key, tokens, now) end
 local holder = p.holder
@@ -84,8 +85,8 @@ elseif op == 'release' then
     code = 4
   end
 elseif held then -- renew
+  token = lease_token_of(tokens, holder) -- before the write: it may refuse the state
   redis.call('ZADD', key, 'XX', s(now + p.lease), holder)
-  token = lease_token_of(tokens, holder)
   if token == 0 then token = lease_mint(tokens, holder, now_us) end -- a lease from before tokens existed
   code = 2
 else

@@ -399,3 +399,184 @@ async fn a_take_with_a_bad_peek_flag_is_refused_and_writes_nothing() {
         }
     }
 }
+
+/// Every key of a compound decision (all four quota algorithms and a semaphore lease) and of
+/// the single semaphore and quota calls, tampered in turn with each of a table of values a
+/// script does not write (wrong types; numbers Lua reads but Redis refuses, or that are not
+/// finite; lease ends and log times of inf and 1e300; a fencing token of nan, -1, 2^70):
+/// a call that errors has written nothing (DUMPs of every key compared), and a call that
+/// answers answers sane numbers (no NaN or infinity turned into i64::MIN).
+#[tokio::test]
+async fn tampered_state_never_leaves_a_partial_write() {
+    use redcount_core::ops::decision::{Decide, Part};
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let fw = Algorithm::FixedWindow { limit: 5, window_ms: 60_000 };
+    let sw = Algorithm::SlidingWindow { limit: 5, window_ms: 60_000 };
+    let tb = Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 1000 };
+    let gc = Algorithm::Gcra { rate: 5, period_ms: 60_000, burst: 5 };
+    // (command, arguments after the key): each applied where Redis takes it.
+    let tampers: &[(&str, &[&str])] = &[
+        ("SET", &["junk"]),
+        ("SET", &["1e0"]),
+        ("HSET", &["junk", "1"]),
+        ("HSET", &["#", "nan"]),
+        ("HSET", &["#", "1180591620717411303424"]),
+        ("HSET", &["h", "-1"]),
+        ("HSET", &["t", "1e300"]),
+        ("HSET", &["r", "nan"]),
+        ("HSET", &["tokens", "inf"]),
+        ("HSET", &["ts", " 1"]),
+        ("ZADD", &["inf", "other"]),
+        ("ZADD", &["1e300", "c0000000000000001:1"]),
+        ("LPUSH", &["x"]),
+    ];
+    let mut tried = 0;
+    for (t, (cmd, args)) in tampers.iter().enumerate() {
+        let subject = format!("t{t}");
+        let decide = Decide::new(
+            &subject,
+            vec![
+                Part::quota("fw", fw, 1).unwrap(),
+                Part::quota("sw", sw, 1).unwrap(),
+                Part::quota("tb", tb, 1).unwrap(),
+                Part::quota("gc", gc, 1).unwrap(),
+                Part::lease("sem", "h", 3, 10_000).unwrap(),
+            ],
+        )
+        .unwrap();
+        let all = keys_of(&decide);
+        for target in 0..all.len() {
+            // A fresh subject state for each target: one earlier decision, so every key exists.
+            for k in &all {
+                let _: () = redis::cmd("DEL").arg(k).query(&mut c).unwrap();
+            }
+            d.run(&decide).await.unwrap();
+            let mut tamper = redis::cmd(cmd);
+            tamper.arg(&all[target]).arg(*args);
+            if tamper.query::<redis::Value>(&mut c).is_err() {
+                continue; // another type: this tamper does not apply to this key
+            }
+            tried += 1;
+            for which in [
+                "decision",
+                "acquire",
+                "renew",
+                "release",
+                "fw",
+                "sw",
+                "tb",
+                "gc",
+                "refund fw",
+                "refund sw",
+                "refund tb",
+                "refund gc",
+            ] {
+                let dump = |c: &mut redis::Connection| -> Vec<redis::Value> {
+                    all.iter().map(|k| redis::cmd("DUMP").arg(k).query(c).unwrap()).collect()
+                };
+                let before = dump(&mut c);
+                let out: Result<String, String> = match which {
+                    "decision" => d.run(&decide).await.map(|o| format!("{o:?}")).map_err(|e| e.to_string()),
+                    "acquire" | "renew" | "release" => {
+                        let action = match which {
+                            "acquire" => Action::Acquire,
+                            "renew" => Action::Renew,
+                            _ => Action::Release,
+                        };
+                        let op = UpdateLease::new("sem", &subject, action, "h", 3, 10_000).unwrap();
+                        d.run(&op).await.map(|o| format!("{o:?}")).map_err(|e| e.to_string())
+                    }
+                    r if r.starts_with("refund ") => {
+                        let q = &r[7..];
+                        let algo = match q {
+                            "fw" => fw,
+                            "sw" => sw,
+                            "tb" => tb,
+                            _ => gc,
+                        };
+                        let op = redcount_core::ops::quota::RefundQuota::new(q, &subject, algo, 1).unwrap();
+                        d.run(&op).await.map(|o| format!("{o:?}")).map_err(|e| e.to_string())
+                    }
+                    q => {
+                        let algo = match q {
+                            "fw" => fw,
+                            "sw" => sw,
+                            "tb" => tb,
+                            _ => gc,
+                        };
+                        let op = TakeQuota::take(q, &subject, algo, 1).unwrap();
+                        d.run(&op).await.map(|o| format!("{o:?}")).map_err(|e| e.to_string())
+                    }
+                };
+                let after = dump(&mut c);
+                let case = format!("{cmd} {} {args:?}, then {which}", all[target]);
+                match out {
+                    Err(e) => assert_eq!(before, after, "{case}: refused ({e}) yet wrote"),
+                    Ok(o) => assert!(!o.contains("9223372036854775808"), "{case}: answered {o}"),
+                }
+            }
+        }
+    }
+    assert!(tried > 20, "only {tried} tampers applied");
+}
+
+/// Every writing script called straight with one argument more, or one fewer, than the core
+/// sends (and with a key more): refused, nothing written. An ignored extra argument would
+/// mean a caller's intent silently dropped.
+#[tokio::test]
+async fn scripts_refuse_a_call_of_another_shape() {
+    use redcount_core::ops::quota::{OverrideQuota, RefundQuota, ResetQuota};
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let fw = Algorithm::FixedWindow { limit: 5, window_ms: 60_000 };
+    let sw = Algorithm::SlidingWindow { limit: 5, window_ms: 60_000 };
+    let tb = Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 1000 };
+    let gc = Algorithm::Gcra { rate: 5, period_ms: 60_000, burst: 5 };
+    let mut invs = vec![
+        AddCounter::new("p", "shape", Storage::Key, 1, Bounds::default()).unwrap().request(),
+        Claim::new("p", "shape", 60_000).unwrap().request(),
+        UpdateLease::new("sem", "shape", Action::Acquire, "h", 3, 10_000).unwrap().request(),
+        Append::new("shape", 1, "hi", 60_000, 10).unwrap().request(),
+        Trim::new("shape", 60, 10, 100).unwrap().request(),
+        Grab::new("shapepk", "bob").unwrap().request(),
+        OverrideQuota::set("fw", "shape", fw, 9, 0).unwrap().request(),
+        ResetQuota::new("fw", "shape", fw).unwrap().request(),
+    ];
+    for algo in [fw, sw, tb, gc] {
+        invs.push(TakeQuota::take("q", "shape", algo, 1).unwrap().request());
+        invs.push(RefundQuota::new("q", "shape", algo, 1).unwrap().request());
+    }
+    d.run(&Create::new("shapepk", 100, 2, 1, 60_000, &mut rand::rng()).unwrap()).await.unwrap();
+    for req in invs {
+        let redcount_core::Request::Script(inv) = req else { unreachable!() };
+        let dump = |c: &mut redis::Connection| -> Vec<redis::Value> {
+            inv.keys.iter().map(|k| redis::cmd("DUMP").arg(k).query(c).unwrap()).collect()
+        };
+        let mut shapes = Vec::new();
+        let mut more = inv.clone();
+        more.args.push("1".into());
+        shapes.push(("an argument more", more));
+        if !inv.args.is_empty() {
+            let mut fewer = inv.clone();
+            fewer.args.pop();
+            shapes.push(("an argument fewer", fewer));
+        }
+        let mut keys = inv.clone();
+        keys.keys.push(format!("{}:x", inv.keys[0]));
+        keys.keys.push(format!("{}:y", inv.keys[0]));
+        shapes.push(("two keys more", keys));
+        for (what, raw) in shapes {
+            let before = dump(&mut c);
+            match d.send(&raw.eval()).await {
+                Err(redcount::Error::Redis(e)) => {
+                    assert_eq!(e.kind, ErrorKind::Rejected, "{} with {what}: {e}", inv.script.name())
+                }
+                other => panic!("{} with {what} was not refused: {other:?}", inv.script.name()),
+            }
+            assert_eq!(before, dump(&mut c), "{} with {what} wrote", inv.script.name());
+        }
+    }
+}
