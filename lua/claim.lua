@@ -15,4 +15,8 @@ if replay then return replay end
 local now = now_ms()
 local ok = redis.call('SET', KEYS[1], string.format('%.0f', now), 'NX', 'PX', w)
 if ok then return finish({1, window}) end
-return finish({0, redis.call('PTTL', KEYS[1])})
+local left = redis.call('PTTL', KEYS[1])
+-- A claim's key always ends with its window; one without an expiry was not written here
+-- (it would block the subject for good): refused, not answered as a wait of -1.
+if left < 0 then return error({err = 'ERR redcount: the claim state is not as redcount wrote it'}) end
+return finish({0, left})

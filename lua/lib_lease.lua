@@ -45,7 +45,12 @@ local function lease_number(v)
 end
 
 -- A holder's token (0 when it has none), and the last token issued (0 when none).
-local function lease_token_of(tokens, h) return lease_number(redis.call('HGET', tokens, h)) end
+local function lease_token_of(tokens, h)
+  local t = redis.call('HMGET', tokens, h, '#')
+  local n = lease_number(t[1])
+  if n > lease_number(t[2]) then return lease_refuse() end -- above every token issued
+  return n
+end
 local function lease_last_token(tokens) return lease_number(redis.call('HGET', tokens, '#')) end
 
 -- Checks what every write of this file builds on: the last token issued and the latest

@@ -91,10 +91,16 @@ local function idempotency(need, nargs)
       return error({err = 'IDEMPOTENCY_CONFLICT this Idempotency-Key was already used for a different request'})
     end
     local out = {}
-    -- At most 64 numbers (a decision of 8 parts has 60): the reply stays small whatever is stored.
-    for n in string.gmatch(body, '-?%d+') do
+    -- At most 64 numbers (a decision of 8 parts has 60): the reply stays small whatever is
+    -- stored; each in the text `finish` writes (stored), else the record is refused, not replayed.
+    for n in string.gmatch(body, '[^,]+') do
       if #out == 64 then break end
-      out[#out + 1] = tonumber(n)
+      local v = stored(n)
+      if n == '-0' then v = 0 end -- ('%.0f' of a negative zero, which arithmetic can give)
+      if not v then
+        return error({err = 'ERR redcount: the stored reply of this Idempotency-Key is not as redcount wrote it'})
+      end
+      out[#out + 1] = v
     end
     -- Marks the reply as a replay; the driver strips it (Value::take_replay_mark).
     out[#out + 1] = 'replayed'

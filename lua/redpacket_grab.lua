@@ -16,7 +16,11 @@ if not exp then return {-1, 0, 0, 0} end
 local prev = redis.call('HGET', KEYS[3], user)
 if prev then
   local amount, index = string.match(prev, '^(%d+):(%d+)$')
-  return {2, tonumber(amount), tonumber(index), redis.call('LLEN', KEYS[2])}
+  amount, index = stored(amount), stored(index)
+  if not amount or amount < 1 or not index or index < 1 then
+    return error({err = 'ERR red packet state is not as redcount wrote it'})
+  end
+  return {2, amount, index, redis.call('LLEN', KEYS[2])}
 end
 -- Every number this grab writes on top of (HINCRBY, PEXPIREAT) in the text redcount wrote
 -- it, checked before the first write: Redis refuses " 1" or "1e0" there, after the share

@@ -6,5 +6,13 @@
 local m = redis.call('HMGET', KEYS[1], 'total', 'count', 'grabbed_n', 'grabbed_sum',
   'created_ms', 'expires_ms')
 if not m[1] then return {0, 0, 0, 0, 0, 0, 0, 0} end
-return {1, tonumber(m[1]), tonumber(m[2]), redis.call('LLEN', KEYS[2]), tonumber(m[3]),
-  tonumber(m[4]), tonumber(m[5]), tonumber(m[6])}
+-- Every field in the text redcount writes (prelude: stored), else refused, not passed on.
+local out = {1, 0, 0, redis.call('LLEN', KEYS[2]), 0, 0, 0, 0}
+for i, at in ipairs({2, 3, 5, 6, 7, 8}) do
+  local n = stored(m[i] or '0')
+  if not n or n < 0 then
+    return error({err = 'ERR red packet state is not as redcount wrote it'})
+  end
+  out[at] = n
+end
+return out

@@ -580,3 +580,69 @@ async fn scripts_refuse_a_call_of_another_shape() {
         }
     }
 }
+
+/// What a read hands back is checked as what a write builds on: a red packet's status, a
+/// grab's replay and its claims list, an idempotent reply, a holder's fencing token and a
+/// claim's expiry, each edited by hand, are refused, not answered as impossible numbers
+/// (i64::MIN, a negative amount, a token above every token issued, a wait of null).
+#[tokio::test]
+async fn tampered_state_is_not_read_back_as_numbers() {
+    use redcount_core::ops::{Idempotency, Idempotent};
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    let set = |c: &mut redis::Connection, args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        let _: redis::Value = cmd.query(c).unwrap();
+    };
+
+    // A packet's status field, and a grab record replayed.
+    for (i, field) in ["total", "count", "created_ms", "expires_ms", "grabbed_n", "grabbed_sum"].iter().enumerate() {
+        for bad in ["nan", "1e300", "-5", "99999999999999999999"] {
+            let id = format!("st{i}{}", bad.len());
+            d.run(&Create::new(&id, 100, 3, 1, 60_000, &mut rand::rng()).unwrap()).await.unwrap();
+            let k = keys_of(&Grab::new(&id, "u1").unwrap());
+            set(&mut c, &["HSET", &k[0], field, bad]);
+            assert!(d.run(&ReadStatus::new(&id).unwrap()).await.is_err(), "status with {field} = {bad:?}");
+        }
+    }
+    d.run(&Create::new("rp", 100, 3, 1, 60_000, &mut rand::rng()).unwrap()).await.unwrap();
+    d.run(&Grab::new("rp", "u1").unwrap()).await.unwrap();
+    let k = keys_of(&Grab::new("rp", "u1").unwrap());
+    for bad in ["99999999999999999999:1", "0:1", "5:0", "05:1"] {
+        set(&mut c, &["HSET", &k[2], "u1", bad]);
+        assert!(d.run(&Grab::new("rp", "u1").unwrap()).await.is_err(), "grab replay of {bad:?}");
+    }
+    // The claims list.
+    for bad in ["u1:-5:1:1", "u1:9223372036854775807:1:1", "u1:5:0:1", "u1:5:1:-1"] {
+        set(&mut c, &["LSET", &k[3], "0", bad]);
+        assert!(d.run(&ReadGrabs::new("rp", 0, 10).unwrap()).await.is_err(), "claims list with {bad:?}");
+    }
+
+    // An idempotent counter's stored reply.
+    let add = AddCounter::new("p", "idem", Storage::Key, 1, Bounds::default()).unwrap();
+    let idem = Idempotency::new(b"k1", b"{}");
+    let op = Idempotent::new(add, Some(idem));
+    d.run(&op).await.unwrap();
+    let ik = keys_of(&op).last().unwrap().clone();
+    let stored: String = redis::cmd("GET").arg(&ik).query(&mut c).unwrap();
+    let fp = stored.split('|').next().unwrap().to_string();
+    for bad in ["-9223372036854775808,1,0", "9007199254740993,1,0", "01,1,0", "1,,0"] {
+        set(&mut c, &["SET", &ik, &format!("{fp}|{bad}"), "PX", "60000"]);
+        assert!(d.run(&op).await.is_err(), "replay of {bad:?}");
+    }
+
+    // A holder's token above the last one issued: a renewal is refused, not granted.
+    let lease = |a| UpdateLease::new("sem", "fence", a, "h0", 2, 10_000).unwrap();
+    d.run(&lease(Action::Acquire)).await.unwrap();
+    let tk = keys_of(&lease(Action::Renew))[1].clone();
+    let last: i64 = redis::cmd("HGET").arg(&tk).arg("#").query(&mut c).unwrap();
+    set(&mut c, &["HSET", &tk, "h0", &(last + 1_000_000_000).to_string()]);
+    assert!(d.run(&lease(Action::Renew)).await.is_err(), "a token above the last issued was renewed");
+
+    // A claim's key without an expiry.
+    let claim = Claim::new("cl", "zz", 60_000).unwrap();
+    set(&mut c, &["SET", &keys_of(&claim)[0], "1"]);
+    assert!(d.run(&claim).await.is_err(), "a claim without an expiry answered");
+}

@@ -270,8 +270,12 @@ impl Operation for ReadGrabs {
                 else {
                     return Err(bad());
                 };
-                let num = |x: &str| x.parse::<i64>().map_err(|_| bad());
-                Ok(GrabRecord { user: String::from(user), amount: num(a)?, index: num(i)?, at_ms: num(t)? })
+                // In the text the grab script writes: positive amounts and indexes, a time not
+                // before the epoch; a record edited by hand is refused, not listed.
+                let num = |x: &str, min: i64| {
+                    crate::validate::int_str("record", x, min, crate::validate::MAX_SAFE).map_err(|_| bad())
+                };
+                Ok(GrabRecord { user: String::from(user), amount: num(a, 1)?, index: num(i, 1)?, at_ms: num(t, 0)? })
             })
             .collect()
     }
