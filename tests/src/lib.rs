@@ -32,13 +32,36 @@ impl RedisServer {
             dir: scratch_dir("redis"),
             args: extra.iter().map(|s| s.to_string()).collect(),
         };
-        s.spawn();
+        // A port free a moment ago can be taken before Redis binds it, and a cluster node
+        // also binds port + 10,000 (its bus), which nothing reserved: on a busy machine a
+        // start failed that way ("exited before listening"). Another port then, a few times.
+        let cluster = s.args.iter().any(|a| a == "--cluster-enabled");
+        for attempt in 1.. {
+            if cluster {
+                while s.port > 55_535 || std::net::TcpListener::bind(("127.0.0.1", s.port + 10_000)).is_err() {
+                    s.port = free_port();
+                }
+            }
+            match s.try_spawn_only() {
+                Ok(()) => break,
+                Err(e) if attempt < 4 => {
+                    eprintln!("redis-server on port {}: {e}; trying another port", s.port);
+                    s.port = free_port();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        s.wait_ping();
         s
     }
 
     fn spawn(&mut self) {
         self.spawn_only();
-        // Accepting connections is not enough: wait until it answers PING.
+        self.wait_ping();
+    }
+
+    /// Accepting connections is not enough: waits until it answers PING.
+    fn wait_ping(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let client = redis::Client::open(self.url()).unwrap();
         loop {
@@ -54,12 +77,17 @@ impl RedisServer {
 
     /// Starts the process and waits for its port only (it may still be loading its data).
     fn spawn_only(&mut self) {
+        self.try_spawn_only().unwrap();
+    }
+
+    fn try_spawn_only(&mut self) -> Result<(), String> {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         let mut cmd = redcount_procs::redis_command(self.port, &self.dir, &args);
         let mut child = Proc::spawn("redis-server", &mut cmd)
             .unwrap_or_else(|e| panic!("{e} (run `cargo xtask test`, which installs it)"));
-        redcount_procs::wait_port(self.port, Duration::from_secs(10), &mut child).unwrap();
+        redcount_procs::wait_port(self.port, Duration::from_secs(10), &mut child)?;
         self.child = Some(child);
+        Ok(())
     }
 
     /// Its URL.
