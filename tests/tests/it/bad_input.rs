@@ -400,6 +400,27 @@ async fn a_take_with_a_bad_peek_flag_is_refused_and_writes_nothing() {
     }
 }
 
+/// One small policy of each quota algorithm: fixed, sliding, bucket, GCRA.
+fn small_algorithms() -> [Algorithm; 4] {
+    [
+        Algorithm::FixedWindow { limit: 5, window_ms: 60_000 },
+        Algorithm::SlidingWindow { limit: 5, window_ms: 60_000 },
+        Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 1000 },
+        Algorithm::Gcra { rate: 5, period_ms: 60_000, burst: 5 },
+    ]
+}
+
+/// The small policy of the algorithm tagged `fw`, `sw`, `tb` or `gc`.
+fn algorithm(tag: &str) -> Algorithm {
+    let [fw, sw, tb, gc] = small_algorithms();
+    match tag {
+        "fw" => fw,
+        "sw" => sw,
+        "tb" => tb,
+        _ => gc,
+    }
+}
+
 /// Every key of a compound decision (all four quota algorithms and a semaphore lease) and of
 /// the single semaphore and quota calls, tampered in turn with each of a table of values a
 /// script does not write (wrong types; numbers Lua reads but Redis refuses, or that are not
@@ -412,10 +433,7 @@ async fn tampered_state_never_leaves_a_partial_write() {
     let redis = RedisServer::start();
     let d = redis.direct().await;
     let mut c = redis.conn();
-    let fw = Algorithm::FixedWindow { limit: 5, window_ms: 60_000 };
-    let sw = Algorithm::SlidingWindow { limit: 5, window_ms: 60_000 };
-    let tb = Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 1000 };
-    let gc = Algorithm::Gcra { rate: 5, period_ms: 60_000, burst: 5 };
+    let [fw, sw, tb, gc] = small_algorithms();
     // (command, arguments after the key): each applied where Redis takes it.
     let tampers: &[(&str, &[&str])] = &[
         ("SET", &["junk"]),
@@ -490,23 +508,11 @@ async fn tampered_state_never_leaves_a_partial_write() {
                     }
                     r if r.starts_with("refund ") => {
                         let q = &r[7..];
-                        let algo = match q {
-                            "fw" => fw,
-                            "sw" => sw,
-                            "tb" => tb,
-                            _ => gc,
-                        };
-                        let op = redcount_core::ops::quota::RefundQuota::new(q, &subject, algo, 1).unwrap();
+                        let op = redcount_core::ops::quota::RefundQuota::new(q, &subject, algorithm(q), 1).unwrap();
                         d.run(&op).await.map(|o| format!("{o:?}")).map_err(|e| e.to_string())
                     }
                     q => {
-                        let algo = match q {
-                            "fw" => fw,
-                            "sw" => sw,
-                            "tb" => tb,
-                            _ => gc,
-                        };
-                        let op = TakeQuota::take(q, &subject, algo, 1).unwrap();
+                        let op = TakeQuota::take(q, &subject, algorithm(q), 1).unwrap();
                         d.run(&op).await.map(|o| format!("{o:?}")).map_err(|e| e.to_string())
                     }
                 };
@@ -531,10 +537,7 @@ async fn scripts_refuse_a_call_of_another_shape() {
     let redis = RedisServer::start();
     let d = redis.direct().await;
     let mut c = redis.conn();
-    let fw = Algorithm::FixedWindow { limit: 5, window_ms: 60_000 };
-    let sw = Algorithm::SlidingWindow { limit: 5, window_ms: 60_000 };
-    let tb = Algorithm::TokenBucket { capacity: 5, refill: 1, interval_ms: 1000 };
-    let gc = Algorithm::Gcra { rate: 5, period_ms: 60_000, burst: 5 };
+    let [fw, sw, tb, gc] = small_algorithms();
     let mut invs = vec![
         AddCounter::new("p", "shape", Storage::Key, 1, Bounds::default()).unwrap().request(),
         Claim::new("p", "shape", 60_000).unwrap().request(),
