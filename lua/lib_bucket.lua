@@ -5,15 +5,25 @@
 
 -- The parameters at ARGV[a .. a+3]: capacity (1 .. 10^9), tokens added per refill step
 -- (1 .. capacity), refill step in ms (1 .. 10^12), cost (1 .. 10^9; more than the capacity
--- in force is denied).
+-- in force is denied); and a refill from empty, ceil(capacity / refill) * step, of at most
+-- 4.5 * 10^15 ms (the core's MAX_BUCKET_SPAN: the key's expiry and the reset are built on it).
 local function bucket_args(a)
   local cap = int('capacity', ARGV[a], 1, 1000000000)
-  return {
+  local p = {
     cap = cap,
     refill = int('refill', ARGV[a + 1], 1, cap),
     step = int('interval', ARGV[a + 2], 1, 1000000000000),
     cost = int('cost', ARGV[a + 3], 1, 1000000000),
   }
+  if math.ceil(cap / p.refill) * p.step > 4500000000000000 then
+    return error({err = 'ERR redcount: interval out of range (a refill from empty past 4.5 * 10^15 ms)'})
+  end
+  return p
+end
+
+-- The largest capacity an override may give with this refill and step (the same bound).
+local function bucket_max_cap(refill, step)
+  return math.min(1000000000, math.floor(4500000000000000 / step) * refill)
 end
 
 -- Reads the bucket at server time (`clock()`, in µs) and decides; writes nothing. Returns a table as
@@ -21,7 +31,7 @@ end
 --   reset_ms: until the bucket is full again; retry_after_ms: until enough tokens for this
 --   cost have been added.
 local function bucket_eval(p, key, ovr, clock)
-  local cap = override(ovr, p.cap, 1000000000)
+  local cap = override(ovr, p.cap, bucket_max_cap(p.refill, p.step))
   local refill, step, cost = p.refill, p.step, p.cost
   local now = math.floor(clock() / 1000)
   local st = redis.call('HMGET', key, 'tokens', 'ts')

@@ -24,6 +24,9 @@ elseif algo == 'tb' then
   p1 = int('capacity', ARGV[3], 1, 1000000000)
   p2 = int('refill', ARGV[4], 1, p1)
   p3 = int('interval', ARGV[5], 1, 1000000000000)
+  if math.ceil(p1 / p2) * p3 > 4500000000000000 then
+    return error({err = 'ERR redcount: interval out of range (a refill from empty past 4.5 * 10^15 ms)'})
+  end
 elseif algo == 'gc' then
   p1 = int('rate', ARGV[3], 1, 10000000)
   p2 = int('period', ARGV[4], 1, 31622400000)
@@ -36,7 +39,7 @@ local replay, finish = idempotency(2, (algo == 'fw' or algo == 'sw') and 4 or 5)
 if replay then return replay end
 -- The subject's override of the size, as the take script reads it.
 if algo == 'tb' then
-  p1 = override(KEYS[2], p1, 1000000000)
+  p1 = override(KEYS[2], p1, math.min(1000000000, math.floor(4500000000000000 / p3) * p2))
 elseif algo == 'gc' then
   p3 = override(KEYS[2], p3, math.min(1000000000, math.floor(4500000000000 / p2)))
 end

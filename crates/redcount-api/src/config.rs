@@ -420,11 +420,12 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                 },
                 "bucket" => {
                     let capacity = int("capacity", 1, quota::MAX_LIMIT, None)?;
-                    Algorithm::TokenBucket {
-                        capacity,
-                        refill: int("refill", 1, capacity, None)?,
-                        interval_ms: int("interval_ms", 1, quota::MAX_WINDOW_MS, None)?,
-                    }
+                    let refill = int("refill", 1, capacity, None)?;
+                    // A refill from empty within MAX_BUCKET_SPAN (the script's expiry).
+                    let steps = (capacity + refill - 1) / refill;
+                    let interval_ms =
+                        int("interval_ms", 1, quota::MAX_WINDOW_MS.min(quota::MAX_BUCKET_SPAN / steps), None)?;
+                    Algorithm::TokenBucket { capacity, refill, interval_ms }
                 }
                 "gcra" => {
                     let period_ms = int("period_ms", 1, quota::MAX_GCRA_PERIOD_MS, None)?;

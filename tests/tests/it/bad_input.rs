@@ -649,3 +649,48 @@ async fn tampered_state_is_not_read_back_as_numbers() {
     set(&mut c, &["SET", &keys_of(&claim)[0], "1"]);
     assert!(d.run(&claim).await.is_err(), "a claim without an expiry answered");
 }
+
+/// A token bucket whose refill from empty would outlast 4.5 * 10^15 ms (its expiry and reset
+/// are built on it; past 2^63 ms PEXPIRE refused it after the bucket was written, so a take
+/// answered 502 yet charged, and a decision charged its other parts): refused as a policy, by
+/// the script if a caller skips the core, and an override is held to the same bound. At the
+/// bound a take answers and its expiry and reset stay exact.
+#[tokio::test]
+async fn a_bucket_never_refills_past_what_redis_can_expire() {
+    use redcount_core::ops::quota::{MAX_BUCKET_SPAN, OverrideQuota};
+    let slow = Algorithm::TokenBucket { capacity: 1_000_000_000, refill: 1, interval_ms: 31_622_400_000 };
+    assert_eq!(slow.validate().unwrap_err().field, "interval_ms");
+    assert!(TakeQuota::take("tb", "slow", slow, 1).is_err());
+
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut c = redis.conn();
+    // Straight to the script: refused, nothing written.
+    let ok = Algorithm::TokenBucket { capacity: 10, refill: 1, interval_ms: 1_000_000_000_000 };
+    let redcount_core::Request::Script(inv) = TakeQuota::take("tb", "slow", ok, 1).unwrap().request() else {
+        unreachable!()
+    };
+    let mut raw = inv.clone();
+    raw.args[0] = "1000000000".into(); // capacity 10^9 at one token per 10^12 ms
+    match d.send(&raw.eval()).await {
+        Err(redcount::Error::Redis(e)) => assert_eq!(e.kind, ErrorKind::Rejected, "{e}"),
+        other => panic!("not refused: {other:?}"),
+    }
+    let n: i64 = redis::cmd("EXISTS").arg(&inv.keys[0]).query(&mut c).unwrap();
+    assert_eq!(n, 0);
+
+    // An override up to the bound (4,500 tokens at one per 10^12 ms), not past it.
+    let most = MAX_BUCKET_SPAN / 1_000_000_000_000;
+    assert_eq!(ok.max_size(), most);
+    assert!(OverrideQuota::set("tb", "slow", ok, most + 1, 0).is_err());
+    d.run(&OverrideQuota::set("tb", "slow", ok, most, 0).unwrap()).await.unwrap();
+    // A caller that skips the core and stores a larger one: read as no override.
+    let out = d.run(&TakeQuota::take("tb", "slow", ok, 5).unwrap()).await.unwrap();
+    assert!(out.allowed && out.limit == most, "{out:?}");
+    let pttl: i64 = redis::cmd("PTTL").arg(&inv.keys[0]).query(&mut c).unwrap();
+    assert!(pttl > 0 && pttl <= MAX_BUCKET_SPAN, "{pttl}");
+    assert!(out.reset_ms > 0 && out.reset_ms <= MAX_BUCKET_SPAN, "{out:?}");
+    let _: () = redis::cmd("SET").arg(&inv.keys[1]).arg(most + 1).query(&mut c).unwrap();
+    let out = d.run(&TakeQuota::take("tb", "slow", ok, 1).unwrap()).await.unwrap();
+    assert_eq!(out.limit, 10, "an override past the bound is no override");
+}

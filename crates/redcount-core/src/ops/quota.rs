@@ -27,6 +27,11 @@ pub const MAX_GCRA_PERIOD_MS: i64 = 31_622_400_000;
 /// 1/rate µs, where the burst window is `burst * period_ms * 1000`; this keeps every such
 /// quantity (twice the window at most) below 2^53, where Lua's doubles are exact integers.
 pub const MAX_GCRA_SPAN: i64 = 4_500_000_000_000;
+/// Longest time a token bucket takes to refill from empty, in ms (`ceil(capacity / refill) *
+/// interval_ms`, with a subject's override as the capacity): about 142,000 years. The script
+/// sets the bucket's expiry and reports its reset from it; past 2^63 ms PEXPIRE refuses it
+/// (after the bucket was written), past 2^53 Lua's doubles lose it.
+pub const MAX_BUCKET_SPAN: i64 = 4_500_000_000_000_000;
 
 /// How a quota counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +88,8 @@ impl Algorithm {
             Algorithm::TokenBucket { capacity, refill, interval_ms } => {
                 validate::range("capacity", capacity, 1, MAX_LIMIT)?;
                 validate::range("refill", refill, 1, capacity)?;
-                validate::range("interval_ms", interval_ms, 1, MAX_WINDOW_MS)?;
+                let steps = (capacity + refill - 1) / refill; // refill steps from empty
+                validate::range("interval_ms", interval_ms, 1, MAX_WINDOW_MS.min(MAX_BUCKET_SPAN / steps))?;
             }
             Algorithm::Gcra { rate, period_ms, burst } => {
                 validate::range("rate", rate, 1, MAX_GCRA_RATE)?;
@@ -107,7 +113,10 @@ impl Algorithm {
     /// parameters: the bound of a subject's override.
     pub fn max_size(&self) -> i64 {
         match *self {
-            Algorithm::FixedWindow { .. } | Algorithm::TokenBucket { .. } => MAX_LIMIT,
+            Algorithm::FixedWindow { .. } => MAX_LIMIT,
+            Algorithm::TokenBucket { refill, interval_ms, .. } => {
+                MAX_LIMIT.min((MAX_BUCKET_SPAN / interval_ms.max(1)).saturating_mul(refill))
+            }
             Algorithm::SlidingWindow { .. } => MAX_SLIDING_LIMIT,
             Algorithm::Gcra { period_ms, .. } => MAX_LIMIT.min(MAX_GCRA_SPAN / period_ms.max(1)),
         }
