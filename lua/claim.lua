@@ -18,5 +18,5 @@ if ok then return finish({1, window}) end
 local left = redis.call('PTTL', KEYS[1])
 -- A claim's key always ends with its window; one without an expiry was not written here
 -- (it would block the subject for good): refused, not answered as a wait of -1.
-if left < 0 then return error({err = 'ERR redcount: the claim state is not as redcount wrote it'}) end
+if left < 0 then return tampered('the claim') end
 return finish({0, left})

@@ -16,7 +16,7 @@ local function bucket_args(a)
     cost = int('cost', ARGV[a + 3], 1, 1000000000),
   }
   if math.ceil(cap / p.refill) * p.step > 4500000000000000 then
-    return error({err = 'ERR redcount: interval out of range (a refill from empty past 4.5 * 10^15 ms)'})
+    return error({err = 'ERR redcount: interval out of range'})
   end
   return p
 end

@@ -35,7 +35,7 @@ local function lease_live(set, now) return redis.call('ZCOUNT', set, '(' .. s(no
 -- that is not a whole number of ms (inf, 1e300) would fail PEXPIREAT after the lease was
 -- written. (Read with the commands of the right type, so a key of another type fails here.)
 local function lease_refuse()
-  return error({err = 'ERR redcount: the semaphore state is not as redcount wrote it: no lease changed'})
+  return tampered('the semaphore')
 end
 local function lease_number(v)
   if not v then return 0 end

@@ -45,7 +45,7 @@ local function sliding_eval(p, key, ovr, clock)
     -- written (take() builds its score and the key's expiry on it; inf or 1e300 would fail
     -- PEXPIRE after ZADD).
     if not stored(last[2]) then
-      return error({err = 'ERR redcount: the quota state is not as redcount wrote it: nothing taken'})
+      return tampered('the quota')
     end
     if size > expired then
       newest = tonumber(last[2])

@@ -26,6 +26,11 @@ local function stored(v)
   return n
 end
 
+-- Refuses state that `stored` (or a script's own check) did not recognise, naming `what`.
+local function tampered(what) return error({err = 'ERR redcount: ' .. what .. ' is not as redcount wrote it'}) end
+-- Refuses a call with a key or an argument more or fewer than the script takes.
+local function misshapen() return error({err = 'ERR redcount: the keys and arguments do not match the script'}) end
+
 -- A flag argument: "1" is true, "0" false; anything else is refused, not read as "0".
 local function flag(name, v)
   if v == '1' then return true elseif v == '0' then return false end
@@ -78,7 +83,7 @@ end
 local function idempotency(need, nargs)
   local key = KEYS[need + 1]
   if #KEYS < need or #KEYS > need + 1 or (nargs and #ARGV ~= nargs + (key and 2 or 0)) then
-    return error({err = 'ERR redcount: the keys and arguments do not match the script'})
+    return misshapen()
   end
   if not key then return nil, function(reply) return reply end end
   local ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
@@ -98,7 +103,7 @@ local function idempotency(need, nargs)
       local v = stored(n)
       if n == '-0' then v = 0 end -- ('%.0f' of a negative zero, which arithmetic can give)
       if not v then
-        return error({err = 'ERR redcount: the stored reply of this Idempotency-Key is not as redcount wrote it'})
+        return tampered('the stored reply of this Idempotency-Key')
       end
       out[#out + 1] = v
     end

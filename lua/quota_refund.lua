@@ -25,7 +25,7 @@ elseif algo == 'tb' then
   p2 = int('refill', ARGV[4], 1, p1)
   p3 = int('interval', ARGV[5], 1, 1000000000000)
   if math.ceil(p1 / p2) * p3 > 4500000000000000 then
-    return error({err = 'ERR redcount: interval out of range (a refill from empty past 4.5 * 10^15 ms)'})
+    return error({err = 'ERR redcount: interval out of range'})
   end
 elseif algo == 'gc' then
   p1 = int('rate', ARGV[3], 1, 10000000)

@@ -7,7 +7,7 @@
 --   index = the share's position in grab order (1-based); remaining = shares left.
 -- (Runs after prelude.lua: int, s, idempotency.)
 if #KEYS ~= 4 or #ARGV ~= 1 then
-  return error({err = 'ERR redcount: the keys and arguments do not match the script'})
+  return misshapen()
 end
 local user = id('user', ARGV[1])
 local meta = redis.call('HMGET', KEYS[1], 'expires_ms', 'grabbed_n', 'count', 'grabbed_sum')
@@ -18,7 +18,7 @@ if prev then
   local amount, index = string.match(prev, '^(%d+):(%d+)$')
   amount, index = stored(amount), stored(index)
   if not amount or amount < 1 or not index or index < 1 then
-    return error({err = 'ERR red packet state is not as redcount wrote it'})
+    return tampered('the red packet')
   end
   return {2, amount, index, redis.call('LLEN', KEYS[2])}
 end
@@ -27,7 +27,7 @@ end
 -- was popped.
 local grabbed_n, count = stored(meta[2] or '0'), stored(meta[3] or '0')
 if not (stored(exp) and grabbed_n and count and stored(meta[4] or '0')) then
-  return error({err = 'ERR red packet state is not as redcount wrote it: no share issued'})
+  return tampered('the red packet')
 end
 -- A packet whose keys Redis evicted in part (a maxmemory-policy other than noeviction)
 -- could give a share to a user whose grab record is gone, or one the drain never sees: refuse
@@ -42,7 +42,7 @@ local share = redis.call('LINDEX', KEYS[2], 0)
 if not share then return {0, 0, 0, 0} end
 local amount = stored(share)
 if not amount or amount < 1 then
-  return error({err = 'ERR red packet share is not as redcount wrote it: no share issued'})
+  return tampered('the red packet')
 end
 redis.call('LPOP', KEYS[2])
 

@@ -11,7 +11,7 @@ local out = {1, 0, 0, redis.call('LLEN', KEYS[2]), 0, 0, 0, 0}
 for i, at in ipairs({2, 3, 5, 6, 7, 8}) do
   local n = stored(m[i] or '0')
   if not n or n < 0 then
-    return error({err = 'ERR red packet state is not as redcount wrote it'})
+    return tampered('the red packet')
   end
   out[at] = n
 end
