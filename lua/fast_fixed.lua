@@ -17,11 +17,12 @@ if #KEYS == 2 and #ARGV == 4 and ARGV[4] == '0' then
   -- integer in the text the full path accepts (prelude: int, stored). No state, or "0",
   -- is the full path's.
   if v and string.find(ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. v, '^[1-9]%d* [1-9]%d* [1-9]%d* [1-9]%d*$') then
-    local limit, window, cost, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(v)
+    -- (+ 0, not tonumber: one strtod each instead of two; prelude.lua: int)
+    local limit, window, cost, used = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, v + 0
     if limit <= 1000000000 and window <= 1000000000000 and cost <= 1000000000 and used <= 9007199254740991 then
       local o = st[2] -- the subject's override, as prelude.lua's override_value reads it
       if o and string.find(o, '^[1-9]%d*$') then
-        o = tonumber(o)
+        o = o + 0
         if o <= 1000000000 then limit = o end
       end
       -- A window with time left that is not longer than this policy's window; anything

@@ -125,7 +125,7 @@ elseif algo == 'tb' then
 else
   local rate, T = p1, p2 * 1000
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local now = t[1] * 1000000 + t[2]
   local st = redis.call('HMGET', key, 't', 'r')
   local tat, rem = stored(st[1]), stored(st[2]) or 0
   if tat and tat >= now then

@@ -33,7 +33,7 @@ local asked = int('fencing_token', ARGV[5], 0, 9007199254740991)
 local replay, finish = idempotency(3, 5)
 
 local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_us = t[1] * 1000000 + t[2]
 local now = math.floor(now_us / 1000)
 if op == 'acquire' and not replay then
   -- The decision an acquire shares with decide.lua, then this script's own reply.
