@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use redcount::direct::ClusterLink;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisResult, ServerErrorKind, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -39,7 +39,7 @@ pub struct Backend {
 enum Conns {
     Single(Arc<Pool>, Arc<Shared>),
     /// With the time a call may take, redirections included.
-    Cluster(ClusterConnection, Duration),
+    Cluster(ClusterLink, Duration),
 }
 
 /// A few connections that many requests share at once (commands pipelined by redis-rs):
@@ -564,7 +564,7 @@ impl Backend {
             if let Some(l) = login {
                 builder = builder.username(&l.user).password(&l.password);
             }
-            Conns::Cluster(builder.build()?.get_async_connection().await?, timeout)
+            Conns::Cluster(ClusterLink::connect(builder.build()?).await?, timeout)
         } else {
             let mut info = url.into_connection_info()?;
             if let Some(l) = login {
@@ -595,14 +595,14 @@ impl Conns {
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
             // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
             // a pipeline's entries go one by one (`Backend::is_cluster`).
-            (Conns::Cluster(c, _), _) => pipe.query_async(&mut c.clone()).await,
+            (Conns::Cluster(c, _), _) => c.with(async |mut c| pipe.query_async(&mut c).await).await,
         }
     }
 }
 
 /// [`redcount::direct::cluster_call`] with a redis-rs error: the front classifies those. It
 /// gets a moment more than the front's own limit, which answers first (504).
-async fn cluster_call(conn: &ClusterConnection, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+async fn cluster_call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
     use redcount::direct::Stop;
     match redcount::direct::cluster_call(conn, cmd, timeout + Duration::from_millis(100)).await {
         Ok(v) => Ok(v),

@@ -9,6 +9,8 @@
 //! `CLUSTERDOWN` (waited out with short pauses), all within the call's time limit.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redcount_core::{Command, ErrorReply, Operation, Value};
@@ -31,7 +33,7 @@ pub struct Direct {
 #[derive(Clone)]
 enum Conn {
     One(redis::aio::ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(ClusterLink),
 }
 
 impl fmt::Debug for Direct {
@@ -136,7 +138,7 @@ impl Direct {
             .retries(0)
             .build()
             .map_err(|e| Error::Config(format!("Redis Cluster seeds: {e}")))?;
-        let conn = client.get_async_connection().await.map_err(|e| match server_error(&e) {
+        let conn = ClusterLink::connect(client).await.map_err(|e| match server_error(&e) {
             Some(reply) => Error::Redis(reply),
             None => Error::Transport(transport(&e)),
         })?;
@@ -192,7 +194,7 @@ impl Direct {
 
     /// One Cluster call: sent again only after a reply saying Redis did not run it (MOVED,
     /// ASK, TRYAGAIN, CLUSTERDOWN), within the time limit.
-    async fn send_cluster(&self, conn: &ClusterConnection, cmd: &redis::Cmd, first: Hop) -> Result<Value, Error> {
+    async fn send_cluster(&self, conn: &ClusterLink, cmd: &redis::Cmd, first: Hop) -> Result<Value, Error> {
         match call(conn, cmd, first, self.timeout).await {
             Ok(v) => from_redis(v).map_err(Error::Redis),
             Err(Stop::Failed(e)) => Err(final_error(&e)),
@@ -210,7 +212,7 @@ impl Direct {
     }
 
     /// The masters of the Cluster (`CLUSTER SLOTS`: the first node of each slot range).
-    async fn masters(&self, conn: &ClusterConnection) -> Result<Vec<Node>, Error> {
+    async fn masters(&self, conn: &ClusterLink) -> Result<Vec<Node>, Error> {
         let reply = self.send_cluster(conn, &redis::cmd("CLUSTER").arg("SLOTS").to_owned(), Hop::Key).await?;
         let bad = || Error::Protocol("unexpected CLUSTER SLOTS reply".into());
         let mut out = Vec::new();
@@ -305,18 +307,18 @@ pub enum Stop {
 /// `CLUSTERDOWN` (waited out with short pauses), all within `timeout`. redis-rs's retries
 /// would also resend after a lost reply, and a write would run twice. Shared by [`Direct`]
 /// and the REST front.
-pub async fn cluster_call(conn: &ClusterConnection, cmd: &redis::Cmd, timeout: Duration) -> Result<redis::Value, Stop> {
+pub async fn cluster_call(conn: &ClusterLink, cmd: &redis::Cmd, timeout: Duration) -> Result<redis::Value, Stop> {
     call(conn, cmd, Hop::Key, timeout).await
 }
 
-async fn call(conn: &ClusterConnection, cmd: &redis::Cmd, first: Hop, timeout: Duration) -> Result<redis::Value, Stop> {
+async fn call(conn: &ClusterLink, cmd: &redis::Cmd, first: Hop, timeout: Duration) -> Result<redis::Value, Stop> {
     let deadline = Instant::now() + timeout;
     let fixed = matches!(first, Hop::At(_));
     let mut hop = first;
     let mut pause = Duration::from_millis(2);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let e = match tokio::time::timeout(remaining, attempt(conn.clone(), cmd, &hop)).await {
+        let e = match tokio::time::timeout(remaining, conn.with(|c| attempt(c, cmd, &hop))).await {
             Err(_) => return Err(Stop::TimedOut),
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => e,
@@ -367,6 +369,120 @@ async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> re
             let mut replies = conn.route_pipeline(pipe, 1, 1, node.route()).await?;
             replies.pop().ok_or_else(|| redis::RedisError::from((ErrorKind::Client, "no reply after ASKING")))
         }
+    }
+}
+
+/// A Redis Cluster connection that is replaced when it stops answering.
+///
+/// redis-rs's Cluster connection can stop answering for good: under a slot migration with a
+/// busy machine (about one run in three of `rest::a_slot_migrated_in_the_middle_of_a_storm`
+/// with one core kept busy), every command through it waited until its time limit, for as
+/// long as the process ran, and it sent nothing to any node while the nodes answered other
+/// clients. So a call still waiting after [`SUSPECT_AFTER`] has the connection probed with a
+/// `PING` to any node: Redis's answer, an error reply too, shows it works; no answer within
+/// [`PROBE_LIMIT`] while a new connection to the seeds answers one puts the new connection
+/// in its place. One probe at a time, and none within [`SUSPECT_AFTER`] of the last, so a
+/// Redis that is slow for everyone costs about one `PING` a second, and nothing is replaced
+/// while no new connection answers either. (The replaced connection is dropped; if it is
+/// stuck, the redis-rs task behind it stays, with its node connections.)
+#[derive(Clone)]
+pub struct ClusterLink(Arc<LinkInner>);
+
+impl fmt::Debug for ClusterLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClusterLink")
+    }
+}
+
+struct LinkInner {
+    client: redis::cluster::ClusterClient,
+    conn: RwLock<ClusterConnection>,
+    probing: AtomicBool,
+    /// When the last probe ended (milliseconds since `born`).
+    probed_at: std::sync::atomic::AtomicU64,
+    born: Instant,
+}
+
+/// How long a Cluster call waits for its answer before its connection is probed.
+pub const SUSPECT_AFTER: Duration = Duration::from_secs(1);
+/// How long a probe waits for a `PING`'s answer (and for a new connection).
+pub const PROBE_LIMIT: Duration = Duration::from_secs(2);
+
+impl ClusterLink {
+    /// Connects through `client` (made with redis-rs's retries off: see [`cluster_call`]).
+    pub async fn connect(client: redis::cluster::ClusterClient) -> redis::RedisResult<Self> {
+        let conn = client.get_async_connection().await?;
+        Ok(ClusterLink(Arc::new(LinkInner {
+            client,
+            conn: RwLock::new(conn),
+            probing: AtomicBool::new(false),
+            probed_at: std::sync::atomic::AtomicU64::new(0),
+            born: Instant::now(),
+        })))
+    }
+
+    /// The connection in use now (a handle: cheap to clone).
+    pub fn current(&self) -> ClusterConnection {
+        self.0.conn.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Runs `f` on the connection in use; still waiting after [`SUSPECT_AFTER`], it has the
+    /// connection probed (and goes on waiting).
+    pub async fn with<T, F: Future<Output = T>>(&self, f: impl FnOnce(ClusterConnection) -> F) -> T {
+        let call = f(self.current());
+        let mut call = std::pin::pin!(call);
+        tokio::select! {
+            out = &mut call => out,
+            () = tokio::time::sleep(SUSPECT_AFTER) => {
+                self.suspect();
+                call.await
+            }
+        }
+    }
+
+    /// Probes the connection in the background, unless a probe runs or one ended less than
+    /// [`SUSPECT_AFTER`] ago.
+    pub fn suspect(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let now = self.0.born.elapsed().as_millis() as u64;
+        if now < self.0.probed_at.load(Ordering::Acquire) + SUSPECT_AFTER.as_millis() as u64
+            || self.0.probing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let link = self.clone();
+        runtime.spawn(async move {
+            link.probe().await;
+            link.0.probed_at.store(link.0.born.elapsed().as_millis() as u64, Ordering::Release);
+            link.0.probing.store(false, Ordering::Release);
+        });
+    }
+
+    async fn probe(&self) {
+        let ping = || {
+            let mut c = redis::cmd("PING");
+            c.arg("redcount-probe");
+            c
+        };
+        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let r = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(ping(), any.clone())).await;
+        // Redis's answer, an error reply too, shows the connection works; redis-rs's own
+        // "timed out" (its response timeout) does not.
+        if matches!(&r, Ok(Ok(_))) || matches!(&r, Ok(Err(e)) if e.code().is_some()) {
+            return;
+        }
+        let Ok(Ok(mut fresh)) = tokio::time::timeout(PROBE_LIMIT, self.0.client.get_async_connection()).await else {
+            tracing::debug!("the Redis Cluster connection did not answer a PING, nor could a new one be made");
+            return;
+        };
+        if !matches!(tokio::time::timeout(PROBE_LIMIT, fresh.route_command(ping(), any)).await, Ok(Ok(_))) {
+            return;
+        }
+        *self.0.conn.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        tracing::warn!(
+            "the Redis Cluster connection did not answer a PING within {} ms while a new one did: replaced it ({r:?})",
+            PROBE_LIMIT.as_millis()
+        );
     }
 }
 
