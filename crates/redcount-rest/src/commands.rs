@@ -175,7 +175,7 @@ pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
         "WATCH" | "UNWATCH" | "MULTI" | "EXEC" | "DISCARD" => Some(format!(
             "ERR {upper} is not available over REST: send the commands to /multi-exec to run them as one transaction"
         )),
-        "SELECT" | "AUTH" | "HELLO" | "QUIT" | "RESET" | "SWAPDB" => {
+        "SELECT" | "AUTH" | "HELLO" | "QUIT" | "RESET" | "SWAPDB" | "ASKING" | "READONLY" | "READWRITE" => {
             Some(format!("ERR {upper} would change the shared connection and is not available over REST"))
         }
         // O(N×M) time and a (N+1)×(M+1) table in Redis for strings of N and M bytes: two

@@ -95,6 +95,11 @@ async fn raw_http_edge_cases() {
         ("[\"SUBSCRIBE\",\"ch\"]", "/subscribe/<channel>"),
         ("[\"MULTI\"]", "/multi-exec"),
         ("[\"SELECT\",\"1\"]", "shared connection"),
+        // Connection state on a Cluster: ASKING would let the next request sharing the
+        // connection run on a node that does not own its slot (attacker pass, 2026-11-26).
+        ("[\"ASKING\"]", "shared connection"),
+        ("[\"READONLY\"]", "shared connection"),
+        ("[\"READWRITE\"]", "shared connection"),
         ("[\"XREAD\",\"BLOCK\",\"0\",\"STREAMS\",\"s\",\"$\"]", "BLOCK"),
     ] {
         let (status, v) = raw.post("/", body).await;
