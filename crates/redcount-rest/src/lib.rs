@@ -8,6 +8,7 @@
 
 mod auth;
 mod backend;
+mod cluster_users;
 mod commands;
 mod http;
 mod reply;
@@ -307,6 +308,11 @@ pub async fn run(config: Config) -> Result<(), String> {
     };
     // Connections logged in as a front-made user make it again whenever Redis forgot it (a
     // restart without a saved ACL).
+    // The users the front made, for a Cluster's nodes that lack them later (cluster_users).
+    let mut made_users: Vec<(String, redis::Cmd)> = Vec::new();
+    if let Some((login, setuser)) = &full_login {
+        made_users.push((login.user.clone(), setuser.clone()));
+    }
     let backend = match full_login {
         None => connect(None, config.redis_connections).await.map_err(unreachable)?,
         Some((login, setuser)) => {
@@ -316,12 +322,13 @@ pub async fn run(config: Config) -> Result<(), String> {
     let readonly_backend = match &config.readonly_token {
         None => None,
         Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
-            Ok((login, setuser)) => Some(
+            Ok((login, setuser)) => Some({
+                made_users.push((login.user.clone(), setuser.clone()));
                 connect(Some(login), config.redis_connections)
                     .await
                     .map_err(unreachable)?
-                    .restore_with(setuser, &killer),
-            ),
+                    .restore_with(setuser, &killer)
+            }),
             Err(e) => {
                 tracing::error!(
                     "the read-only token may not run scripts: cannot set up the restricted Redis user ({e})"
@@ -337,6 +344,9 @@ pub async fn run(config: Config) -> Result<(), String> {
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
     let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
+    if config.cluster && !made_users.is_empty() {
+        tokio::spawn(cluster_users::run(config.redis.clone(), made_users, settings.clone(), timeout));
+    }
     if !settings.is_empty() {
         killer.on_connect(settings.clone(), None);
         backend.on_connect(settings.clone(), Some(&killer));

@@ -792,3 +792,50 @@ async fn the_front_answers_again_after_its_slot_map_could_not_be_read() {
     // answers as kills and logged one four times a second.
     assert!(!front.log().contains("killed a script"), "the watchdog reports kills that did not happen");
 }
+
+/// A Cluster node restarted without an ACL file has forgotten the user the front's clients log
+/// in as, and a replica added later never had it: every login to that node was refused, its
+/// slots answered 504 until the front restarted, with about a hundred failed logins a second
+/// (attacker pass, 2026-11-26). The front makes its users again on every node that lacks them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
+    let mut cluster = RedisCluster::start(3);
+    let front = RestFront::start(&cluster.urls(), true);
+    let raw = Raw::new(&front);
+    // A key that node 0 serves.
+    let key = (0..1000)
+        .map(|i| format!("restart-{i}"))
+        .find(|k| {
+            let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(k).query(&mut cluster.nodes[0].conn()).unwrap();
+            let mine: Vec<redis::Value> =
+                redis::cmd("CLUSTER").arg("SLOTS").query(&mut cluster.nodes[0].conn()).unwrap();
+            let port = cluster.nodes[0].port() as i64;
+            mine.iter().any(|r| match r {
+                redis::Value::Array(r) => match (&r[0], &r[1], &r[2]) {
+                    (redis::Value::Int(lo), redis::Value::Int(hi), redis::Value::Array(m)) => {
+                        (*lo..=*hi).contains(&slot) && m.get(1) == Some(&redis::Value::Int(port))
+                    }
+                    _ => false,
+                },
+                _ => false,
+            })
+        })
+        .expect("a key on node 0");
+    assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
+    let users =
+        |c: &RedisCluster| -> Vec<String> { redis::cmd("ACL").arg("USERS").query(&mut c.nodes[0].conn()).unwrap() };
+    assert!(users(&cluster).iter().any(|u| u.starts_with("redcount-rest-full-")), "the front made its user");
+    cluster.nodes[0].restart();
+    assert_eq!(users(&cluster), ["default"], "the restarted node forgot it");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = raw.post("/", json!(["INCR", key]).to_string()).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 0's keys still fail 30 s after its restart: {status} {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(users(&cluster).iter().any(|u| u.starts_with("redcount-rest-full-")), "made again");
+    assert!(front.log().contains("which did not have it"), "and said so:\n{}", front.log());
+}

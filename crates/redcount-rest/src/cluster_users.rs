@@ -1,0 +1,173 @@
+//! On a Redis Cluster the front's own users and settings on every node, including the ones it
+//! did not see at start.
+//!
+//! Each node keeps its own ACL users and configuration: nothing replicates them, and a node
+//! restarted without an ACL file forgets them. The front's clients log in as users the front
+//! makes (`restricted_login`), so a replica added later and then promoted, or a master
+//! restarted, refused every login: its slots answered 504 until the front was restarted,
+//! with about a hundred failed logins a second in Redis's ACL log (attacker pass,
+//! 2026-11-26). Every [`EVERY`] the front asks the Cluster for its nodes (`CLUSTER NODES`,
+//! through the first node that answers) and makes each user, and applies its settings, on
+//! every node that lacks the user, logged in as the URL's own user.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, Value};
+
+/// How often the nodes are checked.
+pub(crate) const EVERY: Duration = Duration::from_secs(2);
+
+/// Keeps `users` (name, the `ACL SETUSER` that makes it) and `settings` on every node of the
+/// Cluster whose seeds are `seeds` (comma-separated URLs, as `--redis`), until the process ends.
+pub(crate) async fn run(seeds: String, users: Vec<(String, Cmd)>, settings: Vec<Cmd>, timeout: Duration) {
+    let seeds: Vec<String> = seeds.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let Some(template) = seeds.first().cloned() else { return };
+    let seed_addrs: BTreeSet<String> = seeds.iter().filter_map(|s| authority(s).map(|(_, addr, _)| addr)).collect();
+    let mut known = seed_addrs.clone();
+    let mut conns: HashMap<String, MultiplexedConnection> = HashMap::new();
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
+        .set_response_timeout(Some(timeout.max(Duration::from_secs(1))));
+    loop {
+        tokio::time::sleep(EVERY).await;
+        // The nodes as the first reachable node sees them (seeds first, then those seen before).
+        let mut nodes = None;
+        for addr in seed_addrs.iter().chain(known.difference(&seed_addrs)) {
+            let Some(conn) = connection(&mut conns, &template, addr, &config).await else { continue };
+            match redis::cmd("CLUSTER").arg("NODES").query_async::<String>(conn).await {
+                Ok(text) => {
+                    nodes = Some(parse_nodes(&text));
+                    break;
+                }
+                Err(_) => {
+                    conns.remove(addr);
+                }
+            }
+        }
+        let Some(nodes) = nodes else { continue };
+        known = nodes.iter().cloned().chain(seed_addrs.iter().cloned()).collect();
+        conns.retain(|addr, _| known.contains(addr));
+        for addr in &nodes {
+            let Some(conn) = connection(&mut conns, &template, addr, &config).await else { continue };
+            if let Err(e) = ensure(conn, &users, &settings, addr).await {
+                tracing::debug!("cannot check the front's Redis users on {addr}: {e}");
+                conns.remove(addr);
+            }
+        }
+    }
+}
+
+/// Makes every missing user on one node (and applies the settings there when one was missing:
+/// the node is new to the front, or restarted).
+async fn ensure(
+    conn: &mut MultiplexedConnection,
+    users: &[(String, Cmd)],
+    settings: &[Cmd],
+    addr: &str,
+) -> redis::RedisResult<()> {
+    let mut made = Vec::new();
+    for (user, setuser) in users {
+        let found: Value = redis::cmd("ACL").arg("GETUSER").arg(user).query_async(conn).await?;
+        if matches!(found, Value::Nil) {
+            setuser.query_async::<()>(conn).await?;
+            made.push(user.as_str());
+        }
+    }
+    if !made.is_empty() {
+        for s in settings {
+            // Best effort, as at start (a managed Redis may refuse CONFIG SET).
+            let _ = s.query_async::<Value>(conn).await;
+        }
+        tracing::warn!(
+            "made the front's Redis user {} on Cluster node {addr}, which did not have it (a node added, promoted or restarted since)",
+            made.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// A cached connection to `addr`, logged in as `template`'s user (and over TLS if it says so).
+async fn connection<'a>(
+    conns: &'a mut HashMap<String, MultiplexedConnection>,
+    template: &str,
+    addr: &str,
+    config: &AsyncConnectionConfig,
+) -> Option<&'a mut MultiplexedConnection> {
+    if !conns.contains_key(addr) {
+        let url = with_address(template, addr)?;
+        let client = redis::Client::open(url.as_str()).ok()?;
+        let conn = client.get_multiplexed_async_connection_with_config(config).await.ok()?;
+        conns.insert(addr.to_string(), conn);
+    }
+    conns.get_mut(addr)
+}
+
+/// The address of every node `CLUSTER NODES` lists that is not failed, without an address or
+/// still joining (`host:port`, the cluster bus port left out).
+fn parse_nodes(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let (_id, addr, flags) = (fields.next()?, fields.next()?, fields.next()?);
+            if flags.split(',').any(|f| matches!(f, "fail" | "noaddr" | "handshake")) {
+                return None;
+            }
+            // ip:port@cport[,hostname]
+            let addr = addr.split(['@', ',']).next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            (!host.is_empty() && port.parse::<u16>().is_ok()).then(|| addr.to_string())
+        })
+        .collect()
+}
+
+/// A URL's scheme and credentials part, its `host:port`, and the rest (`/db`, query).
+fn authority(url: &str) -> Option<(&str, String, &str)> {
+    let start = url.find("://")? + 3;
+    let end = url[start..].find(['/', '?']).map_or(url.len(), |i| start + i);
+    let hostport = &url[start..end];
+    let (prefix_end, hostport) = match hostport.rfind('@') {
+        Some(at) => (start + at + 1, &hostport[at + 1..]),
+        None => (start, hostport),
+    };
+    let addr = match hostport.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => format!("{}:{p}", h.trim_start_matches('[').trim_end_matches(']')),
+        _ => format!("{}:6379", hostport.trim_start_matches('[').trim_end_matches(']')),
+    };
+    Some((&url[..prefix_end], addr, &url[end..]))
+}
+
+/// `template` with its host and port replaced by `addr`'s.
+fn with_address(template: &str, addr: &str) -> Option<String> {
+    let (prefix, _, rest) = authority(template)?;
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
+    Some(format!("{prefix}{host}:{port}{rest}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_swapped_keeping_scheme_credentials_and_database() {
+        assert_eq!(with_address("redis://127.0.0.1:7000/", "10.0.0.2:7001").unwrap(), "redis://10.0.0.2:7001/");
+        assert_eq!(
+            with_address("rediss://u:p@a.example:7000/0?x=1", "10.0.0.2:7001").unwrap(),
+            "rediss://u:p@10.0.0.2:7001/0?x=1"
+        );
+        assert_eq!(with_address("redis://:p%40x@h:1", "::1:7002").unwrap(), "redis://:p%40x@[::1]:7002");
+        assert_eq!(authority("redis://[::1]:7000/").unwrap().1, "::1:7000");
+    }
+
+    #[test]
+    fn cluster_nodes_lists_live_nodes_only() {
+        let text = "a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+                    b 127.0.0.1:7001@17001,host.example master - 0 0 2 connected 5461-10922\n\
+                    c 127.0.0.1:7002@17002 master,fail - 0 0 3 connected\n\
+                    d :0@0 slave,noaddr a 0 0 3 connected\n\
+                    e 127.0.0.1:7003@17003 slave a 0 0 1 connected\n";
+        assert_eq!(parse_nodes(text), ["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7003"]);
+    }
+}
