@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, Value};
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 /// How often the nodes are checked.
 pub(crate) const EVERY: Duration = Duration::from_secs(2);
@@ -22,9 +22,23 @@ pub(crate) const EVERY: Duration = Duration::from_secs(2);
 /// Keeps `users` (name, the `ACL SETUSER` that makes it) and `settings` on every node of the
 /// Cluster whose seeds are `seeds` (comma-separated URLs, as `--redis`), until the process ends.
 pub(crate) async fn run(seeds: String, users: Vec<(String, Cmd)>, settings: Vec<Cmd>, timeout: Duration) {
-    let seeds: Vec<String> = seeds.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    // redis-rs reads the URLs (credentials, TLS, database); only the address changes per node.
+    let seeds: Vec<ConnectionInfo> = seeds
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.into_connection_info().ok())
+        .collect();
     let Some(template) = seeds.first().cloned() else { return };
-    let seed_addrs: BTreeSet<String> = seeds.iter().filter_map(|s| authority(s).map(|(_, addr, _)| addr)).collect();
+    let seed_addrs: BTreeSet<String> = seeds
+        .iter()
+        .filter_map(|s| match s.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                Some(format!("{host}:{port}"))
+            }
+            _ => None,
+        })
+        .collect();
     let mut known = seed_addrs.clone();
     let mut conns: HashMap<String, MultiplexedConnection> = HashMap::new();
     let config = AsyncConnectionConfig::new()
@@ -91,13 +105,12 @@ async fn ensure(
 /// A cached connection to `addr`, logged in as `template`'s user (and over TLS if it says so).
 async fn connection<'a>(
     conns: &'a mut HashMap<String, MultiplexedConnection>,
-    template: &str,
+    template: &ConnectionInfo,
     addr: &str,
     config: &AsyncConnectionConfig,
 ) -> Option<&'a mut MultiplexedConnection> {
     if !conns.contains_key(addr) {
-        let url = with_address(template, addr)?;
-        let client = redis::Client::open(url.as_str()).ok()?;
+        let client = redis::Client::open(with_address(template, addr)?).ok()?;
         let conn = client.get_multiplexed_async_connection_with_config(config).await.ok()?;
         conns.insert(addr.to_string(), conn);
     }
@@ -122,28 +135,18 @@ fn parse_nodes(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// A URL's scheme and credentials part, its `host:port`, and the rest (`/db`, query).
-fn authority(url: &str) -> Option<(&str, String, &str)> {
-    let start = url.find("://")? + 3;
-    let end = url[start..].find(['/', '?']).map_or(url.len(), |i| start + i);
-    let hostport = &url[start..end];
-    let (prefix_end, hostport) = match hostport.rfind('@') {
-        Some(at) => (start + at + 1, &hostport[at + 1..]),
-        None => (start, hostport),
-    };
-    let addr = match hostport.rsplit_once(':') {
-        Some((h, p)) if p.parse::<u16>().is_ok() => format!("{}:{p}", h.trim_start_matches('[').trim_end_matches(']')),
-        _ => format!("{}:6379", hostport.trim_start_matches('[').trim_end_matches(']')),
-    };
-    Some((&url[..prefix_end], addr, &url[end..]))
-}
-
-/// `template` with its host and port replaced by `addr`'s.
-fn with_address(template: &str, addr: &str) -> Option<String> {
-    let (prefix, _, rest) = authority(template)?;
+/// `template` with its address replaced by `addr` (`host:port`, as `CLUSTER NODES` gives it).
+fn with_address(template: &ConnectionInfo, addr: &str) -> Option<ConnectionInfo> {
     let (host, port) = addr.rsplit_once(':')?;
-    let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
-    Some(format!("{prefix}{host}:{port}{rest}"))
+    let (host, port) = (host.to_string(), port.parse().ok()?);
+    let addr = match template.addr() {
+        ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
+        ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+            ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: tls_params.clone() }
+        }
+        _ => return None,
+    };
+    Some(template.clone().set_addr(addr))
 }
 
 #[cfg(test)]
@@ -151,14 +154,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn addresses_are_swapped_keeping_scheme_credentials_and_database() {
-        assert_eq!(with_address("redis://127.0.0.1:7000/", "10.0.0.2:7001").unwrap(), "redis://10.0.0.2:7001/");
-        assert_eq!(
-            with_address("rediss://u:p@a.example:7000/0?x=1", "10.0.0.2:7001").unwrap(),
-            "rediss://u:p@10.0.0.2:7001/0?x=1"
-        );
-        assert_eq!(with_address("redis://:p%40x@h:1", "::1:7002").unwrap(), "redis://:p%40x@[::1]:7002");
-        assert_eq!(authority("redis://[::1]:7000/").unwrap().1, "::1:7000");
+    fn addresses_are_swapped_keeping_credentials_tls_and_database() {
+        let template = "rediss://u:p%40x@a.example:7000/3".into_connection_info().unwrap();
+        let node = with_address(&template, "::1:7001").unwrap();
+        assert!(matches!(node.addr(), ConnectionAddr::TcpTls { host, port: 7001, .. } if host == "::1"));
+        assert_eq!(node.redis_settings().db(), 3);
+        assert_eq!(node.redis_settings().username(), Some("u"));
+        assert_eq!(node.redis_settings().password(), Some("p@x"));
+        let plain = with_address(&"redis://127.0.0.1:7000/".into_connection_info().unwrap(), "10.0.0.2:7002").unwrap();
+        assert!(matches!(plain.addr(), ConnectionAddr::Tcp(h, 7002) if h == "10.0.0.2"));
+        assert!(with_address(&template, "no-port").is_none());
     }
 
     #[test]
