@@ -123,11 +123,14 @@ async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
     };
     let (told, failures, redis) = storm_until_answered(worker.url(), id.clone(), 600, fault).await;
     assert!(failures.iter().any(|(s, _)| *s == 503), "the kill landed while requests were in flight");
+    let restarted = |j: &Value| j["not_json"].as_str().is_some_and(|t| t.contains("Your worker restarted mid-request"));
+    let runtime_restarted = failures.iter().any(|(_, j)| restarted(j));
     for (status, j) in &failures {
-        // wrangler dev's own runtime restarted under a loaded machine (seen once in CI): its
-        // proxy answers for it; the retry below reaches the worker again.
-        if j["not_json"].as_str().is_some_and(|t| t.contains("Your worker restarted mid-request")) {
-            println!("wrangler dev restarted its runtime mid-storm:\n{}", worker.log());
+        // wrangler dev's own runtime restarted under a loaded machine (seen in CI): its proxy
+        // answers for it, or (seen once, 2026-11-26, in a run where it restarted nine times)
+        // drops the client's connection; the retry below reaches the worker again.
+        if restarted(j) || (runtime_restarted && *status == 0) {
+            println!("wrangler dev restarted its runtime mid-storm ({status}: {j}):\n{}", worker.log());
             continue;
         }
         assert_eq!(*status, 503, "while Redis was down: a clear 503, nothing else: {j}");
