@@ -170,6 +170,10 @@ impl Charge {
     }
 }
 
+/// A Cluster call given up because its master does not accept connections (the text that
+/// follows names it).
+pub const NODE_DOWN: &str = "Redis Cluster node unreachable";
+
 /// A request refused because the budget of large replies in flight is spent.
 pub const BUDGET_SPENT: &str = "too many large replies in flight (--max-inflight-response-bytes); retry shortly";
 
@@ -610,6 +614,8 @@ async fn cluster_call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> Redis
         Err(Stop::TimedOut) => {
             Err(io::Error::new(io::ErrorKind::TimedOut, "Redis Cluster: no answer within the time limit").into())
         }
+        // Not a refusal: that would be sent again (`known_dead`), and this one may have run.
+        Err(Stop::Unreachable(why)) => Err(io::Error::other(format!("{NODE_DOWN}: {why}")).into()),
     }
 }
 

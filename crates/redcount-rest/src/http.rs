@@ -730,6 +730,14 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
             ),
         );
     }
+    if e.to_string().contains(crate::backend::NODE_DOWN) {
+        tracing::error!("redis unreachable: {e}");
+        count_redis_error("unreachable");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("ERR Redis is unreachable (a write may or may not have happened): {e}"),
+        );
+    }
     if e.is_connection_refusal() {
         tracing::error!("redis unreachable: {e}");
         count_redis_error("unreachable");

@@ -208,29 +208,20 @@ impl Direct {
                 timed_out: true,
                 detail: format!("Redis Cluster: still redirected after {} ms ({e})", self.timeout.as_millis()),
             })),
+            Err(Stop::Unreachable(why)) => Err(Error::Transport(Transport {
+                may_have_run: true,
+                timed_out: false,
+                detail: format!("Redis Cluster: {why}"),
+            })),
         }
     }
 
     /// The masters of the Cluster (`CLUSTER SLOTS`: the first node of each slot range).
     async fn masters(&self, conn: &ClusterLink) -> Result<Vec<Node>, Error> {
         let reply = self.send_cluster(conn, &redis::cmd("CLUSTER").arg("SLOTS").to_owned(), Hop::Key).await?;
-        let bad = || Error::Protocol("unexpected CLUSTER SLOTS reply".into());
-        let mut out = Vec::new();
-        for range in reply.into_array("cluster slots").map_err(Error::Shape)? {
-            let Value::Array(parts) = range else { return Err(bad()) };
-            let Some(Value::Array(master)) = parts.get(2) else { return Err(bad()) };
-            let (Some(Value::Bytes(host)), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
-                return Err(bad());
-            };
-            let node = Node {
-                host: String::from_utf8_lossy(host).into_owned(),
-                port: u16::try_from(*port).map_err(|_| bad())?,
-            };
-            if !out.contains(&node) {
-                out.push(node);
-            }
-        }
+        let mut out: Vec<Node> = slot_ranges(reply)?.into_iter().map(|r| r.master).collect();
         out.sort();
+        out.dedup();
         Ok(out)
     }
 
@@ -298,6 +289,10 @@ pub enum Stop {
     TimedOut,
     /// Still redirected (MOVED / ASK) when the time ran out: it did not run.
     Redirected(redis::RedisError),
+    /// Still waiting while the master it goes to refuses connections (named here, with its
+    /// slot): given up before the time limit. It may have run (sent before that master went
+    /// down).
+    Unreachable(String),
 }
 
 /// Sends `cmd` on a Cluster connection made with redis-rs's own retries off
@@ -316,12 +311,26 @@ async fn call(conn: &ClusterLink, cmd: &redis::Cmd, first: Hop, timeout: Duratio
     let fixed = matches!(first, Hop::At(_));
     let mut hop = first;
     let mut pause = Duration::from_millis(2);
+    // A master that does not accept connections keeps a call for it waiting (redis-rs) or
+    // redirected back and forth (it sends it to another master, which answers MOVED to the
+    // one that is down) until the time limit: once a probe has seen the master down, the
+    // call ends with it named. One watch for the whole call, across its tries.
+    let aim = match &hop {
+        Hop::At(node) => Some(node.clone()),
+        _ => None,
+    };
+    let watch = conn.unreachable_target(cmd, aim.as_ref(), Instant::now());
+    let mut watch = std::pin::pin!(watch);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let e = match tokio::time::timeout(remaining, conn.with(|c| attempt(c, cmd, &hop))).await {
-            Err(_) => return Err(Stop::TimedOut),
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => e,
+        let tried = tokio::time::timeout(remaining, conn.with(|c| attempt(c, cmd, &hop)));
+        let e = tokio::select! {
+            out = tried => match out {
+                Err(_) => return Err(Stop::TimedOut),
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+            },
+            why = &mut watch => return Err(Stop::Unreachable(why)),
         };
         // Only a reply from Redis proves the command did not run. Any other failure may come
         // after it was sent (redis-rs also hands in-flight calls the error of a failed
@@ -401,6 +410,15 @@ struct LinkInner {
     /// When the last probe ended (milliseconds since `born`).
     probed_at: std::sync::atomic::AtomicU64,
     born: Instant,
+    /// What the last probe saw of the masters that do not accept connections.
+    down: RwLock<Option<Down>>,
+}
+
+/// The masters a probe could not open a TCP connection to, with their slots.
+struct Down {
+    /// When the probe began to look.
+    seen: Instant,
+    ranges: Vec<SlotRange>,
 }
 
 /// How long a Cluster call waits for its answer before its connection is probed.
@@ -418,6 +436,7 @@ impl ClusterLink {
             probing: AtomicBool::new(false),
             probed_at: std::sync::atomic::AtomicU64::new(0),
             born: Instant::now(),
+            down: RwLock::new(None),
         })))
     }
 
@@ -469,6 +488,7 @@ impl ClusterLink {
         // Redis's answer, an error reply too, shows the connection works; redis-rs's own
         // "timed out" (its response timeout) does not.
         if matches!(&r, Ok(Ok(_))) || matches!(&r, Ok(Err(e)) if e.code().is_some()) {
+            self.look_for_down_masters().await;
             return;
         }
         let Ok(Ok(mut fresh)) = tokio::time::timeout(PROBE_LIMIT, self.0.client.get_async_connection()).await else {
@@ -484,6 +504,141 @@ impl ClusterLink {
             PROBE_LIMIT.as_millis()
         );
     }
+
+    /// Notes which masters do not accept a TCP connection now (killed, or their machine
+    /// gone; a paused one still does: its kernel accepts for it), by `CLUSTER SLOTS` from any
+    /// node. redis-rs keeps a call for such a master waiting until its time limit.
+    async fn look_for_down_masters(&self) {
+        let seen = Instant::now();
+        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+        let Ok(Ok(reply)) = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(slots, any)).await else {
+            return;
+        };
+        let Ok(ranges) = from_redis(reply).map_err(Error::Redis).and_then(slot_ranges) else { return };
+        let mut masters: Vec<Node> = ranges.iter().map(|r| r.master.clone()).collect();
+        masters.sort();
+        masters.dedup();
+        let mut checks = tokio::task::JoinSet::new();
+        for node in masters {
+            checks.spawn(async move {
+                let open = tokio::net::TcpStream::connect((node.host.as_str(), node.port));
+                let up = matches!(tokio::time::timeout(PROBE_LIMIT, open).await, Ok(Ok(_)));
+                (node, up)
+            });
+        }
+        let mut down = Vec::new();
+        while let Some(Ok((node, up))) = checks.join_next().await {
+            if !up {
+                down.push(node);
+            }
+        }
+        let ranges = ranges.into_iter().filter(|r| down.contains(&r.master)).collect();
+        *self.0.down.write().unwrap_or_else(PoisonError::into_inner) = Some(Down { seen, ranges });
+    }
+
+    /// Resolves, naming it, once a probe begun after `began` has found that the master `cmd`
+    /// goes to (`at`, else its first key's) does not accept connections; never otherwise (the
+    /// caller's own time limit ends the wait). Looks only after [`SUSPECT_AFTER`], as the
+    /// probe does.
+    async fn unreachable_target(&self, cmd: &redis::Cmd, at: Option<&Node>, began: Instant) -> String {
+        tokio::time::sleep(SUSPECT_AFTER.saturating_sub(began.elapsed())).await;
+        let mut slot = None;
+        loop {
+            let ranges = {
+                let down = self.0.down.read().unwrap_or_else(PoisonError::into_inner);
+                match down.as_ref() {
+                    Some(d) if d.seen >= began => Some(d.ranges.clone()),
+                    _ => None,
+                }
+            };
+            match ranges {
+                // Nothing seen since the call began: ask for a probe (at most one a second).
+                None => self.suspect(),
+                Some(ranges) if !ranges.is_empty() => {
+                    let hit = match at {
+                        Some(node) => ranges
+                            .iter()
+                            .find(|r| &r.master == node)
+                            .map(|r| format!("{} does not accept connections", r.master)),
+                        None => {
+                            if slot.is_none() {
+                                slot = Some(self.slot_of(cmd).await);
+                            }
+                            slot.flatten().and_then(|s| {
+                                ranges.iter().find(|r| (r.first..=r.last).contains(&s)).map(|r| {
+                                    format!("{}, the master of slot {s}, does not accept connections", r.master)
+                                })
+                            })
+                        }
+                    };
+                    if let Some(why) = hit {
+                        return why;
+                    }
+                }
+                Some(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The slot of `cmd`'s first key, as any node reckons it (`COMMAND GETKEYS`, then
+    /// `CLUSTER KEYSLOT`: Redis's own key positions for any command); `None` without a key
+    /// or an answer.
+    async fn slot_of(&self, cmd: &redis::Cmd) -> Option<u16> {
+        let any = || RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let mut getkeys = redis::cmd("COMMAND");
+        getkeys.arg("GETKEYS");
+        for a in cmd.args_iter() {
+            match a {
+                redis::Arg::Simple(b) => getkeys.arg(b),
+                _ => return None,
+            };
+        }
+        let keys = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(getkeys, any())).await.ok()?.ok()?;
+        let key = match keys {
+            redis::Value::Array(keys) => match keys.into_iter().next()? {
+                redis::Value::BulkString(k) => k,
+                redis::Value::SimpleString(k) => k.into_bytes(),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let keyslot = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).to_owned();
+        match tokio::time::timeout(PROBE_LIMIT, self.current().route_command(keyslot, any())).await.ok()?.ok()? {
+            redis::Value::Int(n) => u16::try_from(n).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// A range of slots and the master that serves it, as `CLUSTER SLOTS` lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SlotRange {
+    first: u16,
+    last: u16,
+    master: Node,
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply (the first node of each is its master).
+fn slot_ranges(reply: Value) -> Result<Vec<SlotRange>, Error> {
+    let bad = || Error::Protocol("unexpected CLUSTER SLOTS reply".into());
+    let slot = |v: Option<&Value>| match v {
+        Some(Value::Int(n)) => u16::try_from(*n).map_err(|_| bad()),
+        _ => Err(bad()),
+    };
+    let mut out = Vec::new();
+    for range in reply.into_array("cluster slots").map_err(Error::Shape)? {
+        let Value::Array(parts) = range else { return Err(bad()) };
+        let Some(Value::Array(master)) = parts.get(2) else { return Err(bad()) };
+        let (Some(Value::Bytes(host)), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
+            return Err(bad());
+        };
+        let master =
+            Node { host: String::from_utf8_lossy(host).into_owned(), port: u16::try_from(*port).map_err(|_| bad())? };
+        out.push(SlotRange { first: slot(parts.first())?, last: slot(parts.get(1))?, master });
+    }
+    Ok(out)
 }
 
 /// A core command as redis-rs's.

@@ -534,3 +534,56 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A master killed with no replica to take its place: redis-rs kept each call for its slots
+/// waiting, or bounced it between masters answering MOVED, until the time limit (attacker
+/// pass, 2026-11-26). Now a probe sees the master refuse connections and such calls end with
+/// it named, not as timed out, before the limit; the other masters serve meanwhile, and the
+/// killed one's slots again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_for_a_killed_master_ends_unreachable_before_the_time_limit() {
+    // No failover during the test, and the other masters go on serving their slots.
+    let mut cluster =
+        RedisCluster::start_with(3, &["--cluster-node-timeout", "60000", "--cluster-require-full-coverage", "no"]);
+    let seeds: Vec<String> = cluster.nodes.iter().map(RedisServer::url).collect();
+    let limit = Duration::from_secs(8);
+    let d = Direct::connect_cluster(&seeds, limit).await.unwrap();
+    let subject_on = |m| {
+        (0..)
+            .map(|i| format!("s{i}"))
+            .find(|s| owner(&cluster, slot_of(&cluster, &keys::counter("down", s))) == m)
+            .unwrap()
+    };
+    let (dead, alive) = (subject_on(0), subject_on(1));
+    let add = |s: &str| AddCounter::new("down", s, Storage::Key, 1, Bounds::default()).unwrap();
+    d.run(&add(&dead)).await.unwrap();
+    d.run(&add(&alive)).await.unwrap();
+    cluster.nodes[0].kill();
+    let node = format!("127.0.0.1:{}", cluster.nodes[0].port());
+    for i in 0..4 {
+        let started = Instant::now();
+        let got = d.run(&add(&dead)).await;
+        let took = started.elapsed();
+        println!("call {i} for the killed master: {got:?} after {took:?}");
+        match &got {
+            // The first may meet the connection as it ended.
+            Err(redcount::Error::Transport(t)) if i == 0 && !t.timed_out => {}
+            Err(redcount::Error::Transport(t)) => assert!(
+                !t.timed_out
+                    && t.may_have_run
+                    && t.detail.contains(&node)
+                    && t.detail.contains("does not accept connections"),
+                "call {i} does not name the master that is down: {t:?}"
+            ),
+            other => panic!("call {i} for a killed master answered {other:?}"),
+        }
+        assert!(took < limit, "call {i} waited out its whole limit ({took:?})");
+        d.run(&add(&alive)).await.expect("another master's key while master 0 is down");
+    }
+    cluster.nodes[0].restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = d.run(&add(&dead)).await {
+        assert!(Instant::now() < deadline, "the restarted master's slots still fail after 30 s: {e:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -801,25 +801,7 @@ async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
     let mut cluster = RedisCluster::start(3);
     let front = RestFront::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
-    // A key that node 0 serves.
-    let key = (0..1000)
-        .map(|i| format!("restart-{i}"))
-        .find(|k| {
-            let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(k).query(&mut cluster.nodes[0].conn()).unwrap();
-            let mine: Vec<redis::Value> =
-                redis::cmd("CLUSTER").arg("SLOTS").query(&mut cluster.nodes[0].conn()).unwrap();
-            let port = cluster.nodes[0].port() as i64;
-            mine.iter().any(|r| match r {
-                redis::Value::Array(r) => match (&r[0], &r[1], &r[2]) {
-                    (redis::Value::Int(lo), redis::Value::Int(hi), redis::Value::Array(m)) => {
-                        (*lo..=*hi).contains(&slot) && m.get(1) == Some(&redis::Value::Int(port))
-                    }
-                    _ => false,
-                },
-                _ => false,
-            })
-        })
-        .expect("a key on node 0");
+    let key = key_served_by(&cluster, 0, "restart");
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
     let users =
         |c: &RedisCluster| -> Vec<String> { redis::cmd("ACL").arg("USERS").query(&mut c.nodes[0].conn()).unwrap() };
@@ -837,4 +819,73 @@ async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
     }
     assert!(users(&cluster).iter().any(|u| u.starts_with("redcount-rest-full-")), "made again");
     assert!(front.log().contains("which did not have it"), "and said so:\n{}", front.log());
+}
+
+/// A key that node `i` of `cluster` serves (as node 0 sees the slot map), named `prefix-N`.
+fn key_served_by(cluster: &RedisCluster, i: usize, prefix: &str) -> String {
+    let map: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut cluster.nodes[0].conn()).unwrap();
+    let port = cluster.nodes[i].port() as i64;
+    (0..10_000)
+        .map(|n| format!("{prefix}-{n}"))
+        .find(|k| {
+            let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(k).query(&mut cluster.nodes[0].conn()).unwrap();
+            map.iter().any(|r| match r {
+                redis::Value::Array(r) => match (&r[0], &r[1], &r[2]) {
+                    (redis::Value::Int(lo), redis::Value::Int(hi), redis::Value::Array(m)) => {
+                        (*lo..=*hi).contains(&slot) && m.get(1) == Some(&redis::Value::Int(port))
+                    }
+                    _ => false,
+                },
+                _ => false,
+            })
+        })
+        .unwrap_or_else(|| panic!("no key on node {i}"))
+}
+
+/// A master killed with no replica to take its place: redis-rs kept every call for its
+/// slots waiting, or bounced it between masters answering MOVED, and the front answered
+/// each after its whole `--timeout-ms` with 504 "did not answer" where the README documents
+/// 503 "unreachable" (attacker pass, 2026-11-26). A probe now sees that master refuse
+/// connections and such requests end with 503 naming it, well before the limit; the other
+/// masters' keys are served meanwhile, and the master's again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_master_is_answered_unreachable_before_the_time_limit() {
+    // No failover during the test, and the other masters go on serving their slots.
+    let mut cluster =
+        RedisCluster::start_with(3, &["--cluster-node-timeout", "60000", "--cluster-require-full-coverage", "no"]);
+    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "8000"]);
+    let raw = Raw::new(&front);
+    let (dead, alive) = (key_served_by(&cluster, 0, "down"), key_served_by(&cluster, 1, "up"));
+    for k in [&dead, &alive] {
+        assert_eq!(raw.post("/", json!(["INCR", k]).to_string()).await.0, 200);
+    }
+    cluster.nodes[0].kill();
+    let node = format!("127.0.0.1:{}", cluster.nodes[0].port());
+    for i in 0..4 {
+        let started = Instant::now();
+        let (status, v) = raw.post("/", json!(["INCR", dead]).to_string()).await;
+        let took = started.elapsed();
+        println!("request {i} for the killed master's key: {status} after {took:?}: {v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        // The first may meet the connection as it ended (503 "ended before its answer").
+        assert_eq!(status, 503, "request {i}: {v}");
+        if i > 0 {
+            assert!(
+                error.contains("unreachable") && error.contains(&node) && error.contains("does not accept connections"),
+                "request {i} does not name the master that is down: {v}"
+            );
+        }
+        let (status, v) = raw.post("/", json!(["INCR", alive]).to_string()).await;
+        assert_eq!(status, 200, "another master's key while node 0 is down: {v}");
+    }
+    cluster.nodes[0].restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = raw.post("/", json!(["INCR", dead]).to_string()).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the restarted master's key still fails after 30 s: {status} {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
