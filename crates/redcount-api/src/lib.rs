@@ -274,7 +274,7 @@ impl Exchange {
                 "this Idempotency-Key was already used for a different request",
                 Some("Idempotency-Key"),
             ),
-            // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN: retryable, so 503 rather than 502.
+            // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS: retryable, so 503 rather than 502.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {
                 self.unavailable(503, format!("Redis is unavailable for now: {e}"))
             }

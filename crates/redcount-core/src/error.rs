@@ -79,7 +79,9 @@ pub enum ErrorKind {
     CrossSlot,
     /// `MOVED` / `ASK`: a cluster redirection the transport did not follow.
     Redirect,
-    /// `BUSY` / `LOADING` / `TRYAGAIN` / `CLUSTERDOWN` / `MASTERDOWN`: try again later.
+    /// `BUSY` / `LOADING` / `TRYAGAIN` / `CLUSTERDOWN` / `MASTERDOWN` / `NOREPLICAS` (a
+    /// master given `min-replicas-to-write` that has lost its replicas): nothing ran; try
+    /// again later.
     Unavailable,
     /// `READONLY` / `NOPERM` / `NOAUTH`: not allowed.
     Denied,
@@ -111,7 +113,7 @@ impl ErrorReply {
             "WRONGTYPE" => ErrorKind::WrongType,
             "CROSSSLOT" => ErrorKind::CrossSlot,
             "MOVED" | "ASK" => ErrorKind::Redirect,
-            "BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" => ErrorKind::Unavailable,
+            "BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "NOREPLICAS" => ErrorKind::Unavailable,
             "READONLY" | "NOPERM" | "NOAUTH" => ErrorKind::Denied,
             "OOM" => ErrorKind::OutOfMemory,
             "IDEMPOTENCY_CONFLICT" => ErrorKind::IdempotencyConflict,

@@ -43,7 +43,7 @@ struct Failure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cause {
     /// Redis answered with an error reply of this kind (the core's one classification: e.g.
-    /// `Unavailable` for BUSY / LOADING / TRYAGAIN / CLUSTERDOWN / MASTERDOWN, which ran
+    /// `Unavailable` for BUSY / LOADING / TRYAGAIN / CLUSTERDOWN / MASTERDOWN / NOREPLICAS, which ran
     /// nothing and will serve again soon; `Redirect` for a MOVED / ASK the client library's
     /// own redirect budget did not follow).
     Reply(redcount_core::ErrorKind),
@@ -699,7 +699,7 @@ fn to_redis(cmd: &Cmd) -> redis::Cmd {
 /// Maps a failed call to a status: Redis's error replies are 400, an unreachable Redis 503,
 /// a timeout 504.
 /// The status for a Redis error reply: 503 when Redis cannot serve now and ran nothing
-/// (`LOADING` after a restart, `BUSY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`), so clients
+/// (`LOADING` after a restart, `BUSY`, `MASTERDOWN`, `NOREPLICAS`, `CLUSTERDOWN`, `TRYAGAIN`), so clients
 /// retry; 400 for the rest, as Upstash answers a command's error.
 fn reply_status(code: &str) -> StatusCode {
     match redcount_core::ErrorReply::new(code).kind {

@@ -241,6 +241,45 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
     assert_eq!((status, j["remaining"].as_i64()), (200, Some(1)), "{j}");
 }
 
+/// A master given `min-replicas-to-write` (README: what Redis keeps) that has lost its
+/// replicas refuses every write with NOREPLICAS and runs nothing: that is "try again" (503),
+/// as MASTERDOWN is, from the front and from the API, never 400 (the command is not wrong)
+/// or 502, and nothing is written. Writes are served again once the replica is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_without_its_replicas_is_unavailable_not_a_bad_request() {
+    let redis = RedisServer::start_with(&["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]);
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "800"]);
+    let native = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        &secret("admin"),
+        TEST_POLICIES,
+        &["--timeout-ms", "800"],
+    );
+    let http = redcount_tests::http();
+    let through_front = || async {
+        let r = http.post(front.url()).bearer_auth(&front.token).body(r#"["INCR","n"]"#).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let (status, body) = through_front().await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("NOREPLICAS"), "{body}");
+    let (status, j) = post(&http, format!("{}/api/quotas/daily-prize/lonely", native.url()), "{}".into()).await;
+    assert_eq!(status, 503, "{j}");
+    assert!(j.to_string().contains("NOREPLICAS"), "{j}");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.conn()).unwrap();
+    assert!(keys.is_empty(), "a refused write wrote {keys:?}");
+    // A replica comes: writes are served again.
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &redis.port().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while through_front().await.0 != 200 {
+        assert!(Instant::now() < deadline, "the front never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, j) = post(&http, format!("{}/api/quotas/daily-prize/lonely", native.url()), "{}".into()).await;
+    assert_eq!((status, j["remaining"].as_i64()), (200, Some(1)), "{j}");
+    drop(replica);
+}
+
 /// A redcount script whose reply was lost on the way (the connection ended, Redis stayed
 /// up) is a 503 "may or may not have happened", never a 4xx blaming the output-buffer limit:
 /// its reply is a few integers.
