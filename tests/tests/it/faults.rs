@@ -191,6 +191,18 @@ async fn a_redis_that_stops_answering_times_out_within_the_bound() {
     assert_eq!(status, 200);
 }
 
+/// The REST front and `redcount serve` before `redis`, each waiting at most 800 ms for it.
+fn front_and_native(redis: &RedisServer) -> (RestFront, redcount_tests::NativeServer) {
+    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "800"]);
+    let native = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        &secret("admin"),
+        TEST_POLICIES,
+        &["--timeout-ms", "800"],
+    );
+    (front, native)
+}
+
 /// A Redis restarting with a large dataset answers LOADING to everything while it loads: the
 /// front waits for it within its timeout, then says 503 (try again), not 400 (your command
 /// is wrong); the native server says 503 too. Once loaded, both serve again.
@@ -209,13 +221,7 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
     let mut c = redis.conn();
     let _: () = redis::cmd("DEBUG").arg("POPULATE").arg(5000).query(&mut c).unwrap();
     let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
-    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "800"]);
-    let native = redcount_tests::NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        &secret("admin"),
-        TEST_POLICIES,
-        &["--timeout-ms", "800"],
-    );
+    let (front, native) = front_and_native(&redis);
     redis.restart_loading();
     let http = redcount_tests::http();
     let through_front = || async {
@@ -248,13 +254,7 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_without_its_replicas_is_unavailable_not_a_bad_request() {
     let redis = RedisServer::start_with(&["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]);
-    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "800"]);
-    let native = redcount_tests::NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        &secret("admin"),
-        TEST_POLICIES,
-        &["--timeout-ms", "800"],
-    );
+    let (front, native) = front_and_native(&redis);
     let http = redcount_tests::http();
     let through_front = || async {
         let r = http.post(front.url()).bearer_auth(&front.token).body(r#"["INCR","n"]"#).send().await.unwrap();

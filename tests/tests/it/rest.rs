@@ -808,15 +808,7 @@ async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
     assert!(users(&cluster).iter().any(|u| u.starts_with("redcount-rest-full-")), "the front made its user");
     cluster.nodes[0].restart();
     assert_eq!(users(&cluster), ["default"], "the restarted node forgot it");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, v) = raw.post("/", json!(["INCR", key]).to_string()).await;
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node 0's keys still fail 30 s after its restart: {status} {v}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    served_again(&raw, &key).await;
     assert!(users(&cluster).iter().any(|u| u.starts_with("redcount-rest-full-")), "made again");
     assert!(front.log().contains("which did not have it"), "and said so:\n{}", front.log());
 }
@@ -879,13 +871,19 @@ async fn a_killed_cluster_master_is_answered_unreachable_before_the_time_limit()
         assert_eq!(status, 200, "another master's key while node 0 is down: {v}");
     }
     cluster.nodes[0].restart();
+    served_again(&raw, &dead).await;
+}
+
+/// Waits until `INCR key` through the front answers 200 again after its node restarted;
+/// fails after 30 s.
+async fn served_again(raw: &Raw, key: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (status, v) = raw.post("/", json!(["INCR", dead]).to_string()).await;
+        let (status, v) = raw.post("/", json!(["INCR", key]).to_string()).await;
         if status == 200 {
-            break;
+            return;
         }
-        assert!(Instant::now() < deadline, "the restarted master's key still fails after 30 s: {status} {v}");
+        assert!(Instant::now() < deadline, "{key}'s node was restarted and it still fails after 30 s: {status} {v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
