@@ -410,8 +410,9 @@ struct LinkInner {
     /// When the last probe ended (milliseconds since `born`).
     probed_at: std::sync::atomic::AtomicU64,
     born: Instant,
-    /// What the last probe saw of the masters that do not accept connections.
-    down: RwLock<Option<Down>>,
+    /// What the last probe saw of the masters that do not accept connections (calls waiting
+    /// on it are woken by each new finding).
+    down: tokio::sync::watch::Sender<Option<Arc<Down>>>,
 }
 
 /// The masters a probe could not open a TCP connection to, with their slots.
@@ -436,7 +437,7 @@ impl ClusterLink {
             probing: AtomicBool::new(false),
             probed_at: std::sync::atomic::AtomicU64::new(0),
             born: Instant::now(),
-            down: RwLock::new(None),
+            down: tokio::sync::watch::Sender::new(None),
         })))
     }
 
@@ -534,7 +535,7 @@ impl ClusterLink {
             }
         }
         let ranges = ranges.into_iter().filter(|r| down.contains(&r.master)).collect();
-        *self.0.down.write().unwrap_or_else(PoisonError::into_inner) = Some(Down { seen, ranges });
+        self.0.down.send_replace(Some(Arc::new(Down { seen, ranges })));
     }
 
     /// Resolves, naming it, once a probe begun after `began` has found that the master `cmd`
@@ -543,42 +544,38 @@ impl ClusterLink {
     /// probe does.
     async fn unreachable_target(&self, cmd: &redis::Cmd, at: Option<&Node>, began: Instant) -> String {
         tokio::time::sleep(SUSPECT_AFTER.saturating_sub(began.elapsed())).await;
+        let mut findings = self.0.down.subscribe();
         let mut slot = None;
         loop {
-            let ranges = {
-                let down = self.0.down.read().unwrap_or_else(PoisonError::into_inner);
-                match down.as_ref() {
-                    Some(d) if d.seen >= began => Some(d.ranges.clone()),
-                    _ => None,
-                }
-            };
-            match ranges {
-                // Nothing seen since the call began: ask for a probe (at most one a second).
-                None => self.suspect(),
-                Some(ranges) if !ranges.is_empty() => {
-                    let hit = match at {
-                        Some(node) => ranges
-                            .iter()
-                            .find(|r| &r.master == node)
-                            .map(|r| format!("{} does not accept connections", r.master)),
-                        None => {
-                            if slot.is_none() {
-                                slot = Some(self.slot_of(cmd).await);
-                            }
-                            slot.flatten().and_then(|s| {
-                                ranges.iter().find(|r| (r.first..=r.last).contains(&s)).map(|r| {
-                                    format!("{}, the master of slot {s}, does not accept connections", r.master)
-                                })
-                            })
+            let latest = findings.borrow_and_update().clone();
+            // Only what a probe saw since the call began: the master may be back.
+            if let Some(down) = latest.filter(|d| d.seen >= began && !d.ranges.is_empty()) {
+                let hit = match at {
+                    Some(node) => down
+                        .ranges
+                        .iter()
+                        .find(|r| &r.master == node)
+                        .map(|r| format!("{} does not accept connections", r.master)),
+                    None => {
+                        if slot.is_none() {
+                            slot = Some(self.slot_of(cmd).await);
                         }
-                    };
-                    if let Some(why) = hit {
-                        return why;
+                        slot.flatten().and_then(|s| {
+                            down.ranges
+                                .iter()
+                                .find(|r| (r.first..=r.last).contains(&s))
+                                .map(|r| format!("{}, the master of slot {s}, does not accept connections", r.master))
+                        })
                     }
+                };
+                if let Some(why) = hit {
+                    return why;
                 }
-                Some(_) => {}
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // A probe (at most one a second), then its finding; asked again a second later
+            // when none came (one was under way, or had just ended, when this call asked).
+            self.suspect();
+            let _ = tokio::time::timeout(SUSPECT_AFTER, findings.changed()).await;
         }
     }
 
