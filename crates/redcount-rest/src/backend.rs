@@ -605,10 +605,12 @@ impl Conns {
 }
 
 /// [`redcount::direct::cluster_call`] with a redis-rs error: the front classifies those. It
-/// gets a moment more than the front's own limit, which answers first (504).
+/// ends a moment before the front's own limit, so a Cluster that answered only CLUSTERDOWN or
+/// TRYAGAIN all along is answered as such (503), not as no answer (504).
 async fn cluster_call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
     use redcount::direct::Stop;
-    match redcount::direct::cluster_call(conn, cmd, timeout + Duration::from_millis(100)).await {
+    let limit = timeout.saturating_sub(Duration::from_millis(50)).max(timeout / 2);
+    match redcount::direct::cluster_call(conn, cmd, limit).await {
         Ok(v) => Ok(v),
         Err(Stop::Failed(e) | Stop::Redirected(e)) => Err(e),
         Err(Stop::TimedOut) => {

@@ -887,3 +887,42 @@ async fn served_again(raw: &Raw, key: &str) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A Cluster that cannot serve (a slot no master serves: CLUSTERDOWN) is waited out within
+/// `--timeout-ms` and then answered 503 naming CLUSTERDOWN, as the README's table says and as
+/// `redcount serve` answers; the front answered 504 "did not answer" instead, its own time
+/// limit ending the wait first (attacker pass, 2026-11-26). Nothing ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "1000"]);
+    let raw = Raw::new(&front);
+    assert_eq!(raw.post("/", json!(["INCR", "before"]).to_string()).await.0, 200);
+    // One slot served by no one: the Cluster's state becomes fail (full coverage required).
+    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg("gone").query(&mut cluster.nodes[0].conn()).unwrap();
+    for n in &cluster.nodes {
+        let _: redis::RedisResult<()> = redis::cmd("CLUSTER").arg("DELSLOTS").arg(slot).query(&mut n.conn());
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cluster.nodes.iter().all(|n| {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut n.conn()).unwrap();
+        info.contains("cluster_state:fail")
+    }) {
+        assert!(Instant::now() < deadline, "the cluster did not go down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (what, body) in [("INCR", json!(["INCR", "other"])), ("GET", json!(["GET", "gone"]))] {
+        let (status, v) = raw.post("/", body.to_string()).await;
+        assert_eq!(status, 503, "{what} on a Cluster that is down: {v}");
+        assert!(v["error"].as_str().unwrap_or_default().contains("CLUSTERDOWN"), "{what}: {v}");
+    }
+    // The slot served again: the INCR answered 503 did not run.
+    let _: () = redis::cmd("CLUSTER").arg("ADDSLOTS").arg(slot).query(&mut cluster.nodes[0].conn()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while raw.post("/", json!(["INCR", "after"]).to_string()).await.0 != 200 {
+        assert!(Instant::now() < deadline, "the cluster did not serve again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ran: Option<i64> = redis::cmd("GET").arg("other").query(&mut cluster.conn()).unwrap();
+    assert_eq!(ran, None, "a command answered 503 ran");
+}
