@@ -338,10 +338,21 @@ impl RedisCluster {
 
     /// Starts and joins the cluster, each node with extra `redis-server` arguments.
     pub fn start_with(masters: usize, extra: &[&str]) -> Self {
+        Self::start_nodes(masters, 0, extra)
+    }
+
+    /// Starts and joins `masters` masters with one replica each (`nodes` lists them as
+    /// `redis-cli --cluster create` chose their roles: see `CLUSTER NODES`).
+    pub fn start_with_replicas(masters: usize) -> Self {
+        Self::start_nodes(masters, 1, &[])
+    }
+
+    fn start_nodes(masters: usize, replicas: usize, extra: &[&str]) -> Self {
         let args: Vec<&str> = redcount_procs::CLUSTER_NODE.into_iter().chain(extra.iter().copied()).collect();
-        let nodes: Vec<RedisServer> = (0..masters).map(|_| RedisServer::start_with(&args)).collect();
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas)).map(|_| RedisServer::start_with(&args)).collect();
         let ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
-        redcount_procs::cluster_create(&ports).unwrap();
+        let replicas = replicas.to_string();
+        redcount_procs::cluster_create_with(&ports, &["--cluster-replicas", &replicas]).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         for n in &nodes {
             loop {
@@ -350,6 +361,17 @@ impl RedisCluster {
                     break;
                 }
                 assert!(Instant::now() < deadline, "cluster did not become ok");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        // Replicas in sync, so that one can take its master's place.
+        for n in &nodes {
+            loop {
+                let info: String = redis::cmd("INFO").arg("replication").query(&mut n.conn()).unwrap();
+                if info.contains("role:master") || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "a replica did not sync");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }

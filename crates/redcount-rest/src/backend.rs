@@ -557,18 +557,27 @@ impl Backend {
         // long as the request may: a short stall of Redis is waited out, not a failure.
         let connect_timeout = timeout.max(Duration::from_secs(2));
         let backend = if cluster {
-            let seeds: Vec<String> = url.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-            let mut builder = ClusterClientBuilder::new(seeds)
-                .connection_timeout(connect_timeout)
-                .response_timeout(timeout)
-                // No resending by redis-rs: it would send a command again after a lost reply (a
-                // write twice), and a whole pipeline again after one entry's ASK (the entries
-                // that had run, twice). Redirections are followed by `cluster_call`.
-                .retries(0);
-            if let Some(l) = login {
-                builder = builder.username(&l.user).password(&l.password);
-            }
-            Conns::Cluster(ClusterLink::connect(builder.build()?).await?, timeout)
+            let seeds = url
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.into_connection_info())
+                .collect::<RedisResult<Vec<_>>>()?;
+            let login = login.cloned();
+            let builder = move |nodes: Vec<redis::ConnectionInfo>| {
+                let builder = ClusterClientBuilder::new(nodes)
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(timeout)
+                    // No resending by redis-rs: it would send a command again after a lost reply
+                    // (a write twice), and a whole pipeline again after one entry's ASK (the
+                    // entries that had run, twice). Redirections are followed by `cluster_call`.
+                    .retries(0);
+                match &login {
+                    Some(l) => builder.username(&l.user).password(&l.password),
+                    None => builder,
+                }
+            };
+            Conns::Cluster(ClusterLink::connect(seeds, builder).await?, timeout)
         } else {
             let mut info = url.into_connection_info()?;
             if let Some(l) = login {

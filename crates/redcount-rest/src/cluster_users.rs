@@ -110,7 +110,7 @@ async fn connection<'a>(
     config: &AsyncConnectionConfig,
 ) -> Option<&'a mut MultiplexedConnection> {
     if !conns.contains_key(addr) {
-        let client = redis::Client::open(with_address(template, addr)?).ok()?;
+        let client = redis::Client::open(redcount::direct::with_address(template, addr)?).ok()?;
         let conn = client.get_multiplexed_async_connection_with_config(config).await.ok()?;
         conns.insert(addr.to_string(), conn);
     }
@@ -135,36 +135,9 @@ fn parse_nodes(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// `template` with its address replaced by `addr` (`host:port`, as `CLUSTER NODES` gives it).
-fn with_address(template: &ConnectionInfo, addr: &str) -> Option<ConnectionInfo> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let (host, port) = (host.to_string(), port.parse().ok()?);
-    let addr = match template.addr() {
-        ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
-        ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
-            ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: tls_params.clone() }
-        }
-        _ => return None,
-    };
-    Some(template.clone().set_addr(addr))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_are_swapped_keeping_credentials_tls_and_database() {
-        let template = "rediss://u:p%40x@a.example:7000/3".into_connection_info().unwrap();
-        let node = with_address(&template, "::1:7001").unwrap();
-        assert!(matches!(node.addr(), ConnectionAddr::TcpTls { host, port: 7001, .. } if host == "::1"));
-        assert_eq!(node.redis_settings().db(), 3);
-        assert_eq!(node.redis_settings().username(), Some("u"));
-        assert_eq!(node.redis_settings().password(), Some("p@x"));
-        let plain = with_address(&"redis://127.0.0.1:7000/".into_connection_info().unwrap(), "10.0.0.2:7002").unwrap();
-        assert!(matches!(plain.addr(), ConnectionAddr::Tcp(h, 7002) if h == "10.0.0.2"));
-        assert!(with_address(&template, "no-port").is_none());
-    }
 
     #[test]
     fn cluster_nodes_lists_live_nodes_only() {

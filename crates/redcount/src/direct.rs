@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redcount_core::{Command, ErrorReply, Operation, Value};
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{ErrorKind, ServerErrorKind};
 
 use crate::{Error, Transport};
@@ -129,17 +129,18 @@ impl Direct {
         if infos.is_empty() {
             return Err(Error::Config("Redis Cluster: no seed node given".into()));
         }
-        let client = redis::cluster::ClusterClientBuilder::new(infos)
-            // RESP3: a node's connection that ends is replaced at once (as for one server).
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .connection_timeout(timeout.max(Duration::from_secs(2)))
-            .response_timeout(timeout)
-            // No resending by redis-rs: see the module's documentation.
-            .retries(0)
-            .build()
-            .map_err(|e| Error::Config(format!("Redis Cluster seeds: {e}")))?;
-        let conn = ClusterLink::connect(client).await.map_err(|e| match server_error(&e) {
+        let builder = move |nodes: Vec<redis::ConnectionInfo>| {
+            redis::cluster::ClusterClientBuilder::new(nodes)
+                // RESP3: a node's connection that ends is replaced at once (as for one server).
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .connection_timeout(timeout.max(Duration::from_secs(2)))
+                .response_timeout(timeout)
+                // No resending by redis-rs: see the module's documentation.
+                .retries(0)
+        };
+        let conn = ClusterLink::connect(infos, builder).await.map_err(|e| match server_error(&e) {
             Some(reply) => Error::Redis(reply),
+            None if e.kind() == ErrorKind::InvalidClientConfig => Error::Config(format!("Redis Cluster seeds: {e}")),
             None => Error::Transport(transport(&e)),
         })?;
         Ok(Direct { conn: Conn::Cluster(conn), timeout })
@@ -403,8 +404,14 @@ impl fmt::Debug for ClusterLink {
     }
 }
 
+/// Makes the client of a Cluster connection from the nodes to start from (the same settings
+/// whatever the nodes).
+type Builder = dyn Fn(Vec<redis::ConnectionInfo>) -> redis::cluster::ClusterClientBuilder + Send + Sync;
+
 struct LinkInner {
-    client: redis::cluster::ClusterClient,
+    /// The seeds, as given.
+    seeds: Vec<redis::ConnectionInfo>,
+    builder: Box<Builder>,
     conn: RwLock<ClusterConnection>,
     probing: AtomicBool,
     /// When the last probe ended (milliseconds since `born`).
@@ -420,6 +427,8 @@ struct Down {
     /// When the probe began to look.
     seen: Instant,
     ranges: Vec<SlotRange>,
+    /// The masters that accepted a connection, as the seeds' settings reach them.
+    up: Vec<redis::ConnectionInfo>,
 }
 
 /// How long a Cluster call waits for its answer before its connection is probed.
@@ -428,11 +437,17 @@ pub const SUSPECT_AFTER: Duration = Duration::from_secs(1);
 pub const PROBE_LIMIT: Duration = Duration::from_secs(2);
 
 impl ClusterLink {
-    /// Connects through `client` (made with redis-rs's retries off: see [`cluster_call`]).
-    pub async fn connect(client: redis::cluster::ClusterClient) -> redis::RedisResult<Self> {
-        let conn = client.get_async_connection().await?;
+    /// Connects through `seeds` with the client `builder` makes (with redis-rs's retries off:
+    /// see [`cluster_call`]). A replacement connection is made by `builder` too, from the
+    /// seeds or from the masters that answer.
+    pub async fn connect(
+        seeds: Vec<redis::ConnectionInfo>,
+        builder: impl Fn(Vec<redis::ConnectionInfo>) -> redis::cluster::ClusterClientBuilder + Send + Sync + 'static,
+    ) -> redis::RedisResult<Self> {
+        let conn = builder(seeds.clone()).build()?.get_async_connection().await?;
         Ok(ClusterLink(Arc::new(LinkInner {
-            client,
+            seeds,
+            builder: Box::new(builder),
             conn: RwLock::new(conn),
             probing: AtomicBool::new(false),
             probed_at: std::sync::atomic::AtomicU64::new(0),
@@ -479,63 +494,123 @@ impl ClusterLink {
     }
 
     async fn probe(&self) {
-        let ping = || {
-            let mut c = redis::cmd("PING");
-            c.arg("redcount-probe");
-            c
-        };
         let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let r = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(ping(), any.clone())).await;
-        // Redis's answer, an error reply too, shows the connection works; redis-rs's own
-        // "timed out" (its response timeout) does not.
-        if matches!(&r, Ok(Ok(_))) || matches!(&r, Ok(Err(e)) if e.code().is_some()) {
-            self.look_for_down_masters().await;
+        let r = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(ping(), any)).await;
+        if answered(&r) {
+            if let Some(why) = self.check_masters().await {
+                // Seeded by the masters that answer: a paused seed would hold up the new
+                // connection until its connect timeout.
+                let masters = self.0.down.borrow().as_ref().map(|d| d.up.clone()).unwrap_or_default();
+                self.replace(masters, &why).await;
+            }
             return;
         }
-        let Ok(Ok(mut fresh)) = tokio::time::timeout(PROBE_LIMIT, self.0.client.get_async_connection()).await else {
-            tracing::debug!("the Redis Cluster connection did not answer a PING, nor could a new one be made");
+        let why = format!("it did not answer a PING within {} ms ({r:?})", PROBE_LIMIT.as_millis());
+        self.replace(self.0.seeds.clone(), &why).await;
+    }
+
+    /// Puts a new connection in place of the current one, made from those of `nodes` that
+    /// answer a PING of their own (the seeds when none does), once it answers a PING too.
+    async fn replace(&self, nodes: Vec<redis::ConnectionInfo>, why: &str) {
+        let mut live = tokio::task::JoinSet::new();
+        for node in nodes {
+            live.spawn(async move {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(PROBE_LIMIT / 2))
+                    .set_response_timeout(Some(PROBE_LIMIT / 2));
+                let client = redis::Client::open(node.clone()).ok()?;
+                let mut conn = client.get_multiplexed_async_connection_with_config(&config).await.ok()?;
+                ping().query_async::<redis::Value>(&mut conn).await.ok().map(|_| node)
+            });
+        }
+        let mut seeds = Vec::new();
+        while let Some(joined) = live.join_next().await {
+            if let Ok(Some(node)) = joined {
+                seeds.push(node);
+            }
+        }
+        if seeds.is_empty() {
+            seeds = self.0.seeds.clone();
+        }
+        let Ok(client) = (self.0.builder)(seeds).build() else { return };
+        let Ok(Ok(mut fresh)) = tokio::time::timeout(2 * PROBE_LIMIT, client.get_async_connection()).await else {
+            tracing::debug!("the Redis Cluster connection needs replacing ({why}), but no new one could be made");
             return;
         };
+        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         if !matches!(tokio::time::timeout(PROBE_LIMIT, fresh.route_command(ping(), any)).await, Ok(Ok(_))) {
             return;
         }
         *self.0.conn.write().unwrap_or_else(PoisonError::into_inner) = fresh;
-        tracing::warn!(
-            "the Redis Cluster connection did not answer a PING within {} ms while a new one did: replaced it ({r:?})",
-            PROBE_LIMIT.as_millis()
-        );
+        tracing::warn!("replaced the Redis Cluster connection: {why}");
     }
 
-    /// Notes which masters do not accept a TCP connection now (killed, or their machine
-    /// gone; a paused one still does: its kernel accepts for it), by `CLUSTER SLOTS` from any
-    /// node. redis-rs keeps a call for such a master waiting until its time limit.
-    async fn look_for_down_masters(&self) {
+    /// Reads the masters from any node (`CLUSTER SLOTS`) and notes which do not accept a TCP
+    /// connection now (killed, or their machine gone; a paused one still does: its kernel
+    /// accepts for it): redis-rs keeps a call for such a master waiting until its time limit.
+    /// Returns why the connection must be replaced when, for a master that answers, a command
+    /// routed by the connection to one of its slots gets no answer: its slot map is stale (a
+    /// failover while the old master was paused, which redis-rs does not notice: it hears no
+    /// MOVED from a node that does not answer).
+    async fn check_masters(&self) -> Option<String> {
         let seen = Instant::now();
         let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
         let Ok(Ok(reply)) = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(slots, any)).await else {
-            return;
+            return None;
         };
-        let Ok(ranges) = from_redis(reply).map_err(Error::Redis).and_then(slot_ranges) else { return };
-        let mut masters: Vec<Node> = ranges.iter().map(|r| r.master.clone()).collect();
-        masters.sort();
-        masters.dedup();
+        let Ok(ranges) = from_redis(reply).map_err(Error::Redis).and_then(slot_ranges) else { return None };
+        let mut masters: Vec<(Node, u16)> = Vec::new();
+        for r in &ranges {
+            if !masters.iter().any(|(m, _)| m == &r.master) {
+                masters.push((r.master.clone(), r.first));
+            }
+        }
         let mut checks = tokio::task::JoinSet::new();
-        for node in masters {
+        for (node, slot) in masters {
+            let mut conn = self.current();
             checks.spawn(async move {
                 let open = tokio::net::TcpStream::connect((node.host.as_str(), node.port));
-                let up = matches!(tokio::time::timeout(PROBE_LIMIT, open).await, Ok(Ok(_)));
-                (node, up)
+                if !matches!(tokio::time::timeout(PROBE_LIMIT, open).await, Ok(Ok(_))) {
+                    return (node, false, false);
+                }
+                // The master answers, by its own connection (or has none here yet)...
+                let to_node = RoutingInfo::SingleNode(node.route());
+                let direct = tokio::time::timeout(PROBE_LIMIT, conn.route_command(ping(), to_node)).await;
+                let unknown = matches!(&direct, Ok(Err(e)) if e.kind() == ErrorKind::ClusterConnectionNotFound);
+                if !answered(&direct) && !unknown {
+                    return (node, true, false);
+                }
+                // ... while what the connection routes to its slot does not.
+                let route = Route::new(slot, SlotAddr::Master);
+                let to_slot = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let myid = redis::cmd("CLUSTER").arg("MYID").to_owned();
+                let stale = !answered(&tokio::time::timeout(PROBE_LIMIT, conn.route_command(myid, to_slot)).await);
+                (node, true, stale)
             });
         }
-        let mut down = Vec::new();
-        while let Some(Ok((node, up))) = checks.join_next().await {
-            if !up {
+        let (mut down, mut up, mut stale) = (Vec::new(), Vec::new(), Vec::new());
+        while let Some(Ok((node, open, routed_nowhere))) = checks.join_next().await {
+            if !open {
                 down.push(node);
+            } else {
+                if routed_nowhere {
+                    stale.push(node.to_string());
+                }
+                if let Some(info) = self.0.seeds.first().and_then(|t| with_address(t, &node.to_string())) {
+                    up.push(info);
+                }
             }
         }
         let ranges = ranges.into_iter().filter(|r| down.contains(&r.master)).collect();
-        self.0.down.send_replace(Some(Arc::new(Down { seen, ranges })));
+        self.0.down.send_replace(Some(Arc::new(Down { seen, ranges, up })));
+        (!stale.is_empty()).then(|| {
+            format!(
+                "the Cluster says {} serve(s) slots the connection sent to a node that did not answer within {} ms (a failover it did not follow)",
+                stale.join(", "),
+                PROBE_LIMIT.as_millis()
+            )
+        })
     }
 
     /// Resolves, naming it, once a probe begun after `began` has found that the master `cmd`
@@ -607,6 +682,35 @@ impl ClusterLink {
             _ => None,
         }
     }
+}
+
+/// The probe's PING (named, so it can be told apart in MONITOR and the slow log).
+fn ping() -> redis::Cmd {
+    let mut c = redis::cmd("PING");
+    c.arg("redcount-probe");
+    c
+}
+
+/// Whether Redis answered: a reply, an error reply too; redis-rs's own "timed out" (its
+/// response timeout), a lost connection or no connection is not an answer.
+fn answered(r: &Result<redis::RedisResult<redis::Value>, tokio::time::error::Elapsed>) -> bool {
+    matches!(r, Ok(Ok(_))) || matches!(r, Ok(Err(e)) if e.code().is_some())
+}
+
+/// `template` (a seed, with its credentials, TLS and database as redis-rs read them) with its
+/// address replaced by `addr` (`host:port`, as `CLUSTER NODES` and `CLUSTER SLOTS` give it).
+pub fn with_address(template: &redis::ConnectionInfo, addr: &str) -> Option<redis::ConnectionInfo> {
+    use redis::ConnectionAddr;
+    let (host, port) = addr.rsplit_once(':')?;
+    let (host, port) = (host.to_string(), port.parse().ok()?);
+    let addr = match template.addr() {
+        ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
+        ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+            ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: tls_params.clone() }
+        }
+        _ => return None,
+    };
+    Some(template.clone().set_addr(addr))
 }
 
 /// A range of slots and the master that serves it, as `CLUSTER SLOTS` lists them.
@@ -767,5 +871,47 @@ impl Direct {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{ConnectionAddr, IntoConnectionInfo};
+
+    use super::*;
+
+    #[test]
+    fn addresses_are_swapped_keeping_credentials_tls_and_database() {
+        let template = "rediss://u:p%40x@a.example:7000/3".into_connection_info().unwrap();
+        let node = with_address(&template, "::1:7001").unwrap();
+        assert!(matches!(node.addr(), ConnectionAddr::TcpTls { host, port: 7001, .. } if host == "::1"));
+        assert_eq!(node.redis_settings().db(), 3);
+        assert_eq!(node.redis_settings().username(), Some("u"));
+        assert_eq!(node.redis_settings().password(), Some("p@x"));
+        let plain = with_address(&"redis://127.0.0.1:7000/".into_connection_info().unwrap(), "10.0.0.2:7002").unwrap();
+        assert!(matches!(plain.addr(), ConnectionAddr::Tcp(h, 7002) if h == "10.0.0.2"));
+        assert!(with_address(&template, "no-port").is_none());
+    }
+
+    #[test]
+    fn cluster_slots_are_read_with_each_master() {
+        let node = |host: &str, port: i64, id: &str| {
+            Value::Array(vec![Value::Bytes(host.into()), Value::Int(port), Value::Bytes(id.into())])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("10.0.0.1", 7000, "a"),
+                node("10.0.0.4", 7003, "d"),
+            ]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node("10.0.0.2", 7001, "b")]),
+        ]);
+        let ranges = slot_ranges(reply).unwrap();
+        assert_eq!(ranges.len(), 2);
+        assert_eq!((ranges[0].first, ranges[0].last, ranges[0].master.to_string()), (0, 5460, "10.0.0.1:7000".into()));
+        assert_eq!(ranges[1].master.to_string(), "10.0.0.2:7001");
+        let bad = Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(70_000), node("h", 1, "x")])]);
+        assert!(slot_ranges(bad).is_err(), "a slot past 65535 is refused");
     }
 }

@@ -587,3 +587,57 @@ async fn a_call_for_a_killed_master_ends_unreachable_before_the_time_limit() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A master paused (SIGSTOP) past the failover timeout while its replica takes its place: the
+/// front and `serve` kept sending its slots to the paused node, answering 504 / 503 until it
+/// went on (35 s after the failover in the attacker pass, 2026-11-26, with the paused node a
+/// seed), and a replacement connection made from the seeds waited on that seed. redis-rs
+/// hears no MOVED from a node that does not answer, so its slot map stays stale. The probe
+/// now sees the Cluster name a master that answers for slots the connection sends nowhere,
+/// and replaces the connection with one made from the masters that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_replaced_by_a_failover_is_routed_around() {
+    let cluster = RedisCluster::start_with_replicas(3);
+    let seeds: Vec<String> = cluster.nodes.iter().map(RedisServer::url).collect();
+    let d = Direct::connect_cluster(&seeds, Duration::from_secs(2)).await.unwrap();
+    let front = redcount_tests::RestFront::start_with(&seeds.join(","), true, &["--timeout-ms", "2000"]);
+    let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
+    let subject = "s0";
+    let add = || AddCounter::new("failover", subject, Storage::Key, 1, Bounds::default()).unwrap();
+    let slot = slot_of(&cluster, &keys::counter("failover", subject));
+    // Read before the pause: a paused node answers nothing.
+    let ids: Vec<String> = (0..cluster.nodes.len()).map(|i| cluster.node_id(i)).collect();
+    let old_id = owner_seen_by(&cluster.nodes[0], slot);
+    let m = ids.iter().position(|id| *id == old_id).unwrap();
+    let info: String = redis::cmd("INFO").arg("server").query(&mut cluster.nodes[m].conn()).unwrap();
+    let pid: u32 = info.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap().trim().parse().unwrap();
+    d.run(&add()).await.unwrap();
+    rest.run(&add()).await.unwrap();
+
+    let stopped = Stopped::stop(pid);
+    let other = if m == 0 { 1 } else { 0 };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while owner_seen_by(&cluster.nodes[other], slot) == old_id {
+        assert!(Instant::now() < deadline, "no failover 30 s after the master was paused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let failed_over = Instant::now();
+    // Both serve the slot again from its new master while the old one stays paused.
+    let (mut native, mut through_front) = (None, None);
+    while native.is_none() || through_front.is_none() {
+        if native.is_none() && d.run(&add()).await.is_ok() {
+            native = Some(failed_over.elapsed());
+        }
+        if through_front.is_none() && rest.run(&add()).await.is_ok() {
+            through_front = Some(failed_over.elapsed());
+        }
+        assert!(
+            failed_over.elapsed() < Duration::from_secs(30),
+            "the slot still fails 30 s after the failover (native served after {native:?}, the front after {through_front:?})\n{}",
+            front.log()
+        );
+    }
+    println!("served again after the failover: native {native:?}, through the front {through_front:?}");
+    assert!(front.log().contains("replaced the Redis Cluster connection"), "{}", front.log());
+    drop(stopped);
+}
