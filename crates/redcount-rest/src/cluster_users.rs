@@ -7,8 +7,11 @@
 //! restarted, refused every login: its slots answered 504 until the front was restarted,
 //! with about a hundred failed logins a second in Redis's ACL log (attacker pass,
 //! 2026-11-26). Every [`EVERY`] the front asks the Cluster for its nodes (`CLUSTER NODES`,
-//! through the first node that answers) and makes each user, and applies its settings, on
-//! every node that lacks the user, logged in as the URL's own user.
+//! through the first node that answers) and, logged in as the URL's own user, sets each user
+//! on every node where it is missing or no longer as the front set it (a same-named user with
+//! other rules let the read-only token's scripts run administrative commands: second attacker
+//! pass), and applies its settings on every node seen first or restarted since. A node where
+//! that fails is logged once per cause: its slots fail meanwhile.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -41,6 +44,12 @@ pub(crate) async fn run(seeds: String, users: Vec<(String, Cmd)>, settings: Vec<
         .collect();
     let mut known = seed_addrs.clone();
     let mut conns: HashMap<String, MultiplexedConnection> = HashMap::new();
+    // (node, user) -> the user as the node showed it (ACL GETUSER) after the front set it there.
+    let mut rules: HashMap<(String, String), Value> = HashMap::new();
+    // node -> its run id when the settings were applied there.
+    let mut runs: HashMap<String, String> = HashMap::new();
+    // Nodes where the users could not be kept, and why (last said).
+    let mut failing: HashMap<String, String> = HashMap::new();
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
         .set_response_timeout(Some(timeout.max(Duration::from_secs(1))));
@@ -64,39 +73,90 @@ pub(crate) async fn run(seeds: String, users: Vec<(String, Cmd)>, settings: Vec<
         known = nodes.iter().cloned().chain(seed_addrs.iter().cloned()).collect();
         conns.retain(|addr, _| known.contains(addr));
         for addr in &nodes {
-            let Some(conn) = connection(&mut conns, &template, addr, &config).await else { continue };
-            if let Err(e) = ensure(conn, &users, &settings, addr).await {
-                tracing::debug!("cannot check the front's Redis users on {addr}: {e}");
-                conns.remove(addr);
+            let result = match connection(&mut conns, &template, addr, &config).await {
+                Some(conn) => ensure(conn, &users, &settings, addr, &mut rules, &mut runs).await,
+                None => Err(format!("cannot connect as the Redis URL's user to {addr}")),
+            };
+            // Said once per node and cause, not every round: the node's slots fail meanwhile.
+            match result {
+                Ok(()) => {
+                    if failing.remove(addr).is_some() {
+                        tracing::info!("the front's Redis users are in place on Cluster node {addr} again");
+                    }
+                }
+                Err(e) => {
+                    conns.remove(addr);
+                    if failing.get(addr) != Some(&e) {
+                        tracing::error!(
+                            "cannot keep the front's Redis users on Cluster node {addr} ({e}): requests for its slots fail"
+                        );
+                        failing.insert(addr.clone(), e);
+                    }
+                }
             }
         }
     }
 }
 
-/// Makes every missing user on one node (and applies the settings there when one was missing:
-/// the node is new to the front, or restarted).
+/// Sets every user on one node where it is missing, or where it is not as the front set it
+/// there last (its rules or password changed since: by hand, or by a restart with an ACL file
+/// that has the same name with other rules, which let the read-only token's scripts run
+/// administrative commands there, attacker pass 2026-11-26); and, on a node seen for the first
+/// time, sets them anyway (`ACL SETUSER … reset …` is idempotent), so what the node shows
+/// afterwards is what is compared from then on.
 async fn ensure(
     conn: &mut MultiplexedConnection,
     users: &[(String, Cmd)],
     settings: &[Cmd],
     addr: &str,
-) -> redis::RedisResult<()> {
-    let mut made = Vec::new();
-    for (user, setuser) in users {
-        let found: Value = redis::cmd("ACL").arg("GETUSER").arg(user).query_async(conn).await?;
-        if matches!(found, Value::Nil) {
-            setuser.query_async::<()>(conn).await?;
-            made.push(user.as_str());
-        }
-    }
-    if !made.is_empty() {
+    rules: &mut HashMap<(String, String), Value>,
+    runs: &mut HashMap<String, String>,
+) -> Result<(), String> {
+    let fail = |what: &str, e: redis::RedisError| format!("{what}: {e}");
+    // The settings on a node seen for the first time or restarted since (a new run id), before
+    // the users: a node that refuses ACL still gets them.
+    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await.map_err(|e| fail("INFO", e))?;
+    let run_id = info.lines().find_map(|l| l.strip_prefix("run_id:")).map(str::trim).unwrap_or_default();
+    if runs.get(addr).map(String::as_str) != Some(run_id) {
         for s in settings {
             // Best effort, as at start (a managed Redis may refuse CONFIG SET).
             let _ = s.query_async::<Value>(conn).await;
         }
+        runs.insert(addr.to_string(), run_id.to_string());
+    }
+    let (mut made, mut changed) = (Vec::new(), Vec::new());
+    for (user, setuser) in users {
+        let getuser = redis::cmd("ACL").arg("GETUSER").arg(user).to_owned();
+        let found: Value = getuser.query_async(conn).await.map_err(|e| fail("ACL GETUSER", e))?;
+        let key = (addr.to_string(), user.clone());
+        let set = match (&found, rules.get(&key)) {
+            (Value::Nil, _) => {
+                made.push(user.as_str());
+                true
+            }
+            (now, Some(before)) if now != before => {
+                changed.push(user.as_str());
+                true
+            }
+            (_, Some(_)) => false,
+            (_, None) => true,
+        };
+        if set {
+            setuser.query_async::<()>(conn).await.map_err(|e| fail("ACL SETUSER", e))?;
+            let shown: Value = getuser.query_async(conn).await.map_err(|e| fail("ACL GETUSER", e))?;
+            rules.insert(key, shown);
+        }
+    }
+    if !made.is_empty() {
         tracing::warn!(
             "made the front's Redis user {} on Cluster node {addr}, which did not have it (a node added, promoted or restarted since)",
             made.join(", ")
+        );
+    }
+    if !changed.is_empty() {
+        tracing::warn!(
+            "set the front's Redis user {} on Cluster node {addr} back to its rules and password: they had been changed",
+            changed.join(", ")
         );
     }
     Ok(())

@@ -926,3 +926,41 @@ async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
     let ran: Option<i64> = redis::cmd("GET").arg("other").query(&mut cluster.conn()).unwrap();
     assert_eq!(ran, None, "a command answered 503 ran");
 }
+
+/// A same-named user with other rules on a node (set by hand, or loaded from an ACL file by a
+/// restarted node): the front checked only that its users existed, so the read-only token's
+/// scripts could run administrative commands there, and a changed password made the node's
+/// slots fail for good with nothing logged (second attacker pass, 2026-11-26). The front now
+/// sets its users back to what it set, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_nodes_changed_front_users_are_set_back() {
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start(&cluster.urls(), true);
+    let raw = Raw::new(&front);
+    let key = key_served_by(&cluster, 0, "acl");
+    assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
+    let node = || cluster.nodes[0].conn();
+    let users: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut node()).unwrap();
+    let user = |tag: &str| users.iter().find(|u| u.starts_with(tag)).cloned().expect("the front's user");
+    let (ro, full) = (user("redcount-rest-ro-"), user("redcount-rest-full-"));
+    let getuser = |u: &str| -> redis::Value { redis::cmd("ACL").arg("GETUSER").arg(u).query(&mut node()).unwrap() };
+    // The front's first round over the nodes has read node 0's users (two reads per user).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster.nodes[0].calls("acl|getuser") < 4 {
+        assert!(Instant::now() < deadline, "the front never looked at node 0's users");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (ro_rules, full_rules) = (getuser(&ro), getuser(&full));
+    let _: () = redis::cmd("ACL").arg("SETUSER").arg(&ro).arg("+@all").query(&mut node()).unwrap();
+    let _: () =
+        redis::cmd("ACL").arg("SETUSER").arg(&full).arg("resetpass").arg(">another").query(&mut node()).unwrap();
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("USER").arg(&full).query(&mut node()).unwrap();
+    assert_ne!(getuser(&ro), ro_rules, "the test changed the rules");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while getuser(&ro) != ro_rules || getuser(&full) != full_rules {
+        assert!(Instant::now() < deadline, "node 0 still has the changed users 15 s later:\n{}", front.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    served_again(&raw, &key).await;
+    assert!(front.log().contains("back to its rules and password"), "and said so:\n{}", front.log());
+}
