@@ -17,6 +17,9 @@ struct Flags {
     /// data (CONFIG SET, SHUTDOWN, DEBUG, ROLE, LASTSAVE...); or moves data off this server
     /// (MIGRATE).
     admin: bool,
+    /// COMMAND's arity: the number of arguments with the name, at least its absolute value
+    /// when negative; 0 for an unknown command.
+    arity: i64,
 }
 
 /// Command name (lower case, `container|sub` for subcommands) → its flags.
@@ -62,6 +65,10 @@ impl Table {
         let entry_flags = Flags {
             readonly: has("readonly") && !has("write") && !has("may_replicate"),
             admin: has("admin") || categories.iter().any(|c| c == "@admin") || name == "migrate",
+            arity: match e.get(1) {
+                Some(Value::Int(n)) => *n,
+                _ => 0,
+            },
         };
         // Redis 7: element 9 lists subcommands, each a full entry named `container|sub`.
         let subs = e.get(9).map(items).unwrap_or(&[]);
@@ -90,6 +97,17 @@ impl Table {
     /// True when `args` is a read-only command.
     pub fn is_readonly(&self, name: &str, args: &[Vec<u8>]) -> bool {
         self.lookup(name, args).readonly
+    }
+
+    /// True when the command is one Redis knows, with as many arguments as it takes (so
+    /// Redis will not refuse it for its name or its argument count).
+    pub fn is_well_formed(&self, name: &str, args: &[Vec<u8>]) -> bool {
+        let n = i64::try_from(args.len()).unwrap_or(i64::MAX).saturating_add(1);
+        match self.lookup(name, args).arity {
+            0 => false,
+            a if a > 0 => n == a,
+            a => n >= -a,
+        }
     }
 
     /// True when `args` is an administrative command (or a container with an administrative
@@ -204,5 +222,44 @@ pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
             Some(format!("ERR {upper} with BLOCK is not available over REST: drop BLOCK and poll"))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::Table;
+
+    fn entry(name: &str, arity: i64, subs: Vec<Value>) -> Value {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        Value::Array(vec![
+            text(name),
+            Value::Int(arity),
+            Value::Array(vec![]),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Array(vec![]),
+            Value::Array(vec![]),
+            Value::Array(vec![]),
+            Value::Array(subs),
+        ])
+    }
+
+    #[test]
+    fn well_formed_follows_commands_arity() {
+        let mut t = Table { flags: Default::default(), containers: Default::default() };
+        t.add(&entry("get", 2, vec![]));
+        t.add(&entry("rpush", -3, vec![]));
+        t.add(&entry("config", -2, vec![entry("config|get", -3, vec![])]));
+        let args = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert!(t.is_well_formed("GET", &args(&["k"])));
+        assert!(!t.is_well_formed("get", &args(&["k", "extra"])), "fixed arity");
+        assert!(t.is_well_formed("RPUSH", &args(&["k", "a", "b"])));
+        assert!(!t.is_well_formed("rpush", &args(&["k"])), "at least three with the name");
+        assert!(t.is_well_formed("config", &args(&["GET", "maxmemory"])));
+        assert!(!t.is_well_formed("config", &args(&["get"])), "the subcommand's own arity");
+        assert!(!t.is_well_formed("nosuchcommand", &args(&[])), "unknown to Redis");
     }
 }

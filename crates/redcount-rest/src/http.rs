@@ -1016,6 +1016,27 @@ async fn run_many(
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
                 continue;
             }
+            // A Cluster transaction discarded whole although Redis knows each command and its
+            // argument count, for a token whose ACL user may run it: its slot is moving between
+            // masters or cannot be served now (the queued commands answered MOVED, ASK,
+            // TRYAGAIN, CLUSTERDOWN, OOM). Nothing ran, so it is sent again within the time
+            // limit, then 503 (second attacker pass: it was 400, "do not retry").
+            if atomic
+                && matches!(&value, Err(f) if f.message.starts_with("EXECABORT"))
+                && be.is_cluster()
+                && !matches!(access, Access::Scoped { .. })
+                && part.iter().all(|c| st.commands.is_well_formed(&c.name, &c.args))
+            {
+                if started.elapsed() + std::time::Duration::from_millis(100) < st.timeout {
+                    be.follow_slot_of(&to_redis(&part[0])).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                    continue;
+                }
+                return Err(error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ERR Redis discarded the transaction (EXECABORT) although each command is valid: its slot is moving between Cluster nodes or cannot be served now (MOVED, ASK, TRYAGAIN, CLUSTERDOWN or OOM); nothing ran, retry",
+                ));
+            }
             match value? {
                 Some(Value::Array(got)) if got.len() == part.len() => break Some(got),
                 // On a Cluster the chunk spans slots and was not sent: send less at once.
