@@ -53,8 +53,14 @@ pub(crate) async fn run(seeds: String, users: Vec<(String, Cmd)>, settings: Vec<
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
         .set_response_timeout(Some(timeout.max(Duration::from_secs(1))));
+    // The first round at once: the users made at start went to one node only, and a replica
+    // promoted before the first round would refuse the front's logins.
+    let mut first = true;
     loop {
-        tokio::time::sleep(EVERY).await;
+        if !first {
+            tokio::time::sleep(EVERY).await;
+        }
+        first = false;
         // The nodes as the first reachable node sees them (seeds first, then those seen before).
         let mut nodes = None;
         for addr in seed_addrs.iter().chain(known.difference(&seed_addrs)) {

@@ -417,6 +417,9 @@ struct LinkInner {
     /// When the last probe ended (milliseconds since `born`).
     probed_at: std::sync::atomic::AtomicU64,
     born: Instant,
+    /// Every node `CLUSTER SLOTS` listed when the probe last read it (masters and replicas),
+    /// as the seeds' settings reach them.
+    known: RwLock<Vec<redis::ConnectionInfo>>,
     /// What the last probe saw of the masters that do not accept connections (calls waiting
     /// on it are woken by each new finding).
     down: tokio::sync::watch::Sender<Option<Arc<Down>>>,
@@ -452,6 +455,7 @@ impl ClusterLink {
             probing: AtomicBool::new(false),
             probed_at: std::sync::atomic::AtomicU64::new(0),
             born: Instant::now(),
+            known: RwLock::new(Vec::new()),
             down: tokio::sync::watch::Sender::new(None),
         })))
     }
@@ -506,7 +510,11 @@ impl ClusterLink {
             return;
         }
         let why = format!("it did not answer a PING within {} ms ({r:?})", PROBE_LIMIT.as_millis());
-        self.replace(self.0.seeds.clone(), &why).await;
+        // The seeds and every node the Cluster listed when last asked: with the seeds paused,
+        // the others (a replica promoted since, say) can still make a connection.
+        let mut nodes = self.0.seeds.clone();
+        nodes.extend(self.0.known.read().unwrap_or_else(PoisonError::into_inner).iter().cloned());
+        self.replace(nodes, &why).await;
     }
 
     /// Puts a new connection in place of the current one, made from those of `nodes` that
@@ -559,7 +567,12 @@ impl ClusterLink {
         let Ok(Ok(reply)) = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(slots, any)).await else {
             return None;
         };
-        let Ok(ranges) = from_redis(reply).map_err(Error::Redis).and_then(slot_ranges) else { return None };
+        let Ok(reply) = from_redis(reply) else { return None };
+        if let Some(template) = self.0.seeds.first() {
+            let listed = listed_nodes(&reply).iter().filter_map(|n| with_address(template, &n.to_string())).collect();
+            *self.0.known.write().unwrap_or_else(PoisonError::into_inner) = listed;
+        }
+        let Ok(ranges) = slot_ranges(reply) else { return None };
         let mut masters: Vec<(Node, u16)> = Vec::new();
         for r in &ranges {
             if !masters.iter().any(|(m, _)| m == &r.master) {
@@ -719,6 +732,27 @@ struct SlotRange {
     first: u16,
     last: u16,
     master: Node,
+}
+
+/// Every node a `CLUSTER SLOTS` reply lists, masters and replicas, once each.
+fn listed_nodes(reply: &Value) -> Vec<Node> {
+    let mut out: Vec<Node> = Vec::new();
+    let Value::Array(ranges) = reply else { return out };
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        for node in parts.iter().skip(2) {
+            if let Value::Array(n) = node
+                && let (Some(Value::Bytes(host)), Some(Value::Int(port))) = (n.first(), n.get(1))
+                && let Ok(port) = u16::try_from(*port)
+            {
+                let node = Node { host: String::from_utf8_lossy(host).into_owned(), port };
+                if !out.contains(&node) {
+                    out.push(node);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The ranges of a `CLUSTER SLOTS` reply (the first node of each is its master).
@@ -907,6 +941,8 @@ mod tests {
             ]),
             Value::Array(vec![Value::Int(5461), Value::Int(16383), node("10.0.0.2", 7001, "b")]),
         ]);
+        let listed: Vec<String> = listed_nodes(&reply).iter().map(ToString::to_string).collect();
+        assert_eq!(listed, ["10.0.0.1:7000", "10.0.0.4:7003", "10.0.0.2:7001"], "masters and replicas");
         let ranges = slot_ranges(reply).unwrap();
         assert_eq!(ranges.len(), 2);
         assert_eq!((ranges[0].first, ranges[0].last, ranges[0].master.to_string()), (0, 5460, "10.0.0.1:7000".into()));
