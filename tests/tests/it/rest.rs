@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redcount::Rest;
-use redcount_tests::{RedisCluster, RedisServer, RestFront, root};
+use redcount_tests::{RedisCluster, RedisServer, RestFront, root, secret};
 use serde_json::{Value, json};
 
 use crate::scenario;
@@ -986,7 +986,26 @@ async fn a_cluster_nodes_changed_front_users_are_set_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_refused() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
+    // A `--tokens` token too, whose Redis user (on every node) may touch only `{mx}` keys: its
+    // transactions went on answering 400 at once (re-check pass).
+    let scoped = secret("scoped");
+    for n in &cluster.nodes {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("app1")
+            .arg("on")
+            .arg(">app1-password")
+            .arg("~{mx}:*")
+            .arg("+@all")
+            .arg("-@admin")
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    let file = redcount_tests::scratch_dir("tokens-mx").join("tokens.json");
+    let tokens = json!([{"token": scoped, "user": "app1", "password": "app1-password", "readonly": false}]);
+    std::fs::write(&file, tokens.to_string()).unwrap();
+    let front =
+        RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000", "--tokens", file.to_str().unwrap()]);
     let raw = Raw::new(&front);
     let keys = |i: usize| (format!("{{mx}}:a{i}"), format!("{{mx}}:b{i}"));
     // Keys in the slot, so that the migration moves them one by one.
@@ -999,7 +1018,8 @@ async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_r
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load: Vec<_> = (0..8)
         .map(|w| {
-            let (raw, stop) = (Raw::new(&front), stop.clone());
+            let raw = if w % 2 == 1 { Raw { token: scoped.clone(), ..Raw::new(&front) } } else { Raw::new(&front) };
+            let stop = stop.clone();
             tokio::spawn(async move {
                 let (mut applied, mut unavailable) = (std::collections::BTreeMap::new(), 0);
                 let mut n = 0;
@@ -1046,4 +1066,10 @@ async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_r
     }
     let body = json!([["RPUSH", "{mx}:a0", "after"], ["RPUSH", "{mx}:b0", "after"]]).to_string();
     assert_eq!(raw.post("/multi-exec", body).await.0, 200, "served after the migration");
+    // What the scoped user may not touch is still refused at once (ACL DRYRUN says so).
+    let scoped_raw = Raw { token: scoped.clone(), ..Raw::new(&front) };
+    let started = Instant::now();
+    let (status, v) = scoped_raw.post("/multi-exec", json!([["RPUSH", "{other}:x", "y"]]).to_string()).await;
+    assert_eq!(status, 400, "outside the scoped user's keys: {v}");
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not waited out: {:?}", started.elapsed());
 }
