@@ -382,7 +382,8 @@ async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> re
     }
 }
 
-/// A Redis Cluster connection that is replaced when it stops answering.
+/// A Redis Cluster connection that is replaced when it stops answering or stops following
+/// the Cluster, and that gives up on calls for a master that is down.
 ///
 /// redis-rs's Cluster connection can stop answering for good: under a slot migration with a
 /// busy machine (about one run in three of `rest::a_slot_migrated_in_the_middle_of_a_storm`
@@ -390,11 +391,17 @@ async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> re
 /// long as the process ran, and it sent nothing to any node while the nodes answered other
 /// clients. So a call still waiting after [`SUSPECT_AFTER`] has the connection probed with a
 /// `PING` to any node: Redis's answer, an error reply too, shows it works; no answer within
-/// [`PROBE_LIMIT`] while a new connection to the seeds answers one puts the new connection
-/// in its place. One probe at a time, and none within [`SUSPECT_AFTER`] of the last, so a
-/// Redis that is slow for everyone costs about one `PING` a second, and nothing is replaced
-/// while no new connection answers either. (The replaced connection is dropped; if it is
-/// stuck, the redis-rs task behind it stays, with its node connections.)
+/// [`PROBE_LIMIT`] while a new connection answers one puts the new connection in its place
+/// (made from the seeds and the nodes the Cluster last listed, those that answer). When the
+/// `PING` is answered, the probe reads `CLUSTER SLOTS` from any node and looks at each master:
+/// one that refuses a TCP connection is noted, and calls for its slots end with it named
+/// ([`Stop::Unreachable`]) instead of waiting out their limit; one that answers while what
+/// the connection routes to its slots does not means a failover the connection did not
+/// follow, and it is replaced by one made from the masters that answer. One probe at a time,
+/// and none within [`SUSPECT_AFTER`] of the last, so a Redis that is slow for everyone costs
+/// about one probe a second, and nothing is replaced while no new connection answers either.
+/// (The replaced connection is dropped; if it is stuck, the redis-rs task behind it stays,
+/// with its node connections.)
 #[derive(Clone)]
 pub struct ClusterLink(Arc<LinkInner>);
 
