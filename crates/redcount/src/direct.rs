@@ -525,11 +525,9 @@ impl ClusterLink {
     }
 
     /// Puts a new connection in place of the current one, made from those of `nodes` that
-    /// answer a PING of their own (all of them and every node last listed when none does),
-    /// once it answers a PING too.
+    /// answer a PING of their own (the seeds when none does), once it answers a PING too.
     async fn replace(&self, nodes: Vec<redis::ConnectionInfo>, why: &str) {
         let mut live = tokio::task::JoinSet::new();
-        let nodes_tried = nodes.clone();
         for node in nodes {
             live.spawn(async move {
                 let config = redis::AsyncConnectionConfig::new()
@@ -547,10 +545,7 @@ impl ClusterLink {
             }
         }
         if seeds.is_empty() {
-            // None answered in time (a loaded machine): all of them, and every node last
-            // listed, not the seeds alone, which may be the very nodes that are paused.
-            seeds = nodes_tried;
-            seeds.extend(self.0.known.read().unwrap_or_else(PoisonError::into_inner).iter().cloned());
+            seeds = self.0.seeds.clone();
         }
         let Ok(client) = (self.0.builder)(seeds).build() else { return };
         let Ok(Ok(mut fresh)) = tokio::time::timeout(2 * PROBE_LIMIT, client.get_async_connection()).await else {
