@@ -508,29 +508,20 @@ impl Backend {
         retried!(self, self.conns.query(cmd, lane))
     }
 
-    /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`). `None`
-    /// when nothing was sent because its commands' keys are in more than one slot: a Cluster
-    /// client sends a pipeline to one node, and refuses one that spans slots before sending.
-    /// On a Cluster, reads whether `cmd`'s first key exists (`COMMAND GETKEYS` finds it, as
-    /// Redis does, for any command): that read follows a MOVED, so redis-rs's slot map learns
+    /// On a Cluster, reads whether `cmd`'s first key exists (found by
+    /// [`redcount::direct::getkeys`]): that read follows a MOVED, so redis-rs's slot map learns
     /// where the key's slot went. A transaction's own MOVED does not teach it: the transaction
     /// is discarded whole (EXECABORT) and redis-rs never sees the redirection.
     pub async fn follow_slot_of(&self, cmd: &Cmd) {
-        if !self.is_cluster() {
-            return;
-        }
-        let mut getkeys = redis::cmd("COMMAND");
-        getkeys.arg("GETKEYS");
-        for a in cmd.args_iter() {
-            if let redis::Arg::Simple(b) = a {
-                getkeys.arg(b);
-            }
-        }
-        let Ok(Value::Array(keys)) = self.query_in(&getkeys, Lane::Bounded).await else { return };
-        let Some(Value::BulkString(key)) = keys.into_iter().next() else { return };
+        let Some(getkeys) = redcount::direct::getkeys(cmd).filter(|_| self.is_cluster()) else { return };
+        let Ok(keys) = self.query_in(&getkeys, Lane::Bounded).await else { return };
+        let Some(key) = redcount::direct::first_key(keys) else { return };
         let _ = self.query_in(redis::cmd("EXISTS").arg(key), Lane::Bounded).await;
     }
 
+    /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`). `None`
+    /// when nothing was sent because its commands' keys are in more than one slot: a Cluster
+    /// client sends a pipeline to one node, and refuses one that spans slots before sending.
     pub async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Option<Value>> {
         match retried!(self, self.conns.pipeline(pipe, lane)) {
             // With `ignore_errors` a CROSSSLOT reply from Redis is an entry, not the whole

@@ -78,6 +78,10 @@ pub(crate) async fn run(seeds: String, users: Vec<(String, Cmd)>, settings: Vec<
         let Some(nodes) = nodes else { continue };
         known = nodes.iter().cloned().chain(seed_addrs.iter().cloned()).collect();
         conns.retain(|addr, _| known.contains(addr));
+        // Nodes gone from the Cluster are forgotten (seen again, they are new).
+        rules.retain(|(addr, _), _| known.contains(addr));
+        runs.retain(|addr, _| known.contains(addr));
+        failing.retain(|addr, _| known.contains(addr));
         for addr in &nodes {
             let result = match connection(&mut conns, &template, addr, &config).await {
                 Some(conn) => ensure(conn, &users, &settings, addr, &mut rules, &mut runs).await,

@@ -472,17 +472,19 @@ fn parse_one(bytes: &Bytes) -> Result<Cmd, Failure> {
 /// Whether the token's Redis user may run each of `cmds`: the full and read-only tokens' users
 /// are the front's own (what they may not run is refused before sending); a `--tokens` user
 /// is asked about with `ACL DRYRUN` (Redis 7), so that a transaction its ACL refused is not
-/// taken for one whose slot was moving. Not known (no DRYRUN, no permission): false.
-async fn may_run_all(st: &State, access: &Access, cmds: &[Cmd]) -> bool {
+/// taken for one whose slot was moving. Not known (no DRYRUN, no permission, no answer
+/// `within`): false.
+async fn may_run_all(st: &State, access: &Access, cmds: &[Cmd], within: std::time::Duration) -> bool {
     let Access::Scoped { .. } = access else { return true };
     let Some(login) = access.login() else { return false };
+    let deadline = Instant::now() + within;
     for c in cmds {
         let mut dryrun = redis::cmd("ACL");
         dryrun.arg("DRYRUN").arg(&login.user).arg(&c.name);
         for a in &c.args {
             dryrun.arg(a.as_slice());
         }
-        match timed(st, st.killer.query(&dryrun)).await {
+        match timed_within(st, deadline.saturating_duration_since(Instant::now()), st.killer.query(&dryrun)).await {
             Ok(Value::Okay) => {}
             Ok(Value::SimpleString(s)) if s == "OK" => {}
             _ => return false,
@@ -862,9 +864,9 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
     // in all). Replies that ran nothing and clear by themselves (BUSY while the watchdog
     // kills a script, LOADING after a restart, TRYAGAIN while a multi-key call's keys are
     // split between two nodes) are waited out within the request's time (the last try may run
-    // past it by up to one limit). Not on a Cluster: there each call follows redirections and waits out CLUSTERDOWN /
-    // TRYAGAIN itself, up to the limit (tries here on top took three times the limit and
-    // answered 504 where the Cluster had said why; second Cluster attacker pass).
+    // past it by up to one limit). Not on a Cluster: there each call follows redirections and
+    // waits out CLUSTERDOWN / TRYAGAIN itself, up to the limit (tries here on top took three
+    // times the limit and answered 504 where the Cluster had said why; second attacker pass).
     let mut attempt = 0u64;
     while !be.is_cluster() {
         let pause = match &first {
@@ -959,6 +961,8 @@ async fn run_many(
     let mut chunk = if atomic { cmds.len() } else { 1 };
     let mut dearest = std::time::Duration::ZERO;
     let mut held = 0usize;
+    // Whether a discarded Cluster transaction may be sent again (asked at its first EXECABORT).
+    let mut may_run: Option<bool> = None;
     while items.len() < cmds.len() {
         let from = items.len();
         if from > 0 && started.elapsed() >= st.timeout {
@@ -1066,12 +1070,14 @@ async fn run_many(
             // masters or cannot be served now (the queued commands answered MOVED, ASK,
             // TRYAGAIN, CLUSTERDOWN, OOM). Nothing ran, so it is sent again within the time
             // limit, then 503 (second attacker pass: it was 400, "do not retry").
-            if atomic
-                && matches!(&value, Err(f) if f.message.starts_with("EXECABORT"))
-                && be.is_cluster()
-                && part.iter().all(|c| st.commands.is_well_formed(&c.name, &c.args))
-                && may_run_all(st, access, part).await
-            {
+            let aborted = atomic && be.is_cluster() && matches!(&value, Err(f) if f.message.starts_with("EXECABORT"));
+            if aborted && may_run.is_none() {
+                // Asked once per request (a scoped user's ACL DRYRUN is a round trip a command).
+                let left = st.timeout.saturating_sub(started.elapsed());
+                let valid = part.iter().all(|c| st.commands.is_well_formed(&c.name, &c.args));
+                may_run = Some(valid && may_run_all(st, access, part, left).await);
+            }
+            if aborted && may_run == Some(true) {
                 if started.elapsed() + std::time::Duration::from_millis(100) < st.timeout {
                     be.follow_slot_of(&to_redis(&part[0])).await;
                     tokio::time::sleep(std::time::Duration::from_millis(25)).await;

@@ -679,23 +679,9 @@ impl ClusterLink {
     /// or an answer.
     async fn slot_of(&self, cmd: &redis::Cmd) -> Option<u16> {
         let any = || RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let mut getkeys = redis::cmd("COMMAND");
-        getkeys.arg("GETKEYS");
-        for a in cmd.args_iter() {
-            match a {
-                redis::Arg::Simple(b) => getkeys.arg(b),
-                _ => return None,
-            };
-        }
-        let keys = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(getkeys, any())).await.ok()?.ok()?;
-        let key = match keys {
-            redis::Value::Array(keys) => match keys.into_iter().next()? {
-                redis::Value::BulkString(k) => k,
-                redis::Value::SimpleString(k) => k.into_bytes(),
-                _ => return None,
-            },
-            _ => return None,
-        };
+        let keys =
+            tokio::time::timeout(PROBE_LIMIT, self.current().route_command(getkeys(cmd)?, any())).await.ok()?.ok()?;
+        let key = first_key(keys)?;
         let keyslot = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).to_owned();
         match tokio::time::timeout(PROBE_LIMIT, self.current().route_command(keyslot, any())).await.ok()?.ok()? {
             redis::Value::Int(n) => u16::try_from(n).ok(),
@@ -739,6 +725,32 @@ struct SlotRange {
     first: u16,
     last: u16,
     master: Node,
+}
+
+/// `COMMAND GETKEYS` for `cmd`: Redis's own key positions, for any command (`None` for a
+/// command with a cursor argument, which has no fixed text).
+pub fn getkeys(cmd: &redis::Cmd) -> Option<redis::Cmd> {
+    let mut getkeys = redis::cmd("COMMAND");
+    getkeys.arg("GETKEYS");
+    for a in cmd.args_iter() {
+        match a {
+            redis::Arg::Simple(b) => getkeys.arg(b),
+            _ => return None,
+        };
+    }
+    Some(getkeys)
+}
+
+/// The first key of a `COMMAND GETKEYS` reply.
+pub fn first_key(reply: redis::Value) -> Option<Vec<u8>> {
+    match reply {
+        redis::Value::Array(keys) => match keys.into_iter().next()? {
+            redis::Value::BulkString(k) => Some(k),
+            redis::Value::SimpleString(k) => Some(k.into_bytes()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Every node a `CLUSTER SLOTS` reply lists, masters and replicas, once each.
