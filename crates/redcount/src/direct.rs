@@ -390,10 +390,11 @@ async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> re
 /// with one core kept busy), every command through it waited until its time limit, for as
 /// long as the process ran, and it sent nothing to any node while the nodes answered other
 /// clients. So a call still waiting after [`SUSPECT_AFTER`] has the connection probed with a
-/// `PING` to any node: Redis's answer, an error reply too, shows it works; no answer within
-/// [`PROBE_LIMIT`] while a new connection answers one puts the new connection in its place
-/// (made from the seeds and the nodes the Cluster last listed, those that answer). When the
-/// `PING` is answered, the probe reads `CLUSTER SLOTS` from any node and looks at each master:
+/// `PING` to every node known (the seeds, and every node the Cluster listed when last asked),
+/// all at once: any answer, an error reply too, shows it works (one node may just be paused);
+/// no answer within [`PROBE_LIMIT`] while a new connection answers one puts the new connection
+/// in its place (made from those nodes, those that answer). When a `PING` is answered, the
+/// probe reads `CLUSTER SLOTS` from the first node to answer and looks at each master:
 /// one that refuses a TCP connection is noted, and calls for its slots end with it named
 /// ([`Stop::Unreachable`]) instead of waiting out their limit; one that answers while what
 /// the connection routes to its slots does not means a failover the connection did not
@@ -455,7 +456,7 @@ impl ClusterLink {
         builder: impl Fn(Vec<redis::ConnectionInfo>) -> redis::cluster::ClusterClientBuilder + Send + Sync + 'static,
     ) -> redis::RedisResult<Self> {
         let conn = builder(seeds.clone()).build()?.get_async_connection().await?;
-        Ok(ClusterLink(Arc::new(LinkInner {
+        let link = ClusterLink(Arc::new(LinkInner {
             seeds,
             builder: Box::new(builder),
             conn: RwLock::new(conn),
@@ -464,7 +465,11 @@ impl ClusterLink {
             born: Instant::now(),
             known: RwLock::new(Vec::new()),
             down: tokio::sync::watch::Sender::new(None),
-        })))
+        }));
+        // The nodes beyond the seeds, known from the start: a later probe may find the seeds
+        // paused.
+        link.read_slots(&link.0.seeds.iter().filter_map(node_of).collect::<Vec<_>>()).await;
+        Ok(link)
     }
 
     /// The connection in use now (a handle: cheap to clone).
@@ -505,30 +510,71 @@ impl ClusterLink {
     }
 
     async fn probe(&self) {
-        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let r = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(ping(), any)).await;
-        if answered(&r) {
-            if let Some(why) = self.check_masters().await {
-                // Seeded by the masters that answer: a paused seed would hold up the new
-                // connection until its connect timeout.
-                let masters = self.0.down.borrow().as_ref().map(|d| d.up.clone()).unwrap_or_default();
-                self.replace(masters, &why).await;
-            }
+        let nodes = self.candidates();
+        let routes: Vec<Node> = nodes.iter().filter_map(node_of).collect();
+        // Every node at once, not one at random: a paused node answers nothing, and the
+        // connection is stuck only when no node answers through it.
+        if self.first_answer(ping(), &routes, answered).await.is_none() {
+            let why = format!("no node answered a PING through it within {} ms", PROBE_LIMIT.as_millis());
+            self.replace(nodes, &why).await;
             return;
         }
-        let why = format!("it did not answer a PING within {} ms ({r:?})", PROBE_LIMIT.as_millis());
-        // The seeds and every node the Cluster listed when last asked: with the seeds paused,
-        // the others (a replica promoted since, say) can still make a connection.
+        if let Some(why) = self.check_masters(&routes).await {
+            // Seeded by the masters that answer: a paused seed would hold up the new
+            // connection until its connect timeout.
+            let masters = self.0.down.borrow().as_ref().map(|d| d.up.clone()).unwrap_or_default();
+            self.replace(masters, &why).await;
+        }
+    }
+
+    /// The seeds and every node the Cluster listed when last asked, once each: with the
+    /// seeds paused, the others (a replica promoted since, say) can still answer.
+    fn candidates(&self) -> Vec<redis::ConnectionInfo> {
         let mut nodes = self.0.seeds.clone();
-        nodes.extend(self.0.known.read().unwrap_or_else(PoisonError::into_inner).iter().cloned());
-        self.replace(nodes, &why).await;
+        for n in self.0.known.read().unwrap_or_else(PoisonError::into_inner).iter() {
+            if !nodes.iter().any(|s| s.addr() == n.addr()) {
+                nodes.push(n.clone());
+            }
+        }
+        nodes
+    }
+
+    /// The first of `nodes`' answers to `cmd` through the connection that `accept` takes,
+    /// all asked at once, each within [`PROBE_LIMIT`]; `None` when none comes.
+    async fn first_answer(&self, cmd: redis::Cmd, nodes: &[Node], accept: fn(&Answer) -> bool) -> Option<Answer> {
+        let mut asks = tokio::task::JoinSet::new();
+        for node in nodes {
+            let (mut conn, cmd, to) = (self.current(), cmd.clone(), RoutingInfo::SingleNode(node.route()));
+            asks.spawn(async move { tokio::time::timeout(PROBE_LIMIT, conn.route_command(cmd, to)).await });
+        }
+        while let Some(joined) = asks.join_next().await {
+            if let Ok(answer) = joined
+                && accept(&answer)
+            {
+                return Some(answer);
+            }
+        }
+        None
+    }
+
+    /// Reads `CLUSTER SLOTS` (from whichever of `nodes` answers first) into the nodes known.
+    async fn read_slots(&self, nodes: &[Node]) -> Option<Value> {
+        let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+        let Ok(Ok(reply)) = self.first_answer(slots, nodes, |a| matches!(a, Ok(Ok(_)))).await? else { return None };
+        let reply = from_redis(reply).ok()?;
+        if let Some(template) = self.0.seeds.first() {
+            let listed = listed_nodes(&reply).iter().filter_map(|n| with_address(template, &n.to_string())).collect();
+            *self.0.known.write().unwrap_or_else(PoisonError::into_inner) = listed;
+        }
+        Some(reply)
     }
 
     /// Puts a new connection in place of the current one, made from those of `nodes` that
-    /// answer a PING of their own (the seeds when none does), once it answers a PING too.
+    /// answer a PING of their own (when none does in time, a loaded machine, from all of them
+    /// and the seeds), once it answers a PING too.
     async fn replace(&self, nodes: Vec<redis::ConnectionInfo>, why: &str) {
         let mut live = tokio::task::JoinSet::new();
-        for node in nodes {
+        for node in nodes.clone() {
             live.spawn(async move {
                 let config = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(PROBE_LIMIT / 2))
@@ -546,6 +592,7 @@ impl ClusterLink {
         }
         if seeds.is_empty() {
             seeds = self.0.seeds.clone();
+            seeds.extend(nodes.into_iter().filter(|n| !self.0.seeds.iter().any(|s| s.addr() == n.addr())));
         }
         let Ok(client) = (self.0.builder)(seeds).build() else { return };
         let Ok(Ok(mut fresh)) = tokio::time::timeout(2 * PROBE_LIMIT, client.get_async_connection()).await else {
@@ -560,26 +607,16 @@ impl ClusterLink {
         tracing::warn!("replaced the Redis Cluster connection: {why}");
     }
 
-    /// Reads the masters from any node (`CLUSTER SLOTS`) and notes which do not accept a TCP
+    /// Reads the masters from the first of `nodes` to answer (`CLUSTER SLOTS`) and notes which do not accept a TCP
     /// connection now (killed, or their machine gone; a paused one still does: its kernel
     /// accepts for it): redis-rs keeps a call for such a master waiting until its time limit.
     /// Returns why the connection must be replaced when, for a master that answers, a command
     /// routed by the connection to one of its slots gets no answer: its slot map is stale (a
     /// failover while the old master was paused, which redis-rs does not notice: it hears no
     /// MOVED from a node that does not answer).
-    async fn check_masters(&self) -> Option<String> {
+    async fn check_masters(&self, nodes: &[Node]) -> Option<String> {
         let seen = Instant::now();
-        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
-        let Ok(Ok(reply)) = tokio::time::timeout(PROBE_LIMIT, self.current().route_command(slots, any)).await else {
-            return None;
-        };
-        let Ok(reply) = from_redis(reply) else { return None };
-        if let Some(template) = self.0.seeds.first() {
-            let listed = listed_nodes(&reply).iter().filter_map(|n| with_address(template, &n.to_string())).collect();
-            *self.0.known.write().unwrap_or_else(PoisonError::into_inner) = listed;
-        }
-        let Ok(ranges) = slot_ranges(reply) else { return None };
+        let Ok(ranges) = slot_ranges(self.read_slots(nodes).await?) else { return None };
         let mut masters: Vec<(Node, u16)> = Vec::new();
         for r in &ranges {
             if !masters.iter().any(|(m, _)| m == &r.master) {
@@ -674,16 +711,17 @@ impl ClusterLink {
         }
     }
 
-    /// The slot of `cmd`'s first key, as any node reckons it (`COMMAND GETKEYS`, then
+    /// The slot of `cmd`'s first key, as the Cluster reckons it (`COMMAND GETKEYS`, then
     /// `CLUSTER KEYSLOT`: Redis's own key positions for any command); `None` without a key
     /// or an answer.
     async fn slot_of(&self, cmd: &redis::Cmd) -> Option<u16> {
-        let any = || RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let keys =
-            tokio::time::timeout(PROBE_LIMIT, self.current().route_command(getkeys(cmd)?, any())).await.ok()?.ok()?;
-        let key = first_key(keys)?;
-        let keyslot = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).to_owned();
-        match tokio::time::timeout(PROBE_LIMIT, self.current().route_command(keyslot, any())).await.ok()?.ok()? {
+        // Asked of every node known, the first answer taken: the one picked at random may be
+        // the master that is down, or a paused one.
+        let nodes: Vec<Node> = self.candidates().iter().filter_map(node_of).collect();
+        let ok = |a: &Answer| matches!(a, Ok(Ok(_)));
+        let keys = self.first_answer(getkeys(cmd)?, &nodes, ok).await?.ok()?.ok()?;
+        let keyslot = redis::cmd("CLUSTER").arg("KEYSLOT").arg(first_key(keys)?).to_owned();
+        match self.first_answer(keyslot, &nodes, ok).await?.ok()?.ok()? {
             redis::Value::Int(n) => u16::try_from(n).ok(),
             _ => None,
         }
@@ -697,9 +735,22 @@ fn ping() -> redis::Cmd {
     c
 }
 
+/// A call's outcome within a time limit.
+type Answer = Result<redis::RedisResult<redis::Value>, tokio::time::error::Elapsed>;
+
+/// The address of a node's connection settings (TCP, with TLS or without).
+fn node_of(info: &redis::ConnectionInfo) -> Option<Node> {
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            Some(Node { host: host.clone(), port: *port })
+        }
+        _ => None,
+    }
+}
+
 /// Whether Redis answered: a reply, an error reply too; redis-rs's own "timed out" (its
 /// response timeout), a lost connection or no connection is not an answer.
-fn answered(r: &Result<redis::RedisResult<redis::Value>, tokio::time::error::Elapsed>) -> bool {
+fn answered(r: &Answer) -> bool {
     matches!(r, Ok(Ok(_))) || matches!(r, Ok(Err(e)) if e.code().is_some())
 }
 

@@ -594,7 +594,12 @@ async fn a_call_for_a_killed_master_ends_unreachable_before_the_time_limit() {
 /// seed), and a replacement connection made from the seeds waited on that seed. redis-rs
 /// hears no MOVED from a node that does not answer, so its slot map stays stale. The probe
 /// now sees the Cluster name a master that answers for slots the connection sends nowhere,
-/// and replaces the connection with one made from the masters that answer.
+/// and replaces the connection with one made from the masters that answer. CI, twice in
+/// one day: the front took over 30 s on a loaded machine. The probe asked one node picked at
+/// random, for its PING and its `CLUSTER SLOTS`; when that was the paused one, it learnt
+/// nothing (or took the connection for stuck and remade it from the paused seed alone, the
+/// Cluster's other nodes not yet known). It now asks every node known, from the connection's
+/// start, and takes the first answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_master_replaced_by_a_failover_is_routed_around() {
     let cluster = RedisCluster::start_with_replicas(3);
@@ -646,9 +651,11 @@ async fn a_paused_master_replaced_by_a_failover_is_routed_around() {
                 Err(e) => last = format!("{e:?}"),
             }
         }
+        // 4 s and 6 s on a loaded machine (two cores kept busy), 5 runs of 5; 12-30 s before
+        // the probe asked every node rather than one at random (below).
         assert!(
-            failed_over.elapsed() < Duration::from_secs(30),
-            "the slot still fails 30 s after the failover (native served after {native:?}, the front after {through_front:?}; the front's last error: {last})\n{}",
+            failed_over.elapsed() < Duration::from_secs(15),
+            "the slot still fails 15 s after the failover (native served after {native:?}, the front after {through_front:?}; the front's last error: {last})\n{}",
             front.log()
         );
     }
