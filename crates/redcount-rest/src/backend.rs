@@ -58,7 +58,7 @@ impl Shared {
             *slot = None;
         }
         if slot.is_none() {
-            *slot = Some(pool.dial(usize::MAX).await?);
+            *slot = Some(Box::pin(pool.dial(usize::MAX)).await?);
         }
         Ok((i, slot.as_ref().expect("made above").conn.clone()))
     }
@@ -306,7 +306,7 @@ impl Pool {
             *lease.slot = None;
         }
         if lease.slot.is_none() {
-            *lease.slot = Some(self.connect().await?);
+            *lease.slot = Some(Box::pin(self.connect()).await?);
         }
         let conn = lease.slot.as_mut().expect("made above");
         conn.read.store(0, Ordering::Relaxed);
@@ -442,7 +442,7 @@ macro_rules! retried {
         let mut tries = 0;
         loop {
             match $call.await {
-                Err(e) if tries < 3 && $backend.retry(&e).await => tries += 1,
+                Err(e) if tries < 3 && Box::pin($backend.retry(&e)).await => tries += 1,
                 other => break other,
             }
         }
@@ -609,7 +609,7 @@ impl Conns {
         match (self, lane) {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| cmd.query_async(c).await).await,
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| cmd.query_async(c).await).await,
-            (Conns::Cluster(c, timeout), _) => cluster_call(c, cmd, *timeout).await,
+            (Conns::Cluster(c, timeout), _) => Box::pin(cluster_call(c, cmd, *timeout)).await,
         }
     }
 
@@ -619,7 +619,7 @@ impl Conns {
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
             // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
             // a pipeline's entries go one by one (`Backend::is_cluster`).
-            (Conns::Cluster(c, _), _) => c.with(async |mut c| pipe.query_async(&mut c).await).await,
+            (Conns::Cluster(c, _), _) => Box::pin(c.with(async |mut c| pipe.query_async(&mut c).await)).await,
         }
     }
 }

@@ -168,6 +168,13 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // Boxed: the request's future (every route inlined) is kilobytes, and the layers between
+    // hyper and here move it by value several times per request: a third of the front's
+    // instructions per request went to those copies (callgrind, BENCHMARKS.md).
+    Box::pin(handle_boxed(st, method, uri, headers, body)).await
+}
+
+async fn handle_boxed(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     let start = Instant::now();
     let path = uri.path().to_string();
     // What the request's replies hold of the reply budget, handed to its response.
@@ -288,7 +295,7 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             .collect::<Result<_, _>>()
             .map_err(|f| (f, none()))?;
         let what = String::from(if pattern { "PSUBSCRIBE" } else { "SUBSCRIBE" });
-        return match crate::subscribe::serve(st, &access, pattern, names).await {
+        return match Box::pin(crate::subscribe::serve(st, &access, pattern, names)).await {
             Ok(r) => Ok((r, what)),
             Err((status, msg)) => Err((error(status, msg), what)),
         };
@@ -338,8 +345,8 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
                 entries
             };
             let small = entries.iter().all(|e| e.as_ref().is_ok_and(small_reply));
-            let r = match run_many(st, &access, entries, atomic, base64, resp2).await {
-                Err(f) => Err(explain_lost(st, f, small).await),
+            let r = match Box::pin(run_many(st, &access, entries, atomic, base64, resp2)).await {
+                Err(f) => Err(Box::pin(explain_lost(st, f, small)).await),
                 ok => ok,
             };
             r.map(|r| (r, what.clone())).map_err(|f| (f, what))
@@ -388,7 +395,7 @@ async fn one(
     let small = small_reply(&cmd);
     match run_one(st, access, cmd, base64, resp2).await {
         Ok(r) => Ok((r, what)),
-        Err(f) => Err((explain_lost(st, f, small).await, what)),
+        Err(f) => Err((Box::pin(explain_lost(st, f, small)).await, what)),
     }
 }
 
@@ -688,7 +695,7 @@ async fn unvetted(st: &State, fixups: &[Fixup]) -> Result<Vec<usize>, Failure> {
     for (_, sha) in &shas {
         exists.arg(sha.as_str());
     }
-    let found: Vec<bool> = match timed(st, backend(st, &Access::ReadOnly).query(&exists)).await? {
+    let found: Vec<bool> = match Box::pin(timed(st, backend(st, &Access::ReadOnly).query(&exists))).await? {
         Value::Array(items) => items.iter().map(|v| matches!(v, Value::Int(1))).collect(),
         Value::Int(n) => vec![n == 1],
         _ => vec![false],
@@ -893,7 +900,7 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
             let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
             eval.args[0] = rw.source.clone();
             check(st, &eval, access)?;
-            timed(st, be.query(&to_redis(&eval))).await?
+            Box::pin(timed(st, be.query(&to_redis(&eval)))).await?
         }
         (r, _) => r?,
     };
