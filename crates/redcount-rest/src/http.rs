@@ -1262,7 +1262,7 @@ mod tests {
             let n = (seed >> 60) as usize;
             for j in 0..n {
                 seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                if j > 0 && (seed >> 59) % 13 != 0 {
+                if j > 0 && !(seed >> 59).is_multiple_of(13) {
                     body.push(',');
                 }
                 body.push_str(pieces[(seed >> 33) as usize % pieces.len()]);
