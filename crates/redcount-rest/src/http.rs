@@ -1229,8 +1229,8 @@ mod tests {
     #[test]
     fn the_one_pass_parse_reads_every_body_as_the_two_step_one() {
         // Bodies put together from pieces that matter to a JSON reader: escapes, non-ASCII,
-        // numbers, literals, nesting, whitespace and broken syntax; seeded, so a failure
-        // replays (the seed and the body are printed).
+        // numbers, literals, nesting, whitespace and broken syntax; from a fixed seed, so a
+        // failure replays (its case number and body are printed).
         let pieces = [
             "\"SET\"",
             "\"k\"",

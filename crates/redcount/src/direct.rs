@@ -562,11 +562,14 @@ impl ClusterLink {
         let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
         let Ok(Ok(reply)) = self.first_answer(slots, nodes, |a| matches!(a, Ok(Ok(_)))).await? else { return None };
         let reply = from_redis(reply).ok()?;
-        if let Some(template) = self.0.seeds.first() {
-            let listed = listed_nodes(&reply).iter().filter_map(|n| with_address(template, &n.to_string())).collect();
-            *self.0.known.write().unwrap_or_else(PoisonError::into_inner) = listed;
-        }
+        let listed = listed_nodes(&reply).iter().filter_map(|n| self.settings_for(n)).collect();
+        *self.0.known.write().unwrap_or_else(PoisonError::into_inner) = listed;
         Some(reply)
+    }
+
+    /// The connection settings for `node`: the seeds', at its address.
+    fn settings_for(&self, node: &Node) -> Option<redis::ConnectionInfo> {
+        with_address(self.0.seeds.first()?, &node.to_string())
     }
 
     /// Puts a new connection in place of the current one, made from those of `nodes` that
@@ -607,9 +610,10 @@ impl ClusterLink {
         tracing::warn!("replaced the Redis Cluster connection: {why}");
     }
 
-    /// Reads the masters from the first of `nodes` to answer (`CLUSTER SLOTS`) and notes which do not accept a TCP
-    /// connection now (killed, or their machine gone; a paused one still does: its kernel
-    /// accepts for it): redis-rs keeps a call for such a master waiting until its time limit.
+    /// Reads the masters from the first of `nodes` to answer (`CLUSTER SLOTS`) and notes which
+    /// do not accept a TCP connection now (killed, or their machine gone; a paused one still
+    /// does: its kernel accepts for it): redis-rs keeps a call for such a master waiting until
+    /// its time limit.
     /// Returns why the connection must be replaced when, for a master that answers, a command
     /// routed by the connection to one of its slots gets no answer: its slot map is stale (a
     /// failover while the old master was paused, which redis-rs does not notice: it hears no
@@ -654,7 +658,7 @@ impl ClusterLink {
                 if routed_nowhere {
                     stale.push(node.to_string());
                 }
-                if let Some(info) = self.0.seeds.first().and_then(|t| with_address(t, &node.to_string())) {
+                if let Some(info) = self.settings_for(&node) {
                     up.push(info);
                 }
             }
