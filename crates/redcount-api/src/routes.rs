@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use rand_core::RngCore;
 use serde_json::{Map, Value as Json, json};
 
-use super::{ApiRequest, ApiResponse, Config, Exchange, MAX_BODY, Policy, Step, same_secret};
+use super::{ApiRequest, ApiResponse, Config, Exchange, Field, MAX_BODY, Policy, Step, same_secret};
 use redcount_core::command::Command;
 use redcount_core::error::{InputError, ShapeError};
 use redcount_core::ops::claim::Claim;
@@ -133,7 +133,7 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
     }
     let caller = authenticate(config, req.authorization)?;
     let m = req.method;
-    match segs.as_slice() {
+    let mut routed = match segs.as_slice() {
         ["health"] => {
             allow(m, &["GET", "HEAD"])?;
             Ok(Step::Send(Exchange::new(Ping, |_, ()| {
@@ -244,15 +244,22 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             let user = b.string("user")?;
             let op = Grab::new(id, &user).map_err(|e| ApiResponse::input(&e))?;
             Ok(Step::Send(Exchange::new(op, |_, o| match o {
-                GrabOutcome::Won { amount, index, remaining } => ApiResponse::json(
-                    200,
-                    json!({"outcome": "won", "amount_cents": amount, "amount": amount, "index": index, "remaining": remaining}),
-                ),
-                GrabOutcome::Already { amount, index } => ApiResponse::json(
-                    200,
-                    json!({"outcome": "already", "amount_cents": amount, "amount": amount, "index": index}),
-                ),
-                GrabOutcome::Empty => ApiResponse::json(200, json!({"outcome": "empty", "remaining": 0})),
+                GrabOutcome::Won { amount, index, remaining } => ApiResponse::flat(&mut [
+                    ("outcome", Field::Word("won")),
+                    ("amount_cents", Field::Int(amount)),
+                    ("amount", Field::Int(amount)),
+                    ("index", Field::Int(index)),
+                    ("remaining", Field::Int(remaining)),
+                ]),
+                GrabOutcome::Already { amount, index } => ApiResponse::flat(&mut [
+                    ("outcome", Field::Word("already")),
+                    ("amount_cents", Field::Int(amount)),
+                    ("amount", Field::Int(amount)),
+                    ("index", Field::Int(index)),
+                ]),
+                GrabOutcome::Empty => {
+                    ApiResponse::flat(&mut [("outcome", Field::Word("empty")), ("remaining", Field::Int(0))])
+                }
                 GrabOutcome::NotFound => not_found_packet(),
             })))
         }
@@ -271,7 +278,24 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             })))
         }
         _ => Err(ApiResponse::error(404, "no such route", None)),
+    };
+    // A decision route answers its policy's declared failure mode, found by the decoded
+    // names routing used: `/api/quot%61s/d%61ily/…` gets what `/api/quotas/daily/…` gets.
+    if let Ok(Step::Send(ex)) = &mut routed {
+        let decision = match (segs.as_slice(), m) {
+            (["quotas", policy, _], "POST" | "GET" | "HEAD") => Some(("allowed", *policy)),
+            (["claims", policy, _], "POST") => Some(("claimed", *policy)),
+            (["semaphores", policy, _, _], "POST") => Some(("holding", *policy)),
+            _ => None,
+        };
+        if let Some((field, policy)) = decision {
+            let mode = config.failure_mode(policy);
+            // Leases always deny: a lease cannot be granted without Redis.
+            ex.degrade = Some((field, mode.allow && field != "holding"));
+            ex.timeout_ms = mode.timeout_ms;
+        }
     }
+    routed
 }
 
 fn respond(status: u16, body: Json) -> Step {
@@ -552,7 +576,11 @@ fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str,
                 CounterStatus::Clamped => "clamped",
                 CounterStatus::Rejected => "rejected",
             };
-            ApiResponse::json(200, json!({"value": o.value, "applied": o.applied, "status": status}))
+            ApiResponse::flat(&mut [
+                ("value", Field::Int(o.value)),
+                ("applied", Field::Int(o.applied)),
+                ("status", Field::Word(status)),
+            ])
         })))
     } else {
         let op = GetCounter::new(policy, subject, storage).map_err(|e| ApiResponse::input(&e))?;
@@ -567,13 +595,13 @@ fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, s
         _ => None,
     })?;
     let render = |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
-        let mut r = ApiResponse::json(
-            200,
-            json!({
-                "allowed": o.allowed, "limit": o.limit, "remaining": o.remaining,
-                "reset_ms": o.reset_ms, "retry_after_ms": o.retry_after_ms
-            }),
-        );
+        let mut r = ApiResponse::flat(&mut [
+            ("allowed", Field::Bool(o.allowed)),
+            ("limit", Field::Int(o.limit)),
+            ("remaining", Field::Int(o.remaining)),
+            ("reset_ms", Field::Int(o.reset_ms)),
+            ("retry_after_ms", Field::Int(o.retry_after_ms)),
+        ]);
         if !o.allowed {
             r.headers.push(("Retry-After", redcount_core::command::itoa_i(((o.retry_after_ms + 999) / 1000).max(1))));
         }

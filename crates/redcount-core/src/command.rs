@@ -18,6 +18,12 @@ impl Command {
         Command { args: alloc::vec![String::from(name)] }
     }
 
+    /// A command of these words, the name first (never empty).
+    pub(crate) fn from_parts(args: Vec<String>) -> Self {
+        debug_assert!(!args.is_empty());
+        Command { args }
+    }
+
     /// Appends one argument.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
@@ -71,16 +77,12 @@ fn push_line(out: &mut Vec<u8>, tag: u8, n: usize) {
 
 /// Decimal text of an unsigned integer.
 pub(crate) fn itoa(n: u64) -> String {
-    use core::fmt::Write;
-    let mut s = String::new();
-    let _ = write!(s, "{n}");
-    s
+    // The itoa crate (serde_json's own): no formatting machinery per number, which the
+    // worker's wasm pays for on every key count and argument.
+    String::from(itoa::Buffer::new().format(n))
 }
 
 /// Decimal text of a signed integer (no_std has no `to_string` for free).
 pub fn itoa_i(n: i64) -> String {
-    use core::fmt::Write;
-    let mut s = String::new();
-    let _ = write!(s, "{n}");
-    s
+    String::from(itoa::Buffer::new().format(n))
 }

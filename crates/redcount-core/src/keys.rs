@@ -1,7 +1,6 @@
 //! Key names. Each object's keys share one hash tag `{…}`, so a script's keys always sit
 //! in one Redis Cluster slot. Every part is an allow-listed id (see [`crate::validate::id`]).
 
-use alloc::format;
 use alloc::string::String;
 
 use crate::error::InputError;
@@ -45,14 +44,14 @@ impl Namespace {
     /// `key`, as built under [`PREFIX`], in this namespace (other keys unchanged).
     pub fn apply(&self, key: &str) -> String {
         match key.strip_prefix(PREFIX).filter(|rest| rest.starts_with(':')) {
-            Some(rest) => format!("{}{rest}", self.0),
+            Some(rest) => concat(&[&self.0, rest]),
             None => String::from(key),
         }
     }
 
     /// The SCAN pattern matching every red packet's grab log in this namespace.
     pub fn redpacket_logs(&self) -> String {
-        format!("{}:{{rp:*}}:log", self.0)
+        concat(&[&self.0, ":{rp:*}:log"])
     }
 
     /// The packet id of a grab-log key matched by [`Namespace::redpacket_logs`].
@@ -70,29 +69,27 @@ impl Default for Namespace {
 
 /// A counter stored as its own string key.
 pub fn counter(scope: &str, subject: &str) -> String {
-    format!("{PREFIX}:{{c:{scope}:{subject}}}")
+    concat(&[PREFIX, ":{c:", scope, ":", subject, "}"])
 }
 
 /// A hash of counters of one scope (one field per subject).
 pub fn counter_hash(scope: &str) -> String {
-    format!("{PREFIX}:{{c:{scope}}}")
+    concat(&[PREFIX, ":{c:", scope, "}"])
 }
 
 /// A once-per-window claim.
 pub fn claim(scope: &str, subject: &str) -> String {
-    format!("{PREFIX}:{{cl:{scope}:{subject}}}")
+    concat(&[PREFIX, ":{cl:", scope, ":", subject, "}"])
 }
 
-/// The hash tag every quota and semaphore key of one subject shares (`{u:SUBJECT}`), so a
-/// compound decision over several of its policies touches one Redis Cluster slot.
-fn subject(subject: &str) -> String {
-    format!("{PREFIX}:{{u:{subject}}}")
-}
+// Every quota and semaphore key of one subject starts `rc:{u:SUBJECT}` (the functions below
+// spell it out, for one allocation per key): its hash tag puts a compound decision over several
+// of the subject's policies in one Redis Cluster slot.
 
 /// The base of a compound decision's idempotency keys (`…:idem:<suffix>`): in the subject's
 /// slot, whatever the decision's parts and their order.
 pub fn decision(subject_id: &str) -> String {
-    format!("{}:d", subject(subject_id))
+    concat(&[PREFIX, ":{u:", subject_id, "}:d"])
 }
 
 /// A quota's state; `algo` is `fw`, `sw`, `tb` or `gc`. In the subject's slot.
@@ -105,43 +102,92 @@ pub fn decision(subject_id: &str) -> String {
 /// assert_eq!(keys::semaphore("in-flight", "alice"), "rc:{u:alice}:s:in-flight");
 /// ```
 pub fn quota(scope: &str, subject_id: &str, algo: &str) -> String {
-    format!("{}:q:{scope}:{algo}", subject(subject_id))
+    concat(&[PREFIX, ":{u:", subject_id, "}:q:", scope, ":", algo])
 }
 
 /// A subject's override of a quota policy's size, in the slot of its quota state.
 pub fn quota_override(scope: &str, subject_id: &str) -> String {
-    format!("{}:q:{scope}:ovr", subject(subject_id))
+    concat(&[PREFIX, ":{u:", subject_id, "}:q:", scope, ":ovr"])
 }
 
 /// A semaphore's holder set, in the slot of the subject it is named after (a compound
 /// decision's lease is the semaphore named by the decision's subject).
 pub fn semaphore(scope: &str, name: &str) -> String {
-    format!("{}:s:{scope}", subject(name))
+    concat(&[PREFIX, ":{u:", name, "}:s:", scope])
 }
 
 /// A semaphore's override of its policy's limit, in the semaphore's slot.
 pub fn semaphore_override(scope: &str, name: &str) -> String {
-    format!("{}:ovr", semaphore(scope, name))
+    concat(&[PREFIX, ":{u:", name, "}:s:", scope, ":ovr"])
 }
 
 /// The three keys of a semaphore whose holder set is `set` (see [`semaphore`]): the set, its
 /// holders' fencing tokens and its override, in one slot (lib_lease.lua).
 pub fn semaphore_keys(set: &str) -> [String; 3] {
-    [String::from(set), format!("{set}:tok"), format!("{set}:ovr")]
+    [String::from(set), concat(&[set, ":tok"]), concat(&[set, ":ovr"])]
 }
 
 /// A user's inbox.
 pub fn inbox(user: &str) -> String {
-    format!("{PREFIX}:{{ib:{user}}}")
+    concat(&[PREFIX, ":{ib:", user, "}"])
 }
 
 /// The four keys of a red packet: meta, shares, grabs (who got which share), log (every
 /// grab in order, append-only).
 pub fn redpacket(id: &str) -> [String; 4] {
     [
-        format!("{PREFIX}:{{rp:{id}}}:meta"),
-        format!("{PREFIX}:{{rp:{id}}}:shares"),
-        format!("{PREFIX}:{{rp:{id}}}:grabs"),
-        format!("{PREFIX}:{{rp:{id}}}:log"),
+        concat(&[PREFIX, ":{rp:", id, "}:meta"]),
+        concat(&[PREFIX, ":{rp:", id, "}:shares"]),
+        concat(&[PREFIX, ":{rp:", id, "}:grabs"]),
+        concat(&[PREFIX, ":{rp:", id, "}:log"]),
     ]
+}
+
+/// The parts one after the other, in one allocation of the right size: keys are built on every
+/// request (twice per quota take), and `format!` costs several times as much in the worker's wasm.
+fn concat(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        out.push_str(p);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::format;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Keys name data already in Redis: each is the text the format! it replaced made.
+        #[test]
+        fn every_key_is_spelled_as_before(a in "[a-zA-Z0-9_.:-]{1,64}", b in "[a-zA-Z0-9_.:-]{1,64}", algo in "fw|sw|tb|gc") {
+            let u = format!("{PREFIX}:{{u:{b}}}");
+            prop_assert_eq!(counter(&a, &b), format!("{PREFIX}:{{c:{a}:{b}}}"));
+            prop_assert_eq!(counter_hash(&a), format!("{PREFIX}:{{c:{a}}}"));
+            prop_assert_eq!(claim(&a, &b), format!("{PREFIX}:{{cl:{a}:{b}}}"));
+            prop_assert_eq!(decision(&b), format!("{u}:d"));
+            prop_assert_eq!(quota(&a, &b, &algo), format!("{u}:q:{a}:{algo}"));
+            prop_assert_eq!(quota_override(&a, &b), format!("{u}:q:{a}:ovr"));
+            prop_assert_eq!(semaphore(&a, &b), format!("{u}:s:{a}"));
+            prop_assert_eq!(semaphore_override(&a, &b), format!("{u}:s:{a}:ovr"));
+            let set = semaphore(&a, &b);
+            prop_assert_eq!(semaphore_keys(&set), [set.clone(), format!("{set}:tok"), format!("{set}:ovr")]);
+            prop_assert_eq!(inbox(&a), format!("{PREFIX}:{{ib:{a}}}"));
+            prop_assert_eq!(
+                redpacket(&a),
+                [
+                    format!("{PREFIX}:{{rp:{a}}}:meta"),
+                    format!("{PREFIX}:{{rp:{a}}}:shares"),
+                    format!("{PREFIX}:{{rp:{a}}}:grabs"),
+                    format!("{PREFIX}:{{rp:{a}}}:log"),
+                ]
+            );
+            if let Ok(ns) = Namespace::new(&a) {
+                prop_assert_eq!(ns.apply(&counter(&a, &b)), format!("{a}:{{c:{a}:{b}}}"));
+                prop_assert_eq!(ns.redpacket_logs(), format!("{a}:{{rp:*}}:log"));
+            }
+        }
+    }
 }

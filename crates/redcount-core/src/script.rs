@@ -119,14 +119,12 @@ pub struct Invocation {
 
 impl Invocation {
     fn build(&self, verb: &str, head: &str) -> Command {
-        let mut c = Command::new(verb).arg(head).arg(itoa(self.keys.len() as u64));
-        for k in &self.keys {
-            c.push(k.clone());
-        }
-        for a in &self.args {
-            c.push(a.clone());
-        }
-        c
+        // Sized once: a take's command is built on every request.
+        let mut parts = Vec::with_capacity(3 + self.keys.len() + self.args.len());
+        parts.extend([String::from(verb), String::from(head), itoa(self.keys.len() as u64)]);
+        parts.extend(self.keys.iter().cloned());
+        parts.extend(self.args.iter().cloned());
+        Command::from_parts(parts)
     }
 
     /// `EVALSHA sha numkeys keys… args…`: the first try, cheap on the wire.

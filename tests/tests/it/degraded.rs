@@ -30,6 +30,12 @@ async fn check_degraded(base: &str, log: impl Fn() -> String) {
     let (s, v) = post(base, "/api/quotas/q-open/u1", "").await;
     assert_eq!((s, &v["allowed"], &v["degraded"]), (200, &Value::Bool(true), &Value::Bool(true)), "{v}\n{}", log());
     assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()), "{v}");
+    // The same route and policy with their names percent-encoded: routing decodes them, and
+    // so does the choice of the declared answer.
+    for path in ["/api/quot%61s/q-open/u1", "/api/quotas/q%2Dopen/u1"] {
+        let (s, v) = post(base, path, "").await;
+        assert_eq!((s, &v["allowed"], &v["degraded"]), (200, &Value::Bool(true), &Value::Bool(true)), "{path}: {v}");
+    }
     let (s, v) = post(base, "/api/quotas/q-shut/u1", "").await;
     assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
     // A denied answer is not "not charged": the call may still run when Redis answers.
