@@ -166,8 +166,11 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
 /// The metrics labels of an API path: its route (the first segment, from a fixed list) and
 /// its policy (only a configured name, so a client cannot add label values).
 fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
-    let mut parts = path.trim_start_matches("/api/").split('/');
-    let route = match parts.next().unwrap_or("") {
+    // Decoded as routing decodes them: `/api/quot%61s/…` is counted as `quotas`.
+    let mut parts = path.strip_prefix("/api/").unwrap_or("").split('/').map(|raw| {
+        redcount_core::text::percent_decode(raw).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
+    });
+    let route = match parts.next().unwrap_or_default().as_str() {
         "health" => "health",
         "policies" => "policies",
         "counters" => "counters",
@@ -181,8 +184,8 @@ fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
         _ => "other",
     };
     let named = matches!(route, "counters" | "claims" | "quotas" | "semaphores");
-    let policy = parts.next().filter(|p| named && config.policy(p).is_some()).unwrap_or("-");
-    (route, policy.to_string())
+    let policy = parts.next().filter(|p| named && config.policy(p).is_some()).unwrap_or_else(|| String::from("-"));
+    (route, policy)
 }
 
 /// `call`, given up after `budget` when there is one (`None` then).

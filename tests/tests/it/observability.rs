@@ -132,8 +132,9 @@ async fn redcount_serve_counts_requests_by_route_policy_and_status() {
         &["--metrics-listen", &listen, "--log-format", "json", "--timeout-ms", "1000"],
     );
     let base = server.url();
-    for _ in 0..3 {
-        post(format!("{base}/api/quotas/daily-prize/alice"), None, "{}".into()).await;
+    // The same route and policy percent-encoded count under the same labels (routing decodes).
+    for path in ["quotas/daily-prize", "quotas/daily-prize", "quot%61s/daily%2Dprize"] {
+        assert_eq!(post(format!("{base}/api/{path}/alice"), None, "{}".into()).await.0, 200, "{path}");
     }
     assert_eq!(post(format!("{base}/api/quotas/no-such-policy/alice"), None, "{}".into()).await.0, 404);
     assert_eq!(post(format!("{base}/api/claims/signup-bonus/a"), None, "".into()).await.0, 200);
