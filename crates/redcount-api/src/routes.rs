@@ -293,9 +293,32 @@ fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mu
             // Leases always deny: a lease cannot be granted without Redis.
             ex.degrade = Some((field, mode.allow && field != "holding"));
             ex.timeout_ms = mode.timeout_ms;
+        } else if ex.timeout_ms.is_none() {
+            // Every other call of a policy waits at most its timeout_ms too (a decision's
+            // budget and a packet create's are set where they are built).
+            ex.timeout_ms = match segs.as_slice() {
+                ["counters" | "quotas" | "overrides", policy, ..] => config.failure_mode(policy).timeout_ms,
+                ["inbox", ..] => config.first_of("inbox").and_then(|(name, _)| config.failure_mode(name).timeout_ms),
+                ["redpackets", _, ..] => packet_timeout(config),
+                _ => None,
+            };
         }
     }
     routed
+}
+
+/// The bound of a call on a red packet by its id, which names no policy: the longest
+/// `timeout_ms` of the redpackets policies when every one declares one (so no packet's call
+/// is cut shorter than its own policy says), else none.
+fn packet_timeout(config: &Config) -> Option<u32> {
+    let mut longest = None;
+    for (name, p) in &config.policies {
+        if p.kind() == "redpackets" {
+            let t = config.failure_mode(name).timeout_ms?;
+            longest = longest.max(Some(t));
+        }
+    }
+    longest
 }
 
 fn respond(status: u16, body: Json) -> Step {
@@ -915,7 +938,8 @@ fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, cal
     };
     let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;
     let op = ops::Idempotent::new(op, idem);
-    Ok(Step::Send(Exchange::new(op, move |_, o| {
+    let timeout_ms = config.failure_mode(&name).timeout_ms;
+    let mut ex = Exchange::new(op, move |_, o| {
         if !o.created {
             return ApiResponse::error(409, "a packet with this id exists; try again", None);
         }
@@ -925,7 +949,9 @@ fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, cal
                 "id": id, "policy": name, "total_cents": total, "count": count, "expires_at_ms": o.expires_at_ms
             }),
         )
-    })))
+    });
+    ex.timeout_ms = timeout_ms;
+    Ok(Step::Send(ex))
 }
 
 /// `PING`: the health check's one round trip.

@@ -16,7 +16,9 @@ const POLICIES: &str = r#"{
              "on_unavailable": "deny", "timeout_ms": 300},
   "c-open": {"kind": "claim", "window_ms": 3600000, "on_unavailable": "allow", "timeout_ms": 300},
   "slots":  {"kind": "semaphore", "limit": 2, "lease_ms": 60000, "timeout_ms": 300},
-  "jobs":   {"kind": "counter", "min": 0}
+  "jobs":   {"kind": "counter", "min": 0, "timeout_ms": 300},
+  "packets": {"kind": "redpackets", "max_shares": 10, "max_total_cents": 1000, "ttl_ms": 60000,
+              "timeout_ms": 300}
 }"#;
 
 async fn post(base: &str, path: &str, body: &str) -> (u16, Value) {
@@ -54,9 +56,18 @@ async fn check_degraded(base: &str, log: impl Fn() -> String) {
     let (s, v) =
         post(base, "/api/decisions/u1", r#"{"parts":[{"policy":"q-open"},{"policy":"slots","holder":"h1"}]}"#).await;
     assert_eq!((s, &v["allowed"], &v["degraded"]), (503, &Value::Bool(false), &Value::Bool(true)), "{v}");
+    // Every call of a policy waits at most its timeout_ms (300 ms here; the servers' own bound is
+    // seconds), decision or not: a counter, a red packet's create and a grab of a packet by id
+    // (bounded by its kind's policies).
+    let started = Instant::now();
     let (s, v) = post(base, "/api/counters/jobs/j1", r#"{"delta":1}"#).await;
     assert_eq!(s, 503, "{v}");
     assert!(v.get("degraded").is_none() && v.get("allowed").is_none(), "a counter is never degraded to a pass: {v}");
+    let (s, v) = post(base, "/api/redpackets", r#"{"total_cents":100,"count":2}"#).await;
+    assert_eq!(s, 503, "{v}");
+    let (s, v) = post(base, "/api/redpackets/0123456789abcdef0123456789abcdef/grab", r#"{"user":"u1"}"#).await;
+    assert_eq!(s, 503, "{v}");
+    assert!(started.elapsed() < Duration::from_millis(2500), "{:?} for three calls of 300 ms", started.elapsed());
 }
 
 fn redis_pid(redis: &RedisServer) -> u32 {
