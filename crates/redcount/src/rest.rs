@@ -7,6 +7,10 @@ use redcount_core::{Command, Operation, Value};
 
 use crate::{Error, Transport};
 
+/// The largest REST reply read (16 MiB, the default bound of redcount-rest's own replies); a
+/// larger one fails the call as the front's fault, without reading the rest.
+pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+
 /// A REST endpoint and its token.
 #[derive(Clone)]
 pub struct Rest {
@@ -48,8 +52,22 @@ impl Rest {
             .await
             .map_err(|e| self.transport(&e))?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(|e| self.transport(&e))?;
-        Ok((status, body.to_vec()))
+        // Read as it arrives and refused past the bound: a broken or hostile front (or tampered
+        // plain HTTP) must not make this process hold whatever it sends.
+        let too_large =
+            || Error::Protocol(format!("REST front {}: reply larger than {MAX_REPLY_BYTES} bytes", self.url));
+        if resp.content_length().is_some_and(|n| n > MAX_REPLY_BYTES as u64) {
+            return Err(too_large());
+        }
+        let mut resp = resp;
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(&e))? {
+            if body.len() + chunk.len() > MAX_REPLY_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((status, body))
     }
 
     /// Sends one command (`POST /`, replies base64-encoded so binary values survive).

@@ -324,3 +324,57 @@ async fn a_short_stall_is_waited_out_within_the_timeout() {
     assert!(claimed.as_ref().is_ok_and(|c| c.claimed), "{claimed:?} after {took:?}\n{}", front.log());
     assert!(took >= Duration::from_millis(2500), "the stall was real ({took:?})");
 }
+
+/// A REST front that answers every request with 64 MiB of a reply and then nothing more (a
+/// broken or hostile front, or tampered plain HTTP): announced as 1 GB, or chunked.
+fn endless_front(chunked: bool) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut conn = conn;
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let length = if chunked { "Transfer-Encoding: chunked" } else { "Content-Length: 1000000000" };
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{length}\r\n\r\n");
+                let _ = conn.write_all(head.as_bytes());
+                let mut chunk = vec![b'A'; 64 * 1024];
+                if chunked {
+                    chunk.splice(0..0, b"10000\r\n".iter().copied());
+                    chunk.extend_from_slice(b"\r\n");
+                }
+                for _ in 0..1024 {
+                    if conn.write_all(&chunk).is_err() {
+                        return;
+                    }
+                }
+                std::thread::sleep(Duration::from_secs(60));
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_a_bounded_reply_from_its_rest_front() {
+    for chunked in [false, true] {
+        let admin = secret("admin");
+        let rest_token = secret("rest");
+        let server = redcount_tests::NativeServer::start_with(
+            &[("REDCOUNT_REST_URL", &endless_front(chunked)), ("REDCOUNT_REST_TOKEN", &rest_token)],
+            &admin,
+            TEST_POLICIES,
+            &["--timeout-ms", "20000"],
+        );
+        let http = redcount_tests::http();
+        let started = Instant::now();
+        let (status, v) = post(&http, format!("{}/api/claims/signup-bonus/a", server.url()), String::new()).await;
+        // Refused once the bound is passed, not read to the end nor waited out (20 s here): the
+        // front failed, so the claim policy's failure mode (deny) answers.
+        assert_eq!(status, 503, "chunked {chunked}: {v}");
+        assert!(v["error"].as_str().is_some_and(|e| e.contains("larger than")), "chunked {chunked}: {v}");
+        assert!(started.elapsed() < Duration::from_secs(15), "chunked {chunked}: {:?}", started.elapsed());
+    }
+}
