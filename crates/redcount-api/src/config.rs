@@ -308,6 +308,10 @@ fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, Fai
     if map.is_empty() {
         return Err(err(VAR, "defines no policy"));
     }
+    // A map keeps the last of repeated names: a policy defined twice must not pass as one.
+    if let Some(path) = crate::routes::repeated_path(text.as_bytes()) {
+        return Err(err(format!("{VAR}.{}", path.join(".")), "is defined more than once"));
+    }
     let mut out = Vec::with_capacity(map.len());
     let mut failure = Vec::new();
     for (name, settings) in &map {

@@ -414,8 +414,15 @@ struct Body(Map<String, Json>);
 /// The first key repeated in any JSON object within `bytes` (the body, or a decision's parts),
 /// if any.
 fn repeated_key(bytes: &[u8]) -> Option<String> {
-    /// Any JSON value, remembering the first key an object in it repeats.
-    struct Keys(Option<String>);
+    repeated_path(bytes).and_then(|mut path| path.pop())
+}
+
+/// Where the first key repeated in any JSON object within `bytes` is: the keys (and array
+/// positions) leading to it, then the key itself. A map keeps the last of repeated keys, so
+/// `{"delta":1,"delta":5}` would otherwise pass as one of them.
+pub(crate) fn repeated_path(bytes: &[u8]) -> Option<Vec<String>> {
+    /// Any JSON value, remembering the path of the first key an object in it repeats.
+    struct Keys(Option<Vec<String>>);
     impl<'de> serde::Deserialize<'de> for Keys {
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct V;
@@ -444,8 +451,15 @@ fn repeated_key(bytes: &[u8]) -> Option<String> {
                 }
                 fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Keys, A::Error> {
                     let mut repeated = None;
+                    let mut i = 0usize;
                     while let Some(Keys(inner)) = s.next_element::<Keys>()? {
-                        repeated = repeated.or(inner);
+                        if repeated.is_none() {
+                            repeated = inner.map(|mut p| {
+                                p.insert(0, redcount_core::command::itoa_i(i as i64));
+                                p
+                            });
+                        }
+                        i += 1;
                     }
                     Ok(Keys(repeated))
                 }
@@ -455,10 +469,14 @@ fn repeated_key(bytes: &[u8]) -> Option<String> {
                     let mut repeated = None;
                     while let Some(k) = m.next_key::<String>()? {
                         let Keys(inner) = m.next_value::<Keys>()?;
-                        if repeated.is_none() && seen.contains(&k) {
-                            repeated = Some(k.clone());
+                        if repeated.is_none() {
+                            if seen.contains(&k) {
+                                repeated = Some(alloc::vec![k.clone()]);
+                            } else if let Some(mut p) = inner {
+                                p.insert(0, k.clone());
+                                repeated = Some(p);
+                            }
                         }
-                        repeated = repeated.or(inner);
                         seen.insert(k);
                     }
                     Ok(Keys(repeated))

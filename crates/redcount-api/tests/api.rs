@@ -336,6 +336,12 @@ fn policies_cors_and_config_errors() {
         (r#"{"g":{"kind":"quota","algorithm":"leaky","limit":3,"window_ms":1}}"#, "REDCOUNT_POLICIES.g.algorithm"),
         (r#"{"a:b":{"kind":"claim","window_ms":1}}"#, "REDCOUNT_POLICIES.a:b"),
         (r#"{"c":{"kind":"counter","min":5,"max":1}}"#, "REDCOUNT_POLICIES.c.max"),
+        // A repeated name, or a repeated setting, is refused (a map would keep the last).
+        (r#"{"c":{"kind":"claim","window_ms":1},"c":{"kind":"counter"}}"#, "REDCOUNT_POLICIES.c"),
+        (
+            r#"{"a":{"kind":"claim","window_ms":1},"q":{"kind":"quota","limit":1,"limit":9,"window_ms":1}}"#,
+            "REDCOUNT_POLICIES.q.limit",
+        ),
     ] {
         let vars: Vec<(&str, &str)> = base.iter().copied().chain([("REDCOUNT_POLICIES", policies)]).collect();
         let e = Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap_err();
