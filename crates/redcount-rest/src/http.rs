@@ -77,10 +77,19 @@ pub(crate) async fn run_id(backend: &crate::backend::Backend) -> Option<String> 
 /// `small` requests (redcount's own scripts, whose replies are a few integers): those lost
 /// their connection some other way (a kill, the network) and stay a 503.
 async fn explain_lost(st: &State, f: Failure, small: bool) -> Failure {
-    if small || f.cause != Cause::Lost || st.output_limit == 0 || st.run_id.is_none() {
+    if small || f.cause != Cause::Lost || st.output_limit == 0 {
         return f;
     }
-    if run_id(&st.killer).await != st.run_id {
+    let Some(known) = st.run_id.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return f };
+    let now = run_id(&st.killer).await;
+    if now.as_ref() != Some(&known) {
+        // Redis restarted: this connection may have ended with it, so this answer stays a
+        // 503; later ones are judged against the new Redis once the limit is seen there.
+        if let Some(now) = now
+            && limit_in_force(st).await
+        {
+            *st.run_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+        }
         return f;
     }
     error(
@@ -90,6 +99,15 @@ async fn explain_lost(st: &State, f: Failure, small: bool) -> Failure {
             st.output_limit
         ),
     )
+}
+
+/// True when Redis's output-buffer limit for normal clients is the one the front sets.
+async fn limit_in_force(st: &State) -> bool {
+    let get = redis::cmd("CONFIG").arg("GET").arg("client-output-buffer-limit").clone();
+    let reply = tokio::time::timeout(std::time::Duration::from_millis(500), st.killer.query(&get)).await;
+    let Ok(Ok(Value::Array(items))) = reply else { return false };
+    let want = format!("normal {} 0 0", st.output_limit);
+    items.iter().any(|v| matches!(v, Value::BulkString(b) if String::from_utf8_lossy(b).contains(&want)))
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Failure {

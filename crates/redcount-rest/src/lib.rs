@@ -266,9 +266,10 @@ pub(crate) struct State {
     pub commands: commands::Table,
     /// Redis's output-buffer limit for normal clients as the front set it (0: not set).
     pub output_limit: usize,
-    /// The run id of the Redis the front started with (not on --cluster): a connection
-    /// closed while it stays the same was closed on purpose.
-    pub run_id: Option<String>,
+    /// The run id of the Redis the front last saw its output-buffer limit in force on (not on
+    /// --cluster): a connection closed while it stays the same was closed on purpose. Taken at
+    /// start, and again after a restart once the limit is back (set on every new connection).
+    pub run_id: std::sync::Mutex<Option<String>>,
 }
 
 /// Connects to Redis, then serves until SIGINT or SIGTERM.
@@ -387,7 +388,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         scripts: scripts::Scripts::default(),
         commands,
         output_limit,
-        run_id,
+        run_id: std::sync::Mutex::new(run_id),
     });
     if let Some(path) = &config.tokens {
         scoped_tokens(&state, &config, path.clone(), settings).await?;

@@ -824,3 +824,28 @@ fn the_commands_that_share_connections_answer_one_integer() {
         assert!(!flags.iter().any(|f| f == "blocking"), "{name} may block a shared connection: {flags:?}");
     }
 }
+
+/// A reply past Redis's output-buffer limit is the client's 400 naming the bound, also after
+/// Redis restarted under the front (which sets the limit again on its new connections).
+#[test]
+fn a_reply_past_the_output_limit_is_a_400_after_a_redis_restart_too() {
+    let mut redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let port = front.port();
+    // 52 MB of reply: Redis passes the output limit (17 MiB by default) long before the front
+    // has read its own bound.
+    let huge = r#"["SRANDMEMBER", "set", "-4000000"]"#;
+    let ask = |redis: &RedisServer| {
+        let _: i64 = redis::cmd("SADD").arg("set").arg("abcdefghij").query(&mut redis.conn()).unwrap();
+        request(port, "POST", "/", &front.token, huge)
+    };
+    let (status, body) = ask(&redis);
+    assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+    redis.restart();
+    // The first request after the restart may lose its connection to the restart itself (a
+    // 503 then); the ones after it are judged against the new Redis.
+    let answers: Vec<(u16, String)> = (0..3).map(|_| ask(&redis)).collect();
+    let (status, body) = answers.last().unwrap();
+    assert_eq!(*status, 400, "{:?}", answers.iter().map(|(s, b)| (s, &b[..b.len().min(200)])).collect::<Vec<_>>());
+    assert!(body.contains("--redis-output-limit-bytes") || body.contains("--max-response-bytes"), "{body}");
+}
