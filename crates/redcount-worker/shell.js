@@ -6,11 +6,12 @@
 // step in its output buffer (its doc comment has the layout). `cargo xtask build-worker`
 // copies this file to build/index.js beside wasm-bindgen's glue and the wasm.
 import wasmModule from "./redcount_worker_bg.wasm";
-import { initSync, input, configure, rest_target, max_body, handle, receive, fail } from "./redcount_worker.js";
+import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail } from "./redcount_worker.js";
 
 const { memory } = initSync({ module: wasmModule });
 
 const MAX_BODY = max_body();
+const MAX_REPLY = max_reply();
 const EMPTY = new Uint8Array(0);
 const text = new TextDecoder();
 const utf8 = new TextEncoder();
@@ -99,6 +100,39 @@ function respond(step) {
   return new Response(status === 204 ? null : step.slice(7 + len), { status, headers });
 }
 
+// The REST reply's bytes, refused past MAX_REPLY as they arrive (a longer Content-Length
+// unread): a broken or hostile front must not make the isolate hold whatever it sends.
+async function replyBytes(resp) {
+  const length = resp.headers.get("Content-Length");
+  if (length !== null && Number(length) <= MAX_REPLY) return new Uint8Array(await resp.arrayBuffer());
+  const tooLarge = () => new Error(`reply larger than ${MAX_REPLY} bytes`);
+  if (length !== null || resp.body === null) {
+    if (resp.body !== null) await resp.body.cancel();
+    if (length !== null) throw tooLarge();
+    return EMPTY;
+  }
+  const reader = resp.body.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > MAX_REPLY) {
+      await reader.cancel();
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.length;
+  }
+  return all;
+}
+
 function errorText(e) {
   return e instanceof Error ? e.message || e.name : String(e);
 }
@@ -135,7 +169,7 @@ export default {
       try {
         const resp = await fetch(restUrl, init);
         status = resp.status;
-        reply = new Uint8Array(await resp.arrayBuffer());
+        reply = await replyBytes(resp);
       } catch (e) {
         step = output(fail(id, put(errorText(e))));
         continue;

@@ -417,8 +417,8 @@ fn repeated_key(bytes: &[u8]) -> Option<String> {
     repeated_path(bytes).and_then(|mut path| path.pop())
 }
 
-/// Where the first key repeated in any JSON object within `bytes` is: the keys (and array
-/// positions) leading to it, then the key itself. A map keeps the last of repeated keys, so
+/// Where the first key repeated in any JSON object within `bytes` is: the keys of the objects
+/// leading to it (arrays are passed through unnamed), then the key itself. A map keeps the last of repeated keys, so
 /// `{"delta":1,"delta":5}` would otherwise pass as one of them.
 pub(crate) fn repeated_path(bytes: &[u8]) -> Option<Vec<String>> {
     /// Any JSON value, remembering the path of the first key an object in it repeats.
@@ -451,15 +451,8 @@ pub(crate) fn repeated_path(bytes: &[u8]) -> Option<Vec<String>> {
                 }
                 fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Keys, A::Error> {
                     let mut repeated = None;
-                    let mut i = 0usize;
                     while let Some(Keys(inner)) = s.next_element::<Keys>()? {
-                        if repeated.is_none() {
-                            repeated = inner.map(|mut p| {
-                                p.insert(0, redcount_core::command::itoa_i(i as i64));
-                                p
-                            });
-                        }
-                        i += 1;
+                        repeated = repeated.or(inner);
                     }
                     Ok(Keys(repeated))
                 }

@@ -21,6 +21,16 @@ pub const ENCODING_HEADER: &str = "Upstash-Encoding";
 /// Its value.
 pub const ENCODING_BASE64: &str = "base64";
 
+/// The largest REST reply a shell reads (16 MiB, redcount-rest's own default bound): every
+/// reply redcount asks for is far smaller, so past it the front is broken or hostile (or plain
+/// HTTP was tampered with) and the call fails as the front's fault, the rest unread.
+pub const MAX_REPLY: usize = 16 * 1024 * 1024;
+
+// The largest reply redcount asks for, a full page of the inbox (1,000 bodies of 8 KiB, base64,
+// with their ids and times: about 11 MB), fits within it.
+const _: () =
+    assert!((crate::ops::inbox::MAX_PAGE as usize) * (crate::ops::inbox::MAX_BODY.div_ceil(3) * 4 + 128) < MAX_REPLY);
+
 /// How the strings of a reply are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {

@@ -268,6 +268,13 @@ pub fn max_body() -> u32 {
     api::MAX_BODY as u32
 }
 
+/// Largest REST reply the shell reads ([`redcount_core::rest::MAX_REPLY`]): past it the call
+/// fails as the front's fault, the rest unread.
+#[wasm_bindgen]
+pub fn max_reply() -> u32 {
+    redcount_core::rest::MAX_REPLY as u32
+}
+
 /// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length`,
 /// each header `+value` when present and `-` when absent; `body` its bytes (empty when not
 /// read); `body_error` why it could not be read, if so.

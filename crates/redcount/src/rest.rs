@@ -7,10 +7,6 @@ use redcount_core::{Command, Operation, Value};
 
 use crate::{Error, Transport};
 
-/// The largest REST reply read (16 MiB, the default bound of redcount-rest's own replies); a
-/// larger one fails the call as the front's fault, without reading the rest.
-pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
-
 /// A REST endpoint and its token.
 #[derive(Clone)]
 pub struct Rest {
@@ -55,14 +51,14 @@ impl Rest {
         // Read as it arrives and refused past the bound: a broken or hostile front (or tampered
         // plain HTTP) must not make this process hold whatever it sends.
         let too_large =
-            || Error::Protocol(format!("REST front {}: reply larger than {MAX_REPLY_BYTES} bytes", self.url));
-        if resp.content_length().is_some_and(|n| n > MAX_REPLY_BYTES as u64) {
+            || Error::Protocol(format!("REST front {}: reply larger than {} bytes", self.url, rest::MAX_REPLY));
+        if resp.content_length().is_some_and(|n| n > rest::MAX_REPLY as u64) {
             return Err(too_large());
         }
         let mut resp = resp;
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(&e))? {
-            if body.len() + chunk.len() > MAX_REPLY_BYTES {
+            if body.len() + chunk.len() > rest::MAX_REPLY {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);

@@ -358,23 +358,32 @@ fn endless_front(chunked: bool) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_reads_a_bounded_reply_from_its_rest_front() {
+async fn serve_and_the_worker_read_a_bounded_reply_from_their_rest_front() {
     for chunked in [false, true] {
         let admin = secret("admin");
         let rest_token = secret("rest");
+        let front = endless_front(chunked);
         let server = redcount_tests::NativeServer::start_with(
-            &[("REDCOUNT_REST_URL", &endless_front(chunked)), ("REDCOUNT_REST_TOKEN", &rest_token)],
+            &[("REDCOUNT_REST_URL", &front), ("REDCOUNT_REST_TOKEN", &rest_token)],
             &admin,
             TEST_POLICIES,
             &["--timeout-ms", "20000"],
         );
+        let worker = Wrangler::start(&[
+            ("REDCOUNT_REST_URL", &front),
+            ("REDCOUNT_REST_TOKEN", &rest_token),
+            ("REDCOUNT_ADMIN_TOKEN", &admin),
+            ("REDCOUNT_POLICIES", TEST_POLICIES),
+        ]);
         let http = redcount_tests::http();
-        let started = Instant::now();
-        let (status, v) = post(&http, format!("{}/api/claims/signup-bonus/a", server.url()), String::new()).await;
-        // Refused once the bound is passed, not read to the end nor waited out (20 s here): the
-        // front failed, so the claim policy's failure mode (deny) answers.
-        assert_eq!(status, 503, "chunked {chunked}: {v}");
-        assert!(v["error"].as_str().is_some_and(|e| e.contains("larger than")), "chunked {chunked}: {v}");
-        assert!(started.elapsed() < Duration::from_secs(15), "chunked {chunked}: {:?}", started.elapsed());
+        for base in [server.url(), worker.url()] {
+            let started = Instant::now();
+            let (status, v) = post(&http, format!("{base}/api/claims/signup-bonus/a"), String::new()).await;
+            // Refused once the bound is passed, not read to the end nor waited out (20 s for
+            // serve here): the front failed, so the claim policy's failure mode (deny) answers.
+            assert_eq!(status, 503, "{base}, chunked {chunked}: {v}");
+            assert!(v["error"].as_str().is_some_and(|e| e.contains("larger than")), "{base}, chunked {chunked}: {v}");
+            assert!(started.elapsed() < Duration::from_secs(15), "{base}, chunked {chunked}: {:?}", started.elapsed());
+        }
     }
 }
