@@ -51,6 +51,9 @@
 extern crate alloc;
 
 pub mod config;
+#[cfg(feature = "std")]
+pub mod openapi;
+pub mod route;
 mod routes;
 
 use alloc::borrow::ToOwned;
@@ -62,8 +65,11 @@ use rand_core::RngCore;
 use serde_json::{Value as Json, json};
 
 pub use config::{Config, ConfigError, FailureMode, Policy, RestTarget};
+pub use route::{ROUTES, Route, RouteId, RouteSpec};
 
+use redcount_core::command;
 use redcount_core::error::{ErrorKind, InputError, ShapeError};
+use redcount_core::ratelimit;
 use redcount_core::rest::{self, Encoding, RestError};
 use redcount_core::script::Call;
 use redcount_core::value::Value;
@@ -99,11 +105,25 @@ pub struct ApiResponse {
     pub body: String,
     /// Headers besides the ones every response carries (see [`ApiResponse::header_list`]).
     pub headers: Vec<(&'static str, String)>,
+    /// What a decision route (quota take or peek, claim, semaphore, compound decision)
+    /// decided, typed, for a shell that acts on answers without reading their JSON (the
+    /// route names the policy and the subject; [`Config::fingerprint`] the policy's definition).
+    pub verdict: Option<Verdict>,
+}
+
+/// What a decision route decided (see [`ApiResponse::verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// True when the call was admitted (claimed; holding, for a semaphore).
+    pub allowed: bool,
+    /// 0 when allowed, else the ms until a call of the same cost can pass (0 when unknown:
+    /// a claim taken for good, a full semaphore's holders without an end).
+    pub retry_after_ms: i64,
 }
 
 impl ApiResponse {
     fn json(status: u16, body: Json) -> Self {
-        ApiResponse { status, body: body.to_string(), headers: Vec::new() }
+        ApiResponse { status, body: body.to_string(), headers: Vec::new(), verdict: None }
     }
 
     /// A 200 whose body is a flat object, written straight to its text: the same text
@@ -143,22 +163,36 @@ impl ApiResponse {
             }
         }
         body.push('}');
-        ApiResponse { status: 200, body, headers: Vec::new() }
+        ApiResponse { status: 200, body, headers: Vec::new(), verdict: None }
     }
 
-    /// An error response: `{"error": message}`, with `"field"` when one input is at fault.
+    /// An error response: `{"error": message}`, with `"field"` when one input is at fault
+    /// (see [`ApiError`]).
     pub fn error(status: u16, message: impl Into<String>, field: Option<&str>) -> Self {
-        let message = message.into();
-        let body = match field {
-            Some(f) => json!({ "error": message, "field": f }),
-            None => json!({ "error": message }),
-        };
-        Self::json(status, body)
+        let e = ApiError::new(status, message);
+        match field {
+            Some(f) => e.at(f),
+            None => e,
+        }
+        .response()
     }
 
     /// The response for input refused by validation: 400, naming the field.
     pub fn input(e: &InputError) -> Self {
-        Self::error(400, e.to_string(), Some(e.field))
+        ApiError::input(e).response()
+    }
+
+    /// Adds the `RateLimit-Policy` and `RateLimit` headers of `limits`, and the verdict.
+    fn decided(mut self, limits: &[ratelimit::Limit<'_>], verdict: Verdict) -> Self {
+        if !limits.is_empty() {
+            self.headers.push((ratelimit::POLICY_HEADER, ratelimit::policy_field(limits)));
+            self.headers.push((ratelimit::LIMIT_HEADER, ratelimit::limit_field(limits)));
+        }
+        if !verdict.allowed && verdict.retry_after_ms > 0 {
+            self.headers.push(("Retry-After", command::itoa_i(ratelimit::retry_after_s(verdict.retry_after_ms))));
+        }
+        self.verdict = Some(verdict);
+        self
     }
 
     /// Every header to send, in order: `Content-Type` (unless 204), `Cache-Control: no-store`
@@ -169,6 +203,174 @@ impl ApiResponse {
             .into_iter()
             .chain(core::iter::once(("Cache-Control", "no-store")))
             .chain(self.headers.iter().map(|(k, v)| (*k, v.as_str())))
+    }
+}
+
+/// An error answer, typed: its status, message, the input field at fault and any headers of
+/// its own (`Allow` on a 405). Rendered in one place ([`ApiError::response`]) as
+/// `{"error": message, "field": field}`; a producer that is not HTTP (an RPC binding) can
+/// carry the same three values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: u16,
+    /// What is wrong, for people.
+    pub message: String,
+    /// The input at fault (a body or query field, a path parameter, `path`, `body`,
+    /// `Idempotency-Key`; a decision part's as `parts[i].cost`).
+    pub field: Option<String>,
+    /// Headers of this answer's own.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    /// An error with `status` and `message`, naming no field.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into(), field: None, headers: Vec::new() }
+    }
+
+    /// The same error, naming `field`.
+    pub fn at(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// The same error with a header of its own.
+    pub fn header(mut self, name: &'static str, value: String) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// Input refused by validation: 400, naming the field.
+    pub fn input(e: &InputError) -> Self {
+        ApiError::new(400, e.to_string()).at(e.field)
+    }
+
+    /// The same error as part `i`'s own: its field becomes `parts[i].field` and its message
+    /// says which part (an error naming no field is the whole request's and stays as it is).
+    fn in_part(mut self, i: usize) -> Self {
+        if let Some(f) = self.field.take() {
+            self.message = format!("parts[{i}]: {}", self.message);
+            self.field = Some(format!("parts[{i}].{f}"));
+        }
+        self
+    }
+
+    /// The response: the status, `{"error": message, "field": field}` (no `field` when none
+    /// is at fault), the error's headers.
+    pub fn response(self) -> ApiResponse {
+        let body = match &self.field {
+            Some(f) => json!({ "error": self.message, "field": f }),
+            None => json!({ "error": self.message }),
+        };
+        let mut r = ApiResponse::json(self.status, body);
+        r.headers = self.headers;
+        r
+    }
+}
+
+impl From<InputError> for ApiError {
+    fn from(e: InputError) -> Self {
+        ApiError::input(&e)
+    }
+}
+
+impl core::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+impl core::error::Error for ApiError {}
+
+/// Who makes a call: the rights it has and, for a scoped caller, the part of the key space
+/// it lives in. HTTP makes [`Caller::public`] or [`Caller::admin`] from the `Authorization`
+/// header; another producer (the worker's RPC binding, from its `ctx.props`) makes it from
+/// what it trusts.
+///
+/// ```
+/// use redcount_api::{Caller, Scope};
+///
+/// let tenant = Caller::public().scoped(Scope::new("acme").unwrap());
+/// assert!(!tenant.is_admin());
+/// assert_eq!(tenant.scope().map(Scope::as_str), Some("acme"));
+/// assert!(Scope::new("acme:other").is_err(), "a scope is an id: it cannot name a key of another");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Caller {
+    admin: bool,
+    scope: Option<Scope>,
+}
+
+impl Caller {
+    /// A caller with the public rights: within each policy's public limits.
+    pub fn public() -> Caller {
+        Caller::default()
+    }
+
+    /// A caller with the admin rights (beyond public limits; resets, refunds, overrides).
+    pub fn admin() -> Caller {
+        Caller { admin: true, scope: None }
+    }
+
+    /// The same caller, confined to `scope`: every key its calls touch lives under the
+    /// deployment's namespace *and* the scope (`rc.acme:{u:alice}:…`), so its subjects, ids
+    /// and packets never meet another scope's or the unscoped ones, whatever it names.
+    pub fn scoped(mut self, scope: Scope) -> Caller {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// True for the admin rights.
+    pub fn is_admin(&self) -> bool {
+        self.admin
+    }
+
+    /// The caller's scope, if any.
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_ref()
+    }
+}
+
+/// A scoped caller's own part of the key space (see [`Caller::scoped`]): an id (letters,
+/// digits, `_`, `-`; at most 64), so it cannot hold a key separator or a hash tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope(String);
+
+impl Scope {
+    /// A scope named `name`; refused (naming `scope`) unless it is an id.
+    pub fn new(name: &str) -> Result<Scope, InputError> {
+        Ok(Scope(redcount_core::validate::id("scope", name)?.to_owned()))
+    }
+
+    /// The scope's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a route reads besides its path: its fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input<'a> {
+    /// An HTTP request's: the routes that read (`GET`) take their fields from the query
+    /// string (without `?`), the others from the body (a JSON object, or empty).
+    Http {
+        /// The body.
+        body: &'a [u8],
+        /// The query string.
+        query: &'a str,
+    },
+    /// A JSON object's text (or empty) holding the route's fields whatever its method, JSON
+    /// numbers for integers: an RPC call's options, `{"cost": 2}` for a take as for a peek.
+    Json(&'a [u8]),
+}
+
+impl<'a> Input<'a> {
+    /// The JSON text the route's body fields come from.
+    fn body(&self) -> &'a [u8] {
+        match *self {
+            Input::Http { body, .. } | Input::Json(body) => body,
+        }
     }
 }
 
@@ -362,10 +564,19 @@ impl Exchange {
     }
 }
 
-/// Handles one request: a response now, or a REST call to make first.
+/// Handles one HTTP request: a response now, or a REST call to make first. It reads the
+/// route ([`Route::parse`]), the caller (the `Authorization` header) and the input, then
+/// makes the same [`call`] any other producer makes.
 pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
     let cors = cors_headers(config, req.origin);
-    let step = routes::route(config, req, rng);
+    let step = match routes::http(config, req) {
+        Ok(None) => Step::Respond(routes::preflight(config, req.origin)),
+        Ok(Some((route, caller))) => {
+            let input = Input::Http { body: req.body, query: req.query };
+            call(config, route, input, &caller, req.idempotency_key, rng)
+        }
+        Err(e) => Step::Respond(e.response()),
+    };
     match step {
         Step::Respond(mut r) => {
             r.headers.extend(cors);
@@ -373,11 +584,48 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
         }
         Step::Send(mut ex) => {
             ex.cors = cors;
-            if !config.namespace.is_default() {
-                ex.move_to(&config.namespace);
+            Step::Send(ex)
+        }
+    }
+}
+
+/// Makes one call of `route` with `input`, as `caller`, from any producer (HTTP through
+/// [`handle`]; an RPC binding directly): a response now (an error, or an answer needing no
+/// Redis), or a REST call to make first, driven as [`handle`]'s is. `idempotency_key` is the
+/// `Idempotency-Key`: a write stores its first answer under it (scoped by the route's
+/// method and [`Route::path`], so HTTP and RPC calls of one route share it).
+///
+/// ```
+/// use redcount_api::{Caller, Config, Input, Route, Step};
+///
+/// let policies = r#"{"per-user": {"kind": "quota", "algorithm": "fixed", "limit": 10, "window_ms": 60000, "max_cost": 5}}"#;
+/// let config = Config::from_env(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string())).unwrap();
+/// let route = Route::QuotaTake { policy: "per-user".into(), subject: "alice".into() };
+/// let step = redcount_api::call(&config, route, Input::Json(br#"{"cost": 2}"#), &Caller::public(), None, &mut rand::rng());
+/// let Step::Send(exchange) = step else { panic!() };
+/// let Step::Respond(r) = exchange.receive(200, br#"{"result":[1,10,8,60000,0]}"#) else { panic!() };
+/// assert_eq!(r.body, r#"{"allowed":true,"limit":10,"remaining":8,"reset_ms":60000,"retry_after_ms":0}"#);
+/// assert!(r.verdict.unwrap().allowed);
+/// ```
+pub fn call<R: RngCore + ?Sized>(
+    config: &Config,
+    route: Route,
+    input: Input<'_>,
+    caller: &Caller,
+    idempotency_key: Option<&str>,
+    rng: &mut R,
+) -> Step {
+    match routes::run(config, route, input, caller, idempotency_key, rng) {
+        Ok(Step::Send(mut ex)) => {
+            match caller.scope() {
+                Some(scope) => ex.move_to(&config.namespace.scoped(scope.as_str())),
+                None if !config.namespace.is_default() => ex.move_to(&config.namespace),
+                None => {}
             }
             Step::Send(ex)
         }
+        Ok(step) => step,
+        Err(e) => Step::Respond(e.response()),
     }
 }
 
@@ -413,7 +661,10 @@ fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, Str
         Some(o) if config.cors_origins.iter().any(|a| a == o || a == "*") => {
             alloc::vec![
                 ("Access-Control-Allow-Origin", o.to_owned()),
-                ("Access-Control-Expose-Headers", "Idempotent-Replayed, Retry-After".to_owned()),
+                (
+                    "Access-Control-Expose-Headers",
+                    "Idempotent-Replayed, Retry-After, RateLimit-Policy, RateLimit".to_owned(),
+                ),
                 ("Vary", "Origin".to_owned()),
             ]
         }
