@@ -415,7 +415,11 @@ mod tests {
         let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
         let (status, headers, body) = parse(&done);
         assert_eq!((status, body), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
-        assert_eq!(headers, "Content-Type\0application/json\0Cache-Control\0no-store\0");
+        assert_eq!(
+            headers,
+            "Content-Type\0application/json\0Cache-Control\0no-store\0\
+             RateLimit-Policy\0\"bonus\";q=1;w=86400\0RateLimit\0\"bonus\";r=0;t=0\0"
+        );
         // A finished exchange's handle is spent, and its slot serves the next one.
         assert_eq!(parse(&receive_reply(h, 200, b"{}")).0, 500);
         let step = handle_request(CLAIM, b"", None);
