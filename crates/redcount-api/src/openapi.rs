@@ -49,8 +49,10 @@ struct Doc {
     /// A decision route: its answers carry `RateLimit-Policy` and `RateLimit`, and a denial
     /// `Retry-After`; when Redis does not answer, its policy's declared failure mode.
     decides: bool,
-    /// A write: it takes an `Idempotency-Key`.
+    /// A write: Redis at `maxmemory` refuses it (507).
     write: bool,
+    /// It takes an `Idempotency-Key` (every write but a grab, which is once per user anyway).
+    key: bool,
 }
 
 fn int() -> Json {
@@ -127,7 +129,7 @@ fn empty_body() -> Json {
 }
 
 fn holder_body(check: bool) -> Json {
-    let mut props = vec![("holder", string())];
+    let mut props = vec![("holder", id())];
     let mut required = vec!["holder"];
     if check {
         props.push(("fencing_token", int_min(1)));
@@ -146,6 +148,7 @@ fn doc(route: RouteId) -> Doc {
         errors: &[],
         decides: false,
         write: false,
+        key: false,
     };
     let write = |access: Access, body: Json, required: bool, ok: Json, errors: &'static [u16]| Doc {
         access,
@@ -155,14 +158,14 @@ fn doc(route: RouteId) -> Doc {
         errors,
         decides: false,
         write: true,
+        key: true,
     };
     let cost = || object(&[("cost", int_min(1))], &[]);
     match route {
         RouteId::Health => read(record(&[("ok", boolean()), ("rest", string()), ("redis", string())])),
-        RouteId::Policies => read(record(&[(
-            "policies",
-            json!({"type": "object", "additionalProperties": reference("Policy")}),
-        )])),
+        RouteId::Policies => {
+            read(record(&[("policies", json!({"type": "object", "additionalProperties": reference("Policy")}))]))
+        }
         RouteId::OpenApi => read(json!({"type": "object"})),
         RouteId::CounterGet => read(record(&[("value", int())])),
         RouteId::CounterAdd => write(
@@ -176,13 +179,11 @@ fn doc(route: RouteId) -> Doc {
             decides: true,
             ..write(Public, empty_body(), false, record(&[("claimed", boolean()), ("retry_after_ms", opt_int())]), &[])
         },
-        RouteId::QuotaPeek => Doc {
-            query: vec![("cost", int_min(1))],
-            decides: true,
-            ..read(quota_answer())
-        },
+        RouteId::QuotaPeek => Doc { query: vec![("cost", int_min(1))], decides: true, ..read(quota_answer()) },
         RouteId::QuotaTake => Doc { decides: true, ..write(Public, cost(), false, quota_answer(), &[403]) },
-        RouteId::QuotaReset => Doc { body: None, ..write(Admin, empty_body(), false, record(&[("reset", boolean())]), &[]) },
+        RouteId::QuotaReset => {
+            Doc { body: None, ..write(Admin, empty_body(), false, record(&[("reset", boolean())]), &[]) }
+        }
         RouteId::QuotaRefund => write(Admin, cost(), false, record(&[("refunded", int())]), &[]),
         RouteId::OverrideSet => write(
             Admin,
@@ -216,7 +217,7 @@ fn doc(route: RouteId) -> Doc {
                                 "maxItems": redcount_core::ops::decision::MAX_PARTS,
                                 "items": {"oneOf": [
                                     object(&[("policy", id()), ("cost", int_min(1))], &["policy"]),
-                                    object(&[("policy", id()), ("holder", string())], &["policy", "holder"]),
+                                    object(&[("policy", id()), ("holder", id())], &["policy", "holder"]),
                                 ]},
                             }),
                         ),
@@ -229,10 +230,9 @@ fn doc(route: RouteId) -> Doc {
                 &[403],
             )
         },
-        RouteId::SemaphoreAcquire | RouteId::SemaphoreRenew | RouteId::SemaphoreRelease => Doc {
-            decides: true,
-            ..write(Public, holder_body(false), true, semaphore_answer(), &[])
-        },
+        RouteId::SemaphoreAcquire | RouteId::SemaphoreRenew | RouteId::SemaphoreRelease => {
+            Doc { decides: true, ..write(Public, holder_body(false), true, semaphore_answer(), &[]) }
+        }
         RouteId::SemaphoreCheck => {
             Doc { decides: true, ..write(Public, holder_body(true), true, semaphore_answer(), &[]) }
         }
@@ -248,7 +248,19 @@ fn doc(route: RouteId) -> Doc {
             let stored = record(&[("stored", boolean()), ("length", int())]);
             Doc {
                 ok: vec![(200, stored.clone()), (201, stored)],
-                ..write(Inbox, object(&[("id", int_min(0)), ("body", string())], &["id", "body"]), true, json!({}), &[])
+                ..write(
+                    Inbox,
+                    object(
+                        &[
+                            ("id", int_min(0)),
+                            ("body", json!({"type": "string", "maxLength": redcount_core::ops::inbox::MAX_BODY})),
+                        ],
+                        &["id", "body"],
+                    ),
+                    true,
+                    json!({}),
+                    &[],
+                )
             }
         }
         RouteId::InboxTrim => {
@@ -268,12 +280,7 @@ fn doc(route: RouteId) -> Doc {
             ..write(
                 Public,
                 object(
-                    &[
-                        ("total_cents", int_min(1)),
-                        ("count", int_min(1)),
-                        ("policy", id()),
-                        ("min_cents", int_min(1)),
-                    ],
+                    &[("total_cents", int_min(1)), ("count", int_min(1)), ("policy", id()), ("min_cents", int_min(1))],
                     &["total_cents", "count"],
                 ),
                 true,
@@ -291,22 +298,25 @@ fn doc(route: RouteId) -> Doc {
             ("created_ms", int()),
             ("expires_ms", int()),
         ])),
-        RouteId::PacketGrab => write(
-            Public,
-            object(&[("user", string())], &["user"]),
-            true,
-            object(
-                &[
-                    ("outcome", words(&["won", "already", "empty"])),
-                    ("amount_cents", int()),
-                    ("amount", int()),
-                    ("index", int()),
-                    ("remaining", int()),
-                ],
-                &["outcome"],
-            ),
-            &[],
-        ),
+        RouteId::PacketGrab => Doc {
+            key: false,
+            ..write(
+                Public,
+                object(&[("user", id())], &["user"]),
+                true,
+                object(
+                    &[
+                        ("outcome", words(&["won", "already", "empty"])),
+                        ("amount_cents", int()),
+                        ("amount", int()),
+                        ("index", int()),
+                        ("remaining", int()),
+                    ],
+                    &["outcome"],
+                ),
+                &[],
+            )
+        },
         RouteId::PacketGrabs => Doc {
             query: vec![("offset", int_min(0)), ("limit", int_min(1))],
             ..read(record(&[(
@@ -323,13 +333,15 @@ fn doc(route: RouteId) -> Doc {
 /// policy or object (404), a slow or large body (408, 413, from the shells), a server
 /// misconfigured (500), Redis or the REST front failing or unreachable (502, 503).
 const COMMON: &[u16] = &[400, 401, 404, 408, 413, 500, 502, 503];
-/// Statuses of every write: the same `Idempotency-Key` with another request (422), Redis at
+/// Statuses of writes: the same `Idempotency-Key` with another request (422), Redis at
 /// `maxmemory` (507).
 const WRITES: &[u16] = &[422, 507];
 
 fn error_text(status: u16) -> &'static str {
     match status {
-        400 => "Bad input: `field` names it (a body or query field, a path parameter, `path`, `body`, `Idempotency-Key`)",
+        400 => {
+            "Bad input: `field` names it (a body or query field, a path parameter, `path`, `body`, `Idempotency-Key`)"
+        }
         401 => "A wrong token, or an admin action without the admin token",
         403 => "Beyond the policy's public limit: `field` names what (the admin token may exceed it)",
         404 => "No such policy (`field`: `policy`) or object",
@@ -349,17 +361,50 @@ fn header(description: &str, schema: Json) -> Json {
     json!({"description": description, "schema": schema})
 }
 
+/// The headers and error answers operations refer to.
+fn shared(components: &mut Json) {
+    components["headers"] = json!({
+        "RateLimit-Policy": header(
+            "The policy (each part's, for a decision): `\"name\";q=quota;w=window seconds`, `qu=\"concurrent-requests\"` for a semaphore (draft-ietf-httpapi-ratelimit-headers)",
+            string(),
+        ),
+        "RateLimit": header("What is left: `\"name\";r=remaining;t=seconds until more`", string()),
+        "Retry-After": header(
+            "On a denied take or decision: seconds (rounded up) until a call of the same cost can pass",
+            int_min(1),
+        ),
+        "Idempotent-Replayed": header(
+            "`true` when this is the stored answer of an earlier request with the same Idempotency-Key",
+            string(),
+        ),
+    });
+    let mut responses = Map::new();
+    let mut all: Vec<u16> = COMMON.iter().chain(WRITES).chain(&[403, 409]).copied().collect();
+    all.sort_unstable();
+    for status in all {
+        responses.insert(
+            status.to_string(),
+            json!({"description": error_text(status), "content": {"application/json": {"schema": reference("Error")}}}),
+        );
+    }
+    responses.insert(
+        "Unavailable".into(),
+        json!({
+            "description": error_text(503),
+            "content": {"application/json": {"schema": {"anyOf": [reference("Error"), reference("Degraded")]}}},
+        }),
+    );
+    components["responses"] = Json::Object(responses);
+}
+
 fn operation(spec: &RouteSpec) -> Json {
     let d = doc(spec.id);
-    let mut parameters: Vec<Json> = spec
-        .params
-        .iter()
-        .map(|p| json!({"name": p, "in": "path", "required": true, "schema": id()}))
-        .collect();
+    let mut parameters: Vec<Json> =
+        spec.params.iter().map(|p| json!({"name": p, "in": "path", "required": true, "schema": id()})).collect();
     for (name, schema) in &d.query {
         parameters.push(json!({"name": name, "in": "query", "required": false, "schema": schema}));
     }
-    if d.write {
+    if d.key {
         parameters.push(json!({
             "name": "Idempotency-Key", "in": "header", "required": false,
             "description": "Stores the first answer for 24 h: a retry with the same key and request gets it again (with `Idempotent-Replayed: true`) instead of applying twice",
@@ -367,28 +412,14 @@ fn operation(spec: &RouteSpec) -> Json {
         }));
     }
     let mut headers = Map::new();
-    if d.decides {
-        headers.insert(
-            "RateLimit-Policy".into(),
-            header(
-                "The policy (each part's, for a decision): `\"name\";q=quota;w=window seconds` (draft-ietf-httpapi-ratelimit-headers)",
-                string(),
-            ),
-        );
-        headers.insert(
-            "RateLimit".into(),
-            header("What is left: `\"name\";r=remaining;t=seconds until more`", string()),
-        );
-        headers.insert(
-            "Retry-After".into(),
-            header("On a denied take or decision: seconds (rounded up) until a call of the same cost can pass", int_min(1)),
-        );
-    }
-    if d.write {
-        headers.insert(
-            "Idempotent-Replayed".into(),
-            header("`true` when this is the stored answer of an earlier request with the same Idempotency-Key", string()),
-        );
+    let names: &[&str] = match (d.decides, d.key) {
+        (true, true) => &["RateLimit-Policy", "RateLimit", "Retry-After", "Idempotent-Replayed"],
+        (true, false) => &["RateLimit-Policy", "RateLimit", "Retry-After"],
+        (false, true) => &["Idempotent-Replayed"],
+        (false, false) => &[],
+    };
+    for name in names {
+        headers.insert((*name).into(), json!({ "$ref": format!("#/components/headers/{name}") }));
     }
     let mut responses = Map::new();
     for (status, schema) in &d.ok {
@@ -404,20 +435,17 @@ fn operation(spec: &RouteSpec) -> Json {
     }
     let mut statuses: Vec<u16> = COMMON.to_vec();
     if d.write {
-        statuses.extend_from_slice(WRITES);
+        statuses.push(507);
+    }
+    if d.key {
+        statuses.push(422);
     }
     statuses.extend_from_slice(d.errors);
     statuses.sort_unstable();
     for status in statuses {
-        let schema = if status == 503 && d.decides {
-            json!({"anyOf": [reference("Error"), reference("Degraded")]})
-        } else {
-            reference("Error")
-        };
-        responses.insert(
-            status.to_string(),
-            json!({"description": error_text(status), "content": {"application/json": {"schema": schema}}}),
-        );
+        // A decision route's 503 may be its policy's declared failure mode.
+        let name = if status == 503 && d.decides { "Unavailable".to_string() } else { status.to_string() };
+        responses.insert(status.to_string(), json!({ "$ref": format!("#/components/responses/{name}") }));
     }
     let security = match d.access {
         Access::Public => json!([{}, {"admin": []}]),
@@ -432,7 +460,8 @@ fn operation(spec: &RouteSpec) -> Json {
         "responses": responses,
     });
     if d.access == Access::Inbox {
-        op["description"] = json!("Public when the inbox policy says `\"public\": true`; otherwise the admin token is required.");
+        op["description"] =
+            json!("Public when the inbox policy says `\"public\": true`; otherwise the admin token is required.");
     }
     if !parameters.is_empty() {
         op["parameters"] = Json::Array(parameters);
@@ -501,6 +530,8 @@ fn components() -> Json {
 }
 
 fn generate() -> Json {
+    let mut components = components();
+    shared(&mut components);
     let mut paths = Map::new();
     for spec in ROUTES {
         let item = paths.entry(spec.path).or_insert_with(|| json!({}));
@@ -514,6 +545,6 @@ fn generate() -> Json {
             "description": "Atomic counting primitives over Redis: quotas, semaphores, counters, claims, compound decisions, inboxes, red packets. Generated from redcount-api's route table.",
         },
         "paths": paths,
-        "components": components(),
+        "components": components,
     })
 }

@@ -331,11 +331,8 @@ mod tests {
     fn every_row_is_well_formed_and_reachable() {
         for (i, spec) in ROUTES.iter().enumerate() {
             assert_eq!(spec.id as usize, i, "{spec:?}: ids are row indexes");
-            let placeholders: Vec<&str> = spec
-                .path
-                .split('/')
-                .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-                .collect();
+            let placeholders: Vec<&str> =
+                spec.path.split('/').filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
             assert_eq!(placeholders, spec.params, "{spec:?}: the path names the variant's fields in order");
             // A request for the row's own path, parameters filled, comes back to the row.
             let params: Vec<String> = spec.params.iter().map(|p| format!("x-{p}")).collect();

@@ -149,8 +149,9 @@ impl Cx<'_> {
     fn idempotency(&self) -> Result<Option<ops::Idempotency>, ApiError> {
         let Some(k) = self.key else { return Ok(None) };
         if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(ApiError::new(400, "Idempotency-Key must be 1 to 255 visible ASCII characters")
-                .at("Idempotency-Key"));
+            return Err(
+                ApiError::new(400, "Idempotency-Key must be 1 to 255 visible ASCII characters").at("Idempotency-Key")
+            );
         }
         // The fingerprint is of the parsed request, so `{"delta": 1}` and `{"delta":1}` are one
         // request (objects are re-serialised with sorted keys). No body is the empty object:
@@ -299,7 +300,8 @@ fn claim(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     let name = policy.to_owned();
     let ex = Exchange::new(op, move |_, o| {
         let r = ApiResponse::json(200, json!({"claimed": o.claimed, "retry_after_ms": o.window_left_ms}));
-        let verdict = Verdict { allowed: o.claimed, retry_after_ms: if o.claimed { 0 } else { o.window_left_ms.unwrap_or(0) } };
+        let verdict =
+            Verdict { allowed: o.claimed, retry_after_ms: if o.claimed { 0 } else { o.window_left_ms.unwrap_or(0) } };
         // A claim refused is an answer, not a throttle: no Retry-After (its wait is in the body).
         let mut r = r.decided(&[Limit::claim(&name, window_ms, &o)], Verdict { retry_after_ms: 0, ..verdict });
         r.verdict = Some(verdict);
@@ -327,7 +329,10 @@ fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
             ("reset_ms", Field::Int(o.reset_ms)),
             ("retry_after_ms", Field::Int(o.retry_after_ms)),
         ]);
-        r.decided(&[Limit::quota(&name, &algorithm, &o)], Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms })
+        r.decided(
+            &[Limit::quota(&name, &algorithm, &o)],
+            Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms },
+        )
     };
     let op = if peek {
         let cost = cx.query(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
@@ -455,10 +460,12 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
         parts.push(part);
         kinds.push((name, algorithm));
     }
-    // A peek writes nothing, not even a stored reply: like a quota's GET it takes no key.
+    // A peek writes nothing, not even a stored reply: like a quota's GET it uses no key (but
+    // a malformed one is refused, as on every route that takes one).
+    let idem = cx.idempotency()?;
     let op = match peek {
         true => ops::Idempotent::new(Decide::peek(subject, parts)?, None),
-        false => cx.replayable(Decide::new(subject, parts))?,
+        false => ops::Idempotent::new(Decide::new(subject, parts)?, idem),
     };
     let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek));
     ex.degrade = Some(("allowed", allow_all));
@@ -641,9 +648,8 @@ fn inbox_trim(cx: &Cx<'_>, user: &str) -> Routed {
     let (name, _, max_len, max_age_s) = inbox_policy(cx)?;
     cx.body(&[])?;
     let op = cx.replayable(Trim::new(user, max_age_s, max_len, 1000))?;
-    let ex = Exchange::new(op, |_, o| {
-        ApiResponse::json(200, json!({"deleted": o.deleted, "newest_time": o.newest_time}))
-    });
+    let ex =
+        Exchange::new(op, |_, o| ApiResponse::json(200, json!({"deleted": o.deleted, "newest_time": o.newest_time})));
     send(ex.bounded_by(cx.config, name))
 }
 
@@ -822,11 +828,9 @@ impl Fields {
         for pair in q.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             if !known.contains(&k) {
-                return Err(ApiError::new(
-                    400,
-                    format!("unknown query parameter `{k}` (known: {})", known.join(", ")),
-                )
-                .at(k));
+                return Err(
+                    ApiError::new(400, format!("unknown query parameter `{k}` (known: {})", known.join(", "))).at(k)
+                );
             }
             // As with repeated JSON fields: which one was meant is not ours to guess.
             if out.iter().any(|(seen, _): &(String, String)| seen == k) {

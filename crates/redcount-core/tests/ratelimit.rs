@@ -19,8 +19,11 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
         (1..1_000_000_i64, 1..1_000_i64, 1..86_400_000_i64).prop_map(|(capacity, refill, interval_ms)| {
             Algorithm::TokenBucket { capacity, refill: refill.min(capacity), interval_ms }
         }),
-        (1..1_000_000_i64, 1..86_400_000_i64, 1..1_000_i64)
-            .prop_map(|(rate, period_ms, burst)| Algorithm::Gcra { rate, period_ms, burst }),
+        (1..1_000_000_i64, 1..86_400_000_i64, 1..1_000_i64).prop_map(|(rate, period_ms, burst)| Algorithm::Gcra {
+            rate,
+            period_ms,
+            burst
+        }),
     ]
 }
 
@@ -72,9 +75,8 @@ fn case() -> impl Strategy<Value = (String, Case)> {
     let name = "[A-Za-z0-9_-]{1,64}";
     prop_oneof![
         (name, algorithm(), quota()).prop_map(|(n, a, o)| (n, Case::Quota(a, o))),
-        (name, 1..1_000_000_000_000_i64, proptest::option::of(0..1_000_000_000_000_i64), any::<bool>()).prop_map(
-            |(n, w, left, claimed)| (n, Case::Claim(w, ClaimOutcome { claimed, window_left_ms: left }))
-        ),
+        (name, 1..1_000_000_000_000_i64, proptest::option::of(0..1_000_000_000_000_i64), any::<bool>())
+            .prop_map(|(n, w, left, claimed)| (n, Case::Claim(w, ClaimOutcome { claimed, window_left_ms: left }))),
         (name, lease()).prop_map(|(n, o)| (n, Case::Lease(o))),
     ]
 }
@@ -95,9 +97,10 @@ fn expected(name: &str, case: &Case) -> Expected {
             let whole_ms = match *a {
                 Algorithm::FixedWindow { window_ms, .. } | Algorithm::SlidingWindow { window_ms, .. } => window_ms,
                 Algorithm::TokenBucket { refill, interval_ms, .. } => (o.limit + refill - 1) / refill * interval_ms,
-                Algorithm::Gcra { rate, period_ms, .. } => {
-                    i64::try_from((i128::from(o.limit) * i128::from(period_ms) + i128::from(rate) - 1) / i128::from(rate)).unwrap()
-                }
+                Algorithm::Gcra { rate, period_ms, .. } => i64::try_from(
+                    (i128::from(o.limit) * i128::from(period_ms) + i128::from(rate) - 1) / i128::from(rate),
+                )
+                .unwrap(),
             };
             Expected {
                 name: name.into(),
@@ -108,9 +111,14 @@ fn expected(name: &str, case: &Case) -> Expected {
                 t: Some(secs(if o.allowed { o.reset_ms } else { o.retry_after_ms })),
             }
         }
-        Case::Claim(w, o) => {
-            Expected { name: name.into(), q: 1, qu: None, w: Some(secs(*w).max(1)), r: 0, t: o.window_left_ms.map(secs) }
-        }
+        Case::Claim(w, o) => Expected {
+            name: name.into(),
+            q: 1,
+            qu: None,
+            w: Some(secs(*w).max(1)),
+            r: 0,
+            t: o.window_left_ms.map(secs),
+        },
         Case::Lease(o) => {
             let r = o.limit - o.in_use;
             Expected {
