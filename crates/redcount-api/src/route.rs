@@ -125,14 +125,17 @@ macro_rules! routes {
             }
 
             /// The parameters, in path order.
-            pub fn params(&self) -> Vec<&str> {
-                match self {
-                    $( Route::$name { $($param),* } => alloc::vec![$($param.as_str()),*], )*
-                }
+            pub fn params(&self) -> impl Iterator<Item = &str> {
+                let given: &[&str] = match self {
+                    $( Route::$name { $($param),* } => &[$($param.as_str()),*], )*
+                };
+                let mut out = [""; MAX_PARAMS];
+                out[..given.len()].copy_from_slice(given);
+                out.into_iter().take(given.len())
             }
 
             /// The route `id` with `params` (in path order; missing ones are empty).
-            pub fn with_params(id: RouteId, params: impl IntoIterator<Item = String>) -> Route {
+            pub fn with_params(id: RouteId, params: Vec<String>) -> Route {
                 #[allow(unused_mut, unused_variables)]
                 let mut p = params.into_iter();
                 match id {
@@ -194,6 +197,9 @@ routes! {
     PacketGrabs { id } = GET "/api/redpackets/{id}/claims";
 }
 
+/// Most parameters a route has.
+const MAX_PARAMS: usize = 4;
+
 /// Longest path segment looked at (ids are at most 64; anything longer is refused early).
 const MAX_SEGMENT: usize = 256;
 
@@ -216,8 +222,10 @@ impl Route {
         let mut allow: Option<String> = None;
         for spec in ROUTES.iter().filter(|s| s.fit(&segments)) {
             if spec.takes(method) {
-                let params = spec.path.split('/').skip(2).zip(segments).filter(|(p, _)| p.starts_with('{'));
-                return Ok(Route::with_params(spec.id, params.map(|(_, s)| s)));
+                let mut params = segments;
+                let mut at = spec.path.split('/').skip(2).map(|p| p.starts_with('{'));
+                params.retain(|_| at.next().unwrap_or(false));
+                return Ok(Route::with_params(spec.id, params));
             }
             let list = allow.get_or_insert_with(String::new);
             if !list.is_empty() {
@@ -242,7 +250,7 @@ impl Route {
     /// The parameter called `name`, if the route has one.
     pub fn param(&self, name: &str) -> Option<&str> {
         let i = self.spec().params.iter().position(|p| *p == name)?;
-        self.params().get(i).copied()
+        self.params().nth(i)
     }
 
     /// The policy the route names, if any.
@@ -262,7 +270,7 @@ impl Route {
     pub fn path(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
         let spec = self.spec();
-        let mut params = self.params().into_iter();
+        let mut params = self.params();
         let mut out = String::with_capacity(spec.path.len() + 32);
         for (i, seg) in spec.path.split('/').enumerate() {
             if i > 0 {
@@ -334,6 +342,7 @@ mod tests {
             let placeholders: Vec<&str> =
                 spec.path.split('/').filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
             assert_eq!(placeholders, spec.params, "{spec:?}: the path names the variant's fields in order");
+            assert!(spec.params.len() <= MAX_PARAMS, "{spec:?}: raise MAX_PARAMS");
             // A request for the row's own path, parameters filled, comes back to the row.
             let params: Vec<String> = spec.params.iter().map(|p| format!("x-{p}")).collect();
             let route = Route::with_params(spec.id, params);

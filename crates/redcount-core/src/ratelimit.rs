@@ -71,16 +71,23 @@ pub fn retry_after_s(ms: i64) -> i64 {
 }
 
 /// How long `algorithm` takes to give back a whole quota of `size` (its limit in force), in ms.
+/// Saturating: policies are bounded far below the overflow (the GCRA span within 2^53).
 fn window_ms(algorithm: &Algorithm, size: i64) -> i64 {
-    let (size, per) = (i128::from(size.max(1)), |n: i64| i128::from(n.max(1)));
-    let ms = match *algorithm {
+    let (size, per) = (size.max(1), |n: i64| n.max(1));
+    match *algorithm {
         Algorithm::FixedWindow { window_ms, .. } | Algorithm::SlidingWindow { window_ms, .. } => per(window_ms),
         // Refills of `refill` every `interval_ms`, from empty to `size`.
-        Algorithm::TokenBucket { refill, interval_ms, .. } => (size + per(refill) - 1) / per(refill) * per(interval_ms),
+        Algorithm::TokenBucket { refill, interval_ms, .. } => {
+            div_ceil(size, per(refill)).saturating_mul(per(interval_ms))
+        }
         // One unit every period/rate, `size` of them.
-        Algorithm::Gcra { rate, period_ms, .. } => (size * per(period_ms) + per(rate) - 1) / per(rate),
-    };
-    i64::try_from(ms).unwrap_or(i64::MAX)
+        Algorithm::Gcra { rate, period_ms, .. } => div_ceil(size.saturating_mul(per(period_ms)), per(rate)),
+    }
+}
+
+/// `n / d` rounded up, for positive numbers.
+fn div_ceil(n: i64, d: i64) -> i64 {
+    n / d + i64::from(n % d != 0)
 }
 
 impl<'a> Limit<'a> {
