@@ -9,7 +9,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Map, Value as Json};
 
 use redcount_core::keys::Namespace;
 use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
@@ -107,38 +107,96 @@ impl Policy {
 
     /// The policy as public JSON (it holds no secret).
     pub fn to_json(&self) -> Json {
-        match self {
-            Policy::Quota { algorithm, max_cost } => match *algorithm {
-                Algorithm::FixedWindow { limit, window_ms } => {
-                    json!({"kind": "quota", "algorithm": "fixed", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+        let mut text = String::new();
+        self.write_json(&mut text);
+        serde_json::from_str(&text).unwrap_or(Json::Null)
+    }
+
+    /// Writes the policy as public JSON (the text serde_json makes of [`Policy::to_json`]).
+    pub(crate) fn write_json(&self, out: &mut String) {
+        use crate::Field::{Bool, Int, Word};
+        let opt = crate::Field::opt;
+        match *self {
+            Policy::Quota { algorithm, max_cost } => {
+                let quota = ("kind", Word("quota"));
+                let max_cost = ("max_cost", Int(max_cost));
+                match algorithm {
+                    Algorithm::FixedWindow { limit, window_ms } | Algorithm::SlidingWindow { limit, window_ms } => {
+                        let name = if matches!(algorithm, Algorithm::FixedWindow { .. }) { "fixed" } else { "sliding" };
+                        crate::object(
+                            out,
+                            &mut [
+                                quota,
+                                ("algorithm", Word(name)),
+                                ("limit", Int(limit)),
+                                ("window_ms", Int(window_ms)),
+                                max_cost,
+                            ],
+                        )
+                    }
+                    Algorithm::TokenBucket { capacity, refill, interval_ms } => crate::object(
+                        out,
+                        &mut [
+                            quota,
+                            ("algorithm", Word("bucket")),
+                            ("capacity", Int(capacity)),
+                            ("refill", Int(refill)),
+                            ("interval_ms", Int(interval_ms)),
+                            max_cost,
+                        ],
+                    ),
+                    Algorithm::Gcra { rate, period_ms, burst } => crate::object(
+                        out,
+                        &mut [
+                            quota,
+                            ("algorithm", Word("gcra")),
+                            ("rate", Int(rate)),
+                            ("period_ms", Int(period_ms)),
+                            ("burst", Int(burst)),
+                            max_cost,
+                        ],
+                    ),
                 }
-                Algorithm::SlidingWindow { limit, window_ms } => {
-                    json!({"kind": "quota", "algorithm": "sliding", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
-                }
-                Algorithm::TokenBucket { capacity, refill, interval_ms } => json!({
-                    "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill,
-                    "interval_ms": interval_ms, "max_cost": max_cost
-                }),
-                Algorithm::Gcra { rate, period_ms, burst } => json!({
-                    "kind": "quota", "algorithm": "gcra", "rate": rate, "period_ms": period_ms,
-                    "burst": burst, "max_cost": max_cost
-                }),
-            },
-            Policy::Semaphore { limit, lease_ms } => json!({"kind": "semaphore", "limit": limit, "lease_ms": lease_ms}),
-            Policy::Counter { bounds, storage, max_step } => json!({
-                "kind": "counter", "min": bounds.min, "max": bounds.max,
-                "mode": match bounds.mode { Mode::Clamp => "clamp", Mode::Reject => "reject" },
-                "storage": match storage { Storage::Key => "key", Storage::HashField => "hash" },
-                "ttl_ms": bounds.ttl_ms, "max_step": max_step
-            }),
-            Policy::Claim { window_ms } => json!({"kind": "claim", "window_ms": window_ms}),
-            Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => json!({
-                "kind": "redpackets", "max_shares": max_shares, "max_total_cents": max_total_cents,
-                "min_cents": min_cents, "ttl_ms": ttl_ms
-            }),
-            Policy::Inbox { ttl_ms, max_len, max_age_s, public } => json!({
-                "kind": "inbox", "ttl_ms": ttl_ms, "max_len": max_len, "max_age_s": max_age_s, "public": public
-            }),
+            }
+            Policy::Semaphore { limit, lease_ms } => crate::object(
+                out,
+                &mut [("kind", Word("semaphore")), ("limit", Int(limit)), ("lease_ms", Int(lease_ms))],
+            ),
+            Policy::Counter { bounds, storage, max_step } => crate::object(
+                out,
+                &mut [
+                    ("kind", Word("counter")),
+                    ("min", Int(bounds.min)),
+                    ("max", opt(bounds.max)),
+                    ("mode", Word(if bounds.mode == Mode::Clamp { "clamp" } else { "reject" })),
+                    ("storage", Word(if storage == Storage::Key { "key" } else { "hash" })),
+                    ("ttl_ms", Int(bounds.ttl_ms)),
+                    ("max_step", Int(max_step)),
+                ],
+            ),
+            Policy::Claim { window_ms } => {
+                crate::object(out, &mut [("kind", Word("claim")), ("window_ms", Int(window_ms))])
+            }
+            Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => crate::object(
+                out,
+                &mut [
+                    ("kind", Word("redpackets")),
+                    ("max_shares", Int(max_shares)),
+                    ("max_total_cents", Int(max_total_cents)),
+                    ("min_cents", Int(min_cents)),
+                    ("ttl_ms", Int(ttl_ms)),
+                ],
+            ),
+            Policy::Inbox { ttl_ms, max_len, max_age_s, public } => crate::object(
+                out,
+                &mut [
+                    ("kind", Word("inbox")),
+                    ("ttl_ms", Int(ttl_ms)),
+                    ("max_len", Int(max_len)),
+                    ("max_age_s", Int(max_age_s)),
+                    ("public", Bool(public)),
+                ],
+            ),
         }
     }
 }

@@ -62,7 +62,6 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use rand_core::RngCore;
-use serde_json::{Value as Json, json};
 
 pub use config::{Config, ConfigError, FailureMode, Policy, RestTarget};
 pub use route::{ROUTES, Route, RouteId, RouteSpec};
@@ -122,48 +121,21 @@ pub struct Verdict {
 }
 
 impl ApiResponse {
-    fn json(status: u16, body: Json) -> Self {
-        ApiResponse { status, body: body.to_string(), headers: Vec::new(), verdict: None }
+    /// A 200 whose body is an object, written straight to its text (see [`object`]).
+    fn flat(fields: &mut [(&str, Field<'_>)]) -> Self {
+        Self::object(200, fields)
     }
 
-    /// A 200 whose body is a flat object, written straight to its text: the same text
-    /// [`ApiResponse::json`] makes of it (keys sorted, as serde_json's map orders them), without
-    /// building a map first. For the answers of the routes called most (a quota take costs
-    /// several times as much in the worker's wasm through a map).
-    fn flat(fields: &mut [(&'static str, Field)]) -> Self {
-        // Insertion sort: a handful of fields, and no general sort's code in the bundle.
-        for i in 1..fields.len() {
-            let mut j = i;
-            while j > 0 && fields[j - 1].0 > fields[j].0 {
-                fields.swap(j - 1, j);
-                j -= 1;
-            }
-        }
+    /// An answer whose body is an object, written straight to its text (see [`object`]).
+    fn object(status: u16, fields: &mut [(&str, Field<'_>)]) -> Self {
         let mut body = String::with_capacity(16 + fields.len() * 24);
-        body.push('{');
-        for (i, (k, v)) in fields.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            // Keys and words are this crate's own identifiers: nothing to escape.
-            let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            debug_assert!(plain(k));
-            body.push('"');
-            body.push_str(k);
-            body.push_str("\":");
-            match *v {
-                Field::Int(n) => body.push_str(itoa::Buffer::new().format(n)),
-                Field::Bool(b) => body.push_str(if b { "true" } else { "false" }),
-                Field::Word(w) => {
-                    debug_assert!(plain(w));
-                    body.push('"');
-                    body.push_str(w);
-                    body.push('"');
-                }
-            }
-        }
-        body.push('}');
-        ApiResponse { status: 200, body, headers: Vec::new(), verdict: None }
+        object(&mut body, fields);
+        ApiResponse::text(status, body)
+    }
+
+    /// An answer with `body`, JSON already written (empty for 204).
+    fn text(status: u16, body: String) -> Self {
+        ApiResponse { status, body, headers: Vec::new(), verdict: None }
     }
 
     /// An error response: `{"error": message}`, with `"field"` when one input is at fault
@@ -259,11 +231,15 @@ impl ApiError {
     /// The response: the status, `{"error": message, "field": field}` (no `field` when none
     /// is at fault), the error's headers.
     pub fn response(self) -> ApiResponse {
-        let body = match &self.field {
-            Some(f) => json!({ "error": self.message, "field": f }),
-            None => json!({ "error": self.message }),
+        let mut fields = [("error", Field::Text(&self.message)), ("field", Field::Null)];
+        let n = match &self.field {
+            Some(f) => {
+                fields[1].1 = Field::Text(f);
+                2
+            }
+            None => 1,
         };
-        let mut r = ApiResponse::json(self.status, body);
+        let mut r = ApiResponse::object(self.status, &mut fields[..n]);
         r.headers = self.headers;
         r
     }
@@ -383,13 +359,79 @@ pub enum Step {
     Send(Exchange),
 }
 
-/// A value of a flat answer ([`ApiResponse::flat`]).
+/// A value of an answer written by [`object`].
 #[derive(Debug, Clone, Copy)]
-enum Field {
+enum Field<'a> {
     Int(i64),
     Bool(bool),
+    Null,
     /// A fixed word (`"won"`, `"applied"`): letters and `_` only, which need no escape.
     Word(&'static str),
+    /// Any text, escaped as serde_json escapes it.
+    Text(&'a str),
+    /// JSON this writer wrote (a nested object, or a list of them).
+    Raw(&'a str),
+}
+
+impl Field<'_> {
+    /// An integer, or null.
+    fn opt(n: Option<i64>) -> Self {
+        n.map_or(Field::Null, Field::Int)
+    }
+}
+
+/// Writes `fields` as a JSON object: the text `json!` (serde_json's map) makes of the same
+/// fields, keys sorted, without building a map first (for the answers, most of all the ones
+/// called most: a quota take costs several times as much in the worker's wasm through a map,
+/// and the map's code weighs on the bundle).
+fn object(out: &mut String, fields: &mut [(&str, Field<'_>)]) {
+    // Insertion sort: a handful of fields, and no general sort's code in the bundle.
+    for i in 1..fields.len() {
+        let mut j = i;
+        while j > 0 && fields[j - 1].0 > fields[j].0 {
+            fields.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+    out.push('{');
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // Keys and words are this crate's own identifiers: nothing to escape.
+        let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        debug_assert!(plain(k));
+        out.push('"');
+        out.push_str(k);
+        out.push_str("\":");
+        match *v {
+            Field::Int(n) => out.push_str(itoa::Buffer::new().format(n)),
+            Field::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+            Field::Null => out.push_str("null"),
+            Field::Word(w) => {
+                debug_assert!(plain(w));
+                out.push('"');
+                out.push_str(w);
+                out.push('"');
+            }
+            Field::Text(t) => out.push_str(&serde_json::to_string(t).unwrap_or_default()),
+            Field::Raw(json) => out.push_str(json),
+        }
+    }
+    out.push('}');
+}
+
+/// `[item, …]`, each item written by `write`.
+fn list<T>(items: impl IntoIterator<Item = T>, mut write: impl FnMut(&mut String, T)) -> String {
+    let mut out = String::from("[");
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write(&mut out, item);
+    }
+    out.push(']');
+    out
 }
 
 /// Reads a reply into the response (the operation-specific part of an exchange).
@@ -469,12 +511,16 @@ impl Exchange {
         match self.degrade {
             Some((field, allow)) => {
                 let why = format!("{why}; if the call reached Redis it may still be applied");
-                let mut body = json!({ field: allow, "degraded": true, "reason": why, "may_have_run": true });
-                if !allow {
+                let mut fields = [
+                    (field, Field::Bool(allow)),
+                    ("degraded", Field::Bool(true)),
+                    ("reason", Field::Text(&why)),
+                    ("may_have_run", Field::Bool(true)),
                     // A refusal is an error too, for clients that read `error`.
-                    body["error"] = json!(why);
-                }
-                ApiResponse::json(if allow { 200 } else { 503 }, body)
+                    ("error", Field::Text(&why)),
+                ];
+                let n = if allow { 4 } else { 5 };
+                ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n])
             }
             None => ApiResponse::error(status, why, None),
         }
@@ -675,41 +721,95 @@ fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, Str
 pub use redcount_core::text::{percent_decode, same_secret};
 
 #[cfg(test)]
-mod flat_tests {
+mod object_tests {
     use super::*;
     use proptest::prelude::*;
+    use serde_json::{Value as Json, json};
 
     const NAMES: [&str; 8] =
         ["allowed", "limit", "remaining", "reset_ms", "retry_after_ms", "value", "amount_cents", "index"];
     const WORDS: [&str; 4] = ["won", "already", "applied", "clamped"];
 
-    fn field() -> impl Strategy<Value = Field> {
+    /// A value, and what serde_json makes of it.
+    #[derive(Debug, Clone)]
+    enum V {
+        Int(i64),
+        Bool(bool),
+        Null,
+        Word(&'static str),
+        Text(String),
+        /// A nested object of this writer's own.
+        Nested(Vec<(&'static str, i64)>),
+    }
+
+    fn value() -> impl Strategy<Value = V> {
         prop_oneof![
-            any::<i64>().prop_map(Field::Int),
-            (-1_000_i64..1_000).prop_map(Field::Int),
-            any::<bool>().prop_map(Field::Bool),
-            (0..WORDS.len()).prop_map(|i| Field::Word(WORDS[i])),
+            any::<i64>().prop_map(V::Int),
+            (-1_000_i64..1_000).prop_map(V::Int),
+            any::<bool>().prop_map(V::Bool),
+            Just(V::Null),
+            (0..WORDS.len()).prop_map(|i| V::Word(WORDS[i])),
+            // Any text: quotes, backslashes, control characters, non-ASCII.
+            any::<String>().prop_map(V::Text),
+            "[\"\\\u{0}-\u{1f}a-z]{0,8}".prop_map(V::Text),
+            proptest::sample::subsequence(NAMES.to_vec(), 0..4)
+                .prop_flat_map(|names| {
+                    let n = names.len();
+                    (Just(names), proptest::collection::vec(any::<i64>(), n))
+                })
+                .prop_map(|(names, ints)| V::Nested(names.into_iter().zip(ints).collect())),
         ]
     }
 
+    fn to_json(v: &V) -> Json {
+        match v {
+            V::Int(n) => json!(n),
+            V::Bool(b) => json!(b),
+            V::Null => Json::Null,
+            V::Word(w) => json!(w),
+            V::Text(t) => json!(t),
+            V::Nested(fields) => Json::Object(fields.iter().map(|(k, n)| ((*k).to_owned(), json!(n))).collect()),
+        }
+    }
+
     proptest! {
-        // Any set of distinct names in any order, with any values: the text `json!` (a map)
-        // made of the same fields, byte for byte.
+        // Any set of distinct names in any order, with any values: the text serde_json makes
+        // of a map of the same fields, byte for byte.
         #[test]
-        fn a_flat_answer_is_the_text_of_its_map(picked in proptest::sample::subsequence(NAMES.to_vec(), 0..=NAMES.len()).prop_shuffle(), values in proptest::collection::vec(field(), NAMES.len())) {
-            let mut fields: Vec<(&'static str, Field)> = picked.iter().copied().zip(values.iter().copied()).collect();
-            let mut map = serde_json::Map::new();
-            for (k, v) in &fields {
-                let v = match *v {
-                    Field::Int(n) => json!(n),
-                    Field::Bool(b) => json!(b),
-                    Field::Word(w) => json!(w),
+        fn an_answer_is_the_text_of_its_map(picked in proptest::sample::subsequence(NAMES.to_vec(), 0..=NAMES.len()).prop_shuffle(), values in proptest::collection::vec(value(), NAMES.len())) {
+            let nested: Vec<String> = values.iter().map(|v| match v {
+                V::Nested(f) => {
+                    let mut out = String::new();
+                    let mut f: Vec<(&str, Field<'_>)> = f.iter().map(|(k, n)| (*k, Field::Int(*n))).collect();
+                    object(&mut out, &mut f);
+                    out
+                }
+                _ => String::new(),
+            }).collect();
+            let mut fields: Vec<(&str, Field<'_>)> = picked.iter().zip(values.iter().zip(&nested)).map(|(k, (v, raw))| {
+                let f = match v {
+                    V::Int(n) => Field::Int(*n),
+                    V::Bool(b) => Field::Bool(*b),
+                    V::Null => Field::Null,
+                    V::Word(w) => Field::Word(w),
+                    V::Text(t) => Field::Text(t),
+                    V::Nested(_) => Field::Raw(raw),
                 };
-                map.insert((*k).to_owned(), v);
-            }
+                (*k, f)
+            }).collect();
+            let map: serde_json::Map<String, Json> =
+                picked.iter().zip(&values).map(|(k, v)| ((*k).to_owned(), to_json(v))).collect();
             let r = ApiResponse::flat(&mut fields);
             prop_assert_eq!(r.status, 200);
-            prop_assert_eq!(r.body, ApiResponse::json(200, Json::Object(map)).body);
+            prop_assert_eq!(r.body, Json::Object(map).to_string());
         }
+    }
+
+    #[test]
+    fn lists_and_errors() {
+        assert_eq!(list([1, 2], |out, n| object(out, &mut [("n", Field::Int(n))])), r#"[{"n":1},{"n":2}]"#);
+        assert_eq!(list(core::iter::empty::<i64>(), |_, _| ()), "[]");
+        let e = ApiError::new(400, "say \"hi\"\n").at("a").response();
+        assert_eq!(e.body, json!({"error": "say \"hi\"\n", "field": "a"}).to_string());
     }
 }

@@ -6,11 +6,11 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use rand_core::RngCore;
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Map, Value as Json};
 
 use super::{
     ApiError, ApiRequest, ApiResponse, Caller, Config, Exchange, Field, Input, MAX_BODY, Policy, Route, Step, Verdict,
-    same_secret,
+    list, object, same_secret,
 };
 use redcount_core::command::Command;
 use redcount_core::error::{InputError, Problem, ShapeError};
@@ -72,14 +72,29 @@ pub(crate) fn run<R: RngCore + ?Sized>(
     let cx = Cx { config, route: &route, input, caller, key };
     match &route {
         Route::Health {} => Ok(Step::Send(Exchange::new(Ping, |_, ()| {
-            ApiResponse::json(200, json!({"ok": true, "rest": "reachable", "redis": "reachable"}))
+            ApiResponse::flat(&mut [
+                ("ok", Field::Bool(true)),
+                ("rest", Field::Word("reachable")),
+                ("redis", Field::Word("reachable")),
+            ])
         }))),
         Route::Policies {} => {
-            let mut map = Map::new();
-            for (name, p) in &config.policies {
-                map.insert(name.clone(), p.to_json());
+            // By name, as a JSON map orders them.
+            let mut sorted: Vec<&(String, Policy)> = config.policies.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let mut text = String::from("{");
+            for (i, (name, p)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                // Policy names are ids: nothing to escape.
+                text.push('"');
+                text.push_str(name);
+                text.push_str("\":");
+                p.write_json(&mut text);
             }
-            Ok(respond(200, json!({ "policies": map })))
+            text.push('}');
+            Ok(Step::Respond(ApiResponse::flat(&mut [("policies", Field::Raw(&text))])))
         }
         Route::OpenApi {} => openapi(),
         Route::CounterGet { policy, subject } => counter_get(&cx, policy, subject),
@@ -111,9 +126,7 @@ pub(crate) fn run<R: RngCore + ?Sized>(
 fn openapi() -> Routed {
     #[cfg(feature = "std")]
     {
-        let mut r = ApiResponse::json(200, Json::Null);
-        r.body = crate::openapi::document().to_owned();
-        Ok(Step::Respond(r))
+        Ok(Step::Respond(ApiResponse::text(200, crate::openapi::document().to_owned())))
     }
     #[cfg(not(feature = "std"))]
     Err(ApiError::new(404, "the OpenAPI document is served as a static file (openapi.json)"))
@@ -220,10 +233,6 @@ fn send(ex: Exchange) -> Routed {
     Ok(Step::Send(ex))
 }
 
-fn respond(status: u16, body: Json) -> Step {
-    Step::Respond(ApiResponse::json(status, body))
-}
-
 fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiError> {
     let Some(h) = header else { return Ok(Caller::public()) };
     let token = redcount_core::text::bearer_token(h).unwrap_or("");
@@ -234,8 +243,7 @@ fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiErro
 }
 
 pub(crate) fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
-    let mut r = ApiResponse::json(204, Json::Null);
-    r.body.clear();
+    let mut r = ApiResponse::text(204, String::new());
     if origin.is_some_and(|o| config.cors_origins.iter().any(|a| a == o || a == "*")) {
         r.headers.push(("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS".to_owned()));
         r.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, Idempotency-Key".to_owned()));
@@ -263,7 +271,7 @@ fn counter_policy(cx: &Cx<'_>, policy: &str) -> Result<(ops::counter::Bounds, op
 fn counter_get(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     let (_, storage, _) = counter_policy(cx, policy)?;
     let op = GetCounter::new(policy, subject, storage)?;
-    send(Exchange::new(op, |_, v| ApiResponse::json(200, json!({ "value": v }))).bounded_by(cx.config, policy))
+    send(Exchange::new(op, |_, v| ApiResponse::flat(&mut [("value", Field::Int(v))])).bounded_by(cx.config, policy))
 }
 
 /// `POST /api/counters/{policy}/{subject}` `{"delta": N}`.
@@ -299,7 +307,10 @@ fn claim(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     let op = cx.replayable(Claim::new(policy, subject, window_ms))?;
     let name = policy.to_owned();
     let ex = Exchange::new(op, move |_, o| {
-        let r = ApiResponse::json(200, json!({"claimed": o.claimed, "retry_after_ms": o.window_left_ms}));
+        let r = ApiResponse::flat(&mut [
+            ("claimed", Field::Bool(o.claimed)),
+            ("retry_after_ms", Field::opt(o.window_left_ms)),
+        ]);
         let verdict =
             Verdict { allowed: o.claimed, retry_after_ms: if o.claimed { 0 } else { o.window_left_ms.unwrap_or(0) } };
         // A claim refused is an answer, not a throttle: no Retry-After (its wait is in the body).
@@ -353,7 +364,7 @@ fn quota_reset(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     let (algorithm, _) = quota_policy(cx, policy)?;
     cx.require_admin()?;
     let op = cx.replayable(ResetQuota::new(policy, subject, algorithm))?;
-    let ex = Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "reset": existed })));
+    let ex = Exchange::new(op, |_, existed| ApiResponse::flat(&mut [("reset", Field::Bool(existed))]));
     send(ex.bounded_by(cx.config, policy))
 }
 
@@ -364,7 +375,7 @@ fn refund(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     cx.require_admin()?;
     let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
     let op = cx.replayable(RefundQuota::new(policy, subject, algorithm, cost))?;
-    let ex = Exchange::new(op, |_, given| ApiResponse::json(200, json!({ "refunded": given })));
+    let ex = Exchange::new(op, |_, given| ApiResponse::flat(&mut [("refunded", Field::Int(given))]));
     send(ex.bounded_by(cx.config, policy))
 }
 
@@ -399,13 +410,13 @@ fn override_set(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     })?;
     let (name, subject) = (policy.to_owned(), subject.to_owned());
     let ex = Exchange::new(op, move |_, replaced| {
-        ApiResponse::json(
-            200,
-            json!({
-                "policy": name, "subject": subject, "limit": size,
-                "ttl_ms": if ttl_ms == 0 { Json::Null } else { json!(ttl_ms) }, "replaced": replaced
-            }),
-        )
+        ApiResponse::flat(&mut [
+            ("policy", Field::Text(&name)),
+            ("subject", Field::Text(&subject)),
+            ("limit", Field::Int(size)),
+            ("ttl_ms", Field::opt((ttl_ms != 0).then_some(ttl_ms))),
+            ("replaced", Field::Bool(replaced)),
+        ])
     });
     send(ex.bounded_by(cx.config, policy))
 }
@@ -418,7 +429,7 @@ fn override_clear(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
         Some(_) => OverrideQuota::clear(policy, subject),
         None => OverrideQuota::clear_semaphore(policy, subject),
     })?;
-    let ex = Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "cleared": existed })));
+    let ex = Exchange::new(op, |_, existed| ApiResponse::flat(&mut [("cleared", Field::Bool(existed))]));
     send(ex.bounded_by(cx.config, policy))
 }
 
@@ -506,39 +517,53 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
 }
 
 fn decision_response(kinds: &[(String, Option<Algorithm>)], d: decision::Decision, peek: bool) -> ApiResponse {
-    let parts: Vec<Json> = kinds
-        .iter()
-        .zip(&d.parts)
-        .map(|((name, _), p)| match *p {
-            PartOutcome::Quota(q) => json!({
-                "policy": name, "kind": "quota", "allowed": q.allowed, "limit": q.limit,
-                "remaining": q.remaining, "reset_ms": q.reset_ms, "retry_after_ms": q.retry_after_ms
-            }),
-            PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
-                json!({
-                    "policy": name, "kind": "semaphore", "allowed": p.allowed(),
-                    "result": match result {
-                        LeaseResult::Full => "full",
-                        LeaseResult::Acquired => "acquired",
-                        LeaseResult::Renewed => "renewed",
-                        LeaseResult::Ended => "ended",
-                    },
-                    "in_use": in_use, "limit": limit, "earliest_end_ms": earliest_end_ms,
-                    "retry_after_ms": retry_after_ms, "lease_ms": lease_ms, "fencing_token": fencing_token
-                })
-            }
-        })
-        .collect();
-    let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map(|(n, _)| n);
+    let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| match *p {
+        PartOutcome::Quota(q) => object(
+            out,
+            &mut [
+                ("policy", Field::Text(name)),
+                ("kind", Field::Word("quota")),
+                ("allowed", Field::Bool(q.allowed)),
+                ("limit", Field::Int(q.limit)),
+                ("remaining", Field::Int(q.remaining)),
+                ("reset_ms", Field::Int(q.reset_ms)),
+                ("retry_after_ms", Field::Int(q.retry_after_ms)),
+            ],
+        ),
+        PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
+            let result = match result {
+                LeaseResult::Full => "full",
+                LeaseResult::Acquired => "acquired",
+                LeaseResult::Renewed => "renewed",
+                LeaseResult::Ended => "ended",
+            };
+            object(
+                out,
+                &mut [
+                    ("policy", Field::Text(name)),
+                    ("kind", Field::Word("semaphore")),
+                    ("allowed", Field::Bool(p.allowed())),
+                    ("result", Field::Word(result)),
+                    ("in_use", Field::Int(in_use)),
+                    ("limit", Field::Int(limit)),
+                    ("earliest_end_ms", Field::opt(earliest_end_ms)),
+                    ("retry_after_ms", Field::Int(retry_after_ms)),
+                    ("lease_ms", Field::Int(lease_ms)),
+                    ("fencing_token", Field::opt(fencing_token)),
+                ],
+            )
+        }
+    });
+    let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map_or(Field::Null, |(n, _)| Field::Text(n));
     let limits: Vec<Limit<'_>> =
         kinds.iter().zip(&d.parts).filter_map(|((name, a), p)| Limit::part(name, a.as_ref(), p)).collect();
-    ApiResponse::json(
-        200,
-        json!({
-            "allowed": d.allowed, "denied_by": denied_by, "retry_after_ms": d.retry_after_ms,
-            "peek": peek, "parts": parts
-        }),
-    )
+    ApiResponse::flat(&mut [
+        ("allowed", Field::Bool(d.allowed)),
+        ("denied_by", denied_by),
+        ("retry_after_ms", Field::Int(d.retry_after_ms)),
+        ("peek", Field::Bool(peek)),
+        ("parts", Field::Raw(&parts)),
+    ])
     .decided(&limits, Verdict { allowed: d.allowed, retry_after_ms: d.retry_after_ms })
 }
 
@@ -580,15 +605,15 @@ fn semaphore(cx: &Cx<'_>, policy: &str, name: &str, act: Act) -> Routed {
             SemaphoreResult::NeverHeld => "never_held",
         };
         let holding = matches!(o.result, SemaphoreResult::Acquired | SemaphoreResult::Renewed | SemaphoreResult::Held);
-        let r = ApiResponse::json(
-            200,
-            json!({
-                "result": result, "holding": holding,
-                "in_use": o.in_use, "limit": o.limit,
-                "earliest_end_ms": o.earliest_end_ms, "lease_ms": o.lease_ms,
-                "fencing_token": o.fencing_token
-            }),
-        );
+        let r = ApiResponse::flat(&mut [
+            ("result", Field::Word(result)),
+            ("holding", Field::Bool(holding)),
+            ("in_use", Field::Int(o.in_use)),
+            ("limit", Field::Int(o.limit)),
+            ("earliest_end_ms", Field::opt(o.earliest_end_ms)),
+            ("lease_ms", Field::Int(o.lease_ms)),
+            ("fencing_token", Field::opt(o.fencing_token)),
+        ]);
         // A full semaphore is an answer, not a throttle: no Retry-After (its wait is in the body).
         let mut r = r.decided(&[Limit::lease(&policy_name, &o)], Verdict { allowed: true, retry_after_ms: 0 });
         let wait = if holding { 0 } else { o.earliest_end_ms.unwrap_or(0) };
@@ -621,11 +646,14 @@ fn inbox_read(cx: &Cx<'_>, user: &str) -> Routed {
     let limit = q.int("limit", 1, ops::inbox::MAX_PAGE, Some(50))?;
     let op = Read::new(user, after, limit)?;
     let ex = Exchange::new(op, |_, msgs| {
-        let list: Vec<Json> = msgs
-            .into_iter()
-            .map(|m| json!({"id": m.id, "time": m.time, "body": String::from_utf8_lossy(&m.body)}))
-            .collect();
-        ApiResponse::json(200, json!({ "messages": list }))
+        let messages = list(msgs, |out, m| {
+            let body = String::from_utf8_lossy(&m.body);
+            object(
+                out,
+                &mut [("id", Field::Int(m.id)), ("time", Field::Int(m.time.into())), ("body", Field::Text(&body))],
+            )
+        });
+        ApiResponse::flat(&mut [("messages", Field::Raw(&messages))])
     });
     send(ex.bounded_by(cx.config, name))
 }
@@ -638,7 +666,8 @@ fn inbox_append(cx: &Cx<'_>, user: &str) -> Routed {
     let text = b.string("body")?;
     let op = cx.replayable(Append::new(user, id, &text, ttl_ms, max_len))?;
     let ex = Exchange::new(op, |_, o| {
-        ApiResponse::json(if o.stored { 201 } else { 200 }, json!({"stored": o.stored, "length": o.length}))
+        let status = if o.stored { 201 } else { 200 };
+        ApiResponse::object(status, &mut [("stored", Field::Bool(o.stored)), ("length", Field::Int(o.length))])
     });
     send(ex.bounded_by(cx.config, name))
 }
@@ -648,8 +677,9 @@ fn inbox_trim(cx: &Cx<'_>, user: &str) -> Routed {
     let (name, _, max_len, max_age_s) = inbox_policy(cx)?;
     cx.body(&[])?;
     let op = cx.replayable(Trim::new(user, max_age_s, max_len, 1000))?;
-    let ex =
-        Exchange::new(op, |_, o| ApiResponse::json(200, json!({"deleted": o.deleted, "newest_time": o.newest_time})));
+    let ex = Exchange::new(op, |_, o| {
+        ApiResponse::flat(&mut [("deleted", Field::Int(o.deleted)), ("newest_time", Field::opt(o.newest_time))])
+    });
     send(ex.bounded_by(cx.config, name))
 }
 
@@ -720,11 +750,15 @@ fn create_packet<R: RngCore + ?Sized>(cx: &Cx<'_>, rng: &mut R) -> Routed {
         if !o.created {
             return ApiResponse::error(409, "a packet with this id exists; try again", None);
         }
-        ApiResponse::json(
+        ApiResponse::object(
             201,
-            json!({
-                "id": id, "policy": name, "total_cents": total, "count": count, "expires_at_ms": o.expires_at_ms
-            }),
+            &mut [
+                ("id", Field::Text(&id)),
+                ("policy", Field::Text(&name)),
+                ("total_cents", Field::Int(total)),
+                ("count", Field::Int(count)),
+                ("expires_at_ms", Field::Int(o.expires_at_ms)),
+            ],
         )
     });
     ex.timeout_ms = timeout;
@@ -736,14 +770,16 @@ fn packet_status(cx: &Cx<'_>, id: &str) -> Routed {
     let op = ReadStatus::new(id)?;
     let id = id.to_owned();
     let mut ex = Exchange::new(op, move |_, o| match o {
-        Some(s) => ApiResponse::json(
-            200,
-            json!({
-                "id": id, "total_cents": s.total, "count": s.count, "remaining": s.remaining,
-                "claimed": s.grabbed, "claimed_cents": s.grabbed_sum,
-                "created_ms": s.created_ms, "expires_ms": s.expires_ms
-            }),
-        ),
+        Some(s) => ApiResponse::flat(&mut [
+            ("id", Field::Text(&id)),
+            ("total_cents", Field::Int(s.total)),
+            ("count", Field::Int(s.count)),
+            ("remaining", Field::Int(s.remaining)),
+            ("claimed", Field::Int(s.grabbed)),
+            ("claimed_cents", Field::Int(s.grabbed_sum)),
+            ("created_ms", Field::Int(s.created_ms)),
+            ("expires_ms", Field::Int(s.expires_ms)),
+        ]),
         None => not_found_packet(),
     });
     ex.timeout_ms = packet_timeout(cx.config);
@@ -782,11 +818,19 @@ fn grabs(cx: &Cx<'_>, id: &str) -> Routed {
     let limit = q.int("limit", 1, redpacket::MAX_PAGE, Some(100))?;
     let op = ReadGrabs::new(id, offset, limit)?;
     let mut ex = Exchange::new(op, |_, claims| {
-        let list: Vec<Json> = claims
-            .into_iter()
-            .map(|c| json!({"user": c.user, "amount_cents": c.amount, "amount": c.amount, "index": c.index, "at_ms": c.at_ms}))
-            .collect();
-        ApiResponse::json(200, json!({ "claims": list }))
+        let claims = list(claims, |out, c| {
+            object(
+                out,
+                &mut [
+                    ("user", Field::Text(&c.user)),
+                    ("amount_cents", Field::Int(c.amount)),
+                    ("amount", Field::Int(c.amount)),
+                    ("index", Field::Int(c.index)),
+                    ("at_ms", Field::Int(c.at_ms)),
+                ],
+            )
+        });
+        ApiResponse::flat(&mut [("claims", Field::Raw(&claims))])
     });
     ex.timeout_ms = packet_timeout(cx.config);
     send(ex)
