@@ -63,6 +63,16 @@ fn int_min(min: i64) -> Json {
     json!({"type": "integer", "minimum": min})
 }
 
+/// An integer in a request body: a JSON number, or a string holding a canonical decimal (for
+/// clients that send large numbers as strings).
+fn body_int(min: Option<i64>) -> Json {
+    let number = match min {
+        Some(m) => int_min(m),
+        None => int(),
+    };
+    json!({"anyOf": [number, {"type": "string", "pattern": "^(0|-?[1-9][0-9]{0,18})$"}]})
+}
+
 fn opt_int() -> Json {
     json!({"type": ["integer", "null"]})
 }
@@ -132,7 +142,7 @@ fn holder_body(check: bool) -> Json {
     let mut props = vec![("holder", id())];
     let mut required = vec!["holder"];
     if check {
-        props.push(("fencing_token", int_min(1)));
+        props.push(("fencing_token", body_int(Some(1))));
         required.push("fencing_token");
     }
     object(&props, &required)
@@ -160,7 +170,7 @@ fn doc(route: RouteId) -> Doc {
         write: true,
         key: true,
     };
-    let cost = || object(&[("cost", int_min(1))], &[]);
+    let cost = || object(&[("cost", body_int(Some(1)))], &[]);
     match route {
         RouteId::Health => read(record(&[("ok", boolean()), ("rest", string()), ("redis", string())])),
         RouteId::Policies => {
@@ -170,7 +180,7 @@ fn doc(route: RouteId) -> Doc {
         RouteId::CounterGet => read(record(&[("value", int())])),
         RouteId::CounterAdd => write(
             Public,
-            object(&[("delta", int())], &["delta"]),
+            object(&[("delta", body_int(None))], &["delta"]),
             true,
             record(&[("value", int()), ("applied", int()), ("status", words(&["applied", "clamped", "rejected"]))]),
             &[403],
@@ -188,7 +198,12 @@ fn doc(route: RouteId) -> Doc {
         RouteId::OverrideSet => write(
             Admin,
             object(
-                &[("limit", int_min(1)), ("capacity", int_min(1)), ("burst", int_min(1)), ("ttl_ms", int_min(1))],
+                &[
+                    ("limit", body_int(Some(1))),
+                    ("capacity", body_int(Some(1))),
+                    ("burst", body_int(Some(1))),
+                    ("ttl_ms", body_int(Some(1))),
+                ],
                 &[],
             ),
             true,
@@ -216,7 +231,7 @@ fn doc(route: RouteId) -> Doc {
                                 "type": "array", "minItems": 1,
                                 "maxItems": redcount_core::ops::decision::MAX_PARTS,
                                 "items": {"oneOf": [
-                                    object(&[("policy", id()), ("cost", int_min(1))], &["policy"]),
+                                    object(&[("policy", id()), ("cost", body_int(Some(1)))], &["policy"]),
                                     object(&[("policy", id()), ("holder", id())], &["policy", "holder"]),
                                 ]},
                             }),
@@ -252,7 +267,7 @@ fn doc(route: RouteId) -> Doc {
                     Inbox,
                     object(
                         &[
-                            ("id", int_min(0)),
+                            ("id", body_int(Some(0))),
                             ("body", json!({"type": "string", "maxLength": redcount_core::ops::inbox::MAX_BODY})),
                         ],
                         &["id", "body"],
@@ -280,7 +295,12 @@ fn doc(route: RouteId) -> Doc {
             ..write(
                 Public,
                 object(
-                    &[("total_cents", int_min(1)), ("count", int_min(1)), ("policy", id()), ("min_cents", int_min(1))],
+                    &[
+                        ("total_cents", body_int(Some(1))),
+                        ("count", body_int(Some(1))),
+                        ("policy", id()),
+                        ("min_cents", body_int(Some(1))),
+                    ],
                     &["total_cents", "count"],
                 ),
                 true,
