@@ -136,8 +136,12 @@ macro_rules! routes {
 
             /// The route `id` with `params` (in path order; missing ones are empty).
             pub fn with_params(id: RouteId, params: Vec<String>) -> Route {
+                let mut p: [String; MAX_PARAMS] = Default::default();
+                for (slot, param) in p.iter_mut().zip(params) {
+                    *slot = param;
+                }
                 #[allow(unused_mut, unused_variables)]
-                let mut p = params.into_iter();
+                let mut p = p.iter_mut().map(core::mem::take);
                 match id {
                     $( RouteId::$name => Route::$name { $($param: p.next().unwrap_or_default()),* }, )*
                 }

@@ -79,9 +79,13 @@ pub(crate) fn run<R: RngCore + ?Sized>(
             ])
         }))),
         Route::Policies {} => {
-            // By name, as a JSON map orders them.
-            let mut sorted: Vec<&(String, Policy)> = config.policies.iter().collect();
-            sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            // By name, as a JSON map orders them (insertion sort: a few policies, and no
+            // general sort's code in the bundle).
+            let mut sorted: Vec<&(String, Policy)> = Vec::with_capacity(config.policies.len());
+            for p in &config.policies {
+                let at = sorted.iter().position(|q| q.0 > p.0).unwrap_or(sorted.len());
+                sorted.insert(at, p);
+            }
             let mut text = String::from("{");
             for (i, (name, p)) in sorted.into_iter().enumerate() {
                 if i > 0 {
@@ -132,7 +136,7 @@ fn openapi() -> Routed {
     Err(ApiError::new(404, "the OpenAPI document is served as a static file (openapi.json)"))
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
     /// The body's fields (a JSON object or empty), known names only.
     fn body(&self, known: &[&str]) -> Result<Fields, ApiError> {
         body(self.input.body(), known)
@@ -185,18 +189,18 @@ impl Cx<'_> {
         Ok(ops::Idempotent::new(op, self.idempotency()?))
     }
 
-    /// The policy `name`, read by `pick` as the kind `kind` it must be: 404 naming what it is
-    /// otherwise. (`pick` matches the one variant it wants, so no kind string is checked apart
-    /// from the data.)
-    fn find<T>(&self, name: &str, kind: &str, pick: impl Fn(&Policy) -> Option<T>) -> Result<T, ApiError> {
+    /// The policy `name` (404 when none is configured). Callers match the variant they
+    /// want and answer [`wrong_kind`] otherwise, so no kind string is checked apart from the
+    /// data (and no generic copy of this is made per kind).
+    fn find(&self, name: &str) -> Result<&'a Policy, ApiError> {
         validate::id("policy", name)?;
-        let Some(p) = self.config.policy(name) else {
-            return Err(ApiError::new(404, format!("no policy named {name}")).at("policy"));
-        };
-        pick(p).ok_or_else(|| {
-            ApiError::new(404, format!("policy {name} is a {} policy, not a {kind} policy", p.kind())).at("policy")
-        })
+        self.config.policy(name).ok_or_else(|| ApiError::new(404, format!("no policy named {name}")).at("policy"))
     }
+}
+
+/// The answer for the policy `name`, a `p`, where a `kind` policy is wanted.
+fn wrong_kind(name: &str, p: &Policy, kind: &str) -> ApiError {
+    ApiError::new(404, format!("policy {name} is a {} policy, not a {kind} policy", p.kind())).at("policy")
 }
 
 /// What makes two uses of one `Idempotency-Key` the same request: the method, the route
@@ -261,10 +265,10 @@ fn beyond(field: &'static str, what: String) -> ApiError {
 // Counters, claims, quotas, overrides.
 
 fn counter_policy(cx: &Cx<'_>, policy: &str) -> Result<(ops::counter::Bounds, ops::counter::Storage, i64), ApiError> {
-    cx.find(policy, "counter", |p| match *p {
-        Policy::Counter { bounds, storage, max_step } => Some((bounds, storage, max_step)),
-        _ => None,
-    })
+    match *cx.find(policy)? {
+        Policy::Counter { bounds, storage, max_step } => Ok((bounds, storage, max_step)),
+        ref p => Err(wrong_kind(policy, p, "counter")),
+    }
 }
 
 /// `GET /api/counters/{policy}/{subject}`.
@@ -300,10 +304,10 @@ fn counter_add(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
 /// `POST /api/claims/{policy}/{subject}`.
 fn claim(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     cx.body(&[])?;
-    let window_ms = cx.find(policy, "claim", |p| match *p {
-        Policy::Claim { window_ms } => Some(window_ms),
-        _ => None,
-    })?;
+    let window_ms = match *cx.find(policy)? {
+        Policy::Claim { window_ms } => window_ms,
+        ref p => return Err(wrong_kind(policy, p, "claim")),
+    };
     let op = cx.replayable(Claim::new(policy, subject, window_ms))?;
     let name = policy.to_owned();
     let ex = Exchange::new(op, move |_, o| {
@@ -322,10 +326,10 @@ fn claim(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
 }
 
 fn quota_policy(cx: &Cx<'_>, policy: &str) -> Result<(Algorithm, i64), ApiError> {
-    cx.find(policy, "quota", |p| match *p {
-        Policy::Quota { algorithm, max_cost } => Some((algorithm, max_cost)),
-        _ => None,
-    })
+    match *cx.find(policy)? {
+        Policy::Quota { algorithm, max_cost } => Ok((algorithm, max_cost)),
+        ref p => Err(wrong_kind(policy, p, "quota")),
+    }
 }
 
 /// `POST /api/quotas/{policy}/{subject}` `{"cost": N}` takes; `GET …?cost=N` peeks.
@@ -491,8 +495,7 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
     };
     let part = Fields::Json(map.clone());
     let name = part.string("policy")?;
-    let policy = cx.find(&name, "quota or semaphore", |p| Some(p.clone()))?;
-    let (built, algorithm) = match policy {
+    let (built, algorithm) = match *cx.find(&name)? {
         Policy::Quota { algorithm, max_cost } => {
             part.known(&["policy", "cost"])?;
             let cost = part.int("cost", 1, algorithm.limit(), Some(1))?;
@@ -505,7 +508,7 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
             part.known(&["policy", "holder"])?;
             (Part::lease(&name, &part.string("holder")?, limit, lease_ms), None)
         }
-        other => {
+        ref other => {
             return Err(ApiError::new(
                 400,
                 format!("policy {name} is a {} policy: a decision takes quota and semaphore policies", other.kind()),
@@ -587,10 +590,10 @@ fn semaphore(cx: &Cx<'_>, policy: &str, name: &str, act: Act) -> Routed {
         Act::Check => Action::Check { fencing_token: b.int("fencing_token", 1, validate::MAX_SAFE, None)? },
     };
     let holder = b.string("holder")?;
-    let (limit, lease_ms) = cx.find(policy, "semaphore", |p| match *p {
-        Policy::Semaphore { limit, lease_ms } => Some((limit, lease_ms)),
-        _ => None,
-    })?;
+    let (limit, lease_ms) = match *cx.find(policy)? {
+        Policy::Semaphore { limit, lease_ms } => (limit, lease_ms),
+        ref p => return Err(wrong_kind(policy, p, "semaphore")),
+    };
     let op = cx.replayable(UpdateLease::new(policy, name, action, &holder, limit, lease_ms))?;
     let policy_name = policy.to_owned();
     let ex = Exchange::new(op, move |_, o| {
@@ -716,8 +719,9 @@ fn create_packet<R: RngCore + ?Sized>(cx: &Cx<'_>, rng: &mut R) -> Routed {
     let b = cx.body(&["total_cents", "count", "policy", "min_cents"])?;
     let (name, (max_shares, max_total_cents, min_cents, ttl_ms)) = match b.opt_string("policy")? {
         Some(name) => {
-            let p = cx.find(&name, "redpackets", red_packets)?;
-            (name, p)
+            let p = cx.find(&name)?;
+            let Some(settings) = red_packets(p) else { return Err(wrong_kind(&name, p, "redpackets")) };
+            (name, settings)
         }
         None => match cx.config.first_of("redpackets").and_then(|(n, p)| Some((n.to_owned(), red_packets(p)?))) {
             Some(found) => found,
