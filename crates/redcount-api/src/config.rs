@@ -368,7 +368,9 @@ fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, Fai
     }
     // A map keeps the last of repeated names: a policy defined twice must not pass as one.
     if let Some(path) = crate::routes::repeated_path(text.as_bytes()) {
-        return Err(err(format!("{VAR}.{}", path.join(".")), "is defined more than once"));
+        // Joined by hand: `[String]::join` is a generic copy of its own in the bundle.
+        let at = path.iter().fold(String::from(VAR), |at, key| at + "." + key);
+        return Err(err(at, "is defined more than once"));
     }
     let mut out = Vec::with_capacity(map.len());
     let mut failure = Vec::new();

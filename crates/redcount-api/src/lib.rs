@@ -72,6 +72,7 @@ use redcount_core::ratelimit;
 use redcount_core::rest::{self, Encoding, RestError};
 use redcount_core::script::Call;
 use redcount_core::value::Value;
+use serde_json::Value as Json;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -414,11 +415,54 @@ fn object(out: &mut String, fields: &mut [(&str, Field<'_>)]) {
                 out.push_str(w);
                 out.push('"');
             }
-            Field::Text(t) => out.push_str(&serde_json::to_string(t).unwrap_or_default()),
+            Field::Text(t) => rest::write_json_string(out, t),
             Field::Raw(json) => out.push_str(json),
         }
     }
     out.push('}');
+}
+
+/// Writes `v` as serde_json writes it (`Value::to_string`: keys sorted, strings escaped the
+/// same way), without serde_json's serializer in the bundle; `false` (and nothing written that
+/// counts) for a number that is not an integer, which no validated request holds.
+fn canonical(out: &mut String, v: &Json) -> bool {
+    match v {
+        Json::Null => out.push_str("null"),
+        Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => out.push_str(itoa::Buffer::new().format(i)),
+            (None, Some(u)) => out.push_str(itoa::Buffer::new().format(u)),
+            _ => return false,
+        },
+        Json::String(s) => rest::write_json_string(out, s),
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if !canonical(out, item) {
+                    return false;
+                }
+            }
+            out.push(']');
+        }
+        Json::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                rest::write_json_string(out, k);
+                out.push(':');
+                if !canonical(out, item) {
+                    return false;
+                }
+            }
+            out.push('}');
+        }
+    }
+    true
 }
 
 /// `[item, …]`, each item written by `write`.
@@ -803,6 +847,40 @@ mod object_tests {
             prop_assert_eq!(r.status, 200);
             prop_assert_eq!(r.body, Json::Object(map).to_string());
         }
+    }
+
+    /// Any JSON without fractions: what a validated request body can hold.
+    fn any_json() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<String>().prop_map(Json::String),
+            "[\"\\\u{0}-\u{1f}\u{7f}a-z]{0,6}".prop_map(Json::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                proptest::collection::btree_map("[a-z\"\\\u{1}]{0,4}", inner, 0..4)
+                    .prop_map(|m| Json::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        // The Idempotency-Key's fingerprint is of this text: it must stay what serde_json wrote.
+        #[test]
+        fn canonical_text_is_serde_jsons(v in any_json()) {
+            let mut out = String::new();
+            prop_assert!(canonical(&mut out, &v));
+            prop_assert_eq!(out, v.to_string());
+        }
+    }
+
+    #[test]
+    fn a_fraction_is_not_canonical() {
+        assert!(!canonical(&mut String::new(), &json!({"a": [1, 2.5]})));
     }
 
     #[test]

@@ -130,7 +130,9 @@ macro_rules! routes {
                     $( Route::$name { $($param),* } => &[$($param.as_str()),*], )*
                 };
                 let mut out = [""; MAX_PARAMS];
-                out[..given.len()].copy_from_slice(given);
+                for (slot, param) in out.iter_mut().zip(given) {
+                    *slot = param;
+                }
                 out.into_iter().take(given.len())
             }
 

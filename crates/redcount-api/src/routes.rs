@@ -3,7 +3,7 @@
 
 use alloc::borrow::ToOwned;
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use rand_core::RngCore;
 use serde_json::{Map, Value as Json};
@@ -139,14 +139,14 @@ fn openapi() -> Routed {
 impl<'a> Cx<'a> {
     /// The body's fields (a JSON object or empty), known names only.
     fn body(&self, known: &[&str]) -> Result<Fields, ApiError> {
-        body(self.input.body(), known)
+        body(self.input.body(), known).map(Fields::Json)
     }
 
     /// A reading route's fields: HTTP's query string, or the JSON input's object.
     fn query(&self, known: &[&'static str]) -> Result<Fields, ApiError> {
         match self.input {
             Input::Http { query, .. } => Fields::query(query, known),
-            Input::Json(bytes) => body(bytes, known),
+            Input::Json(bytes) => body(bytes, known).map(Fields::Json),
         }
     }
 
@@ -175,7 +175,10 @@ impl<'a> Cx<'a> {
         // routes whose body is optional read it so.
         let body = self.input.body();
         let canonical = match serde_json::from_slice::<Json>(body) {
-            Ok(json) => json.to_string().into_bytes(),
+            Ok(json) => {
+                let mut text = String::with_capacity(body.len());
+                if crate::canonical(&mut text, &json) { text.into_bytes() } else { body.to_vec() }
+            }
             Err(_) if body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
             Err(_) => body.to_vec(),
         };
@@ -444,8 +447,7 @@ fn override_clear(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
 /// {"policy": "in-flight", "holder": "job-7"}], "peek": false}`: quota and semaphore policies
 /// of one subject decided at once, all or nothing (a denied decision consumes nothing).
 fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
-    let b = cx.body(&["parts", "peek"])?;
-    let Fields::Json(b) = b else { unreachable!("a body is JSON") };
+    let b = body(cx.input.body(), &["parts", "peek"])?;
     let peek = match b.get("peek") {
         None | Some(Json::Bool(false)) => false,
         Some(Json::Bool(true)) => true,
@@ -497,7 +499,7 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
     let name = part.string("policy")?;
     let (built, algorithm) = match *cx.find(&name)? {
         Policy::Quota { algorithm, max_cost } => {
-            part.known(&["policy", "cost"])?;
+            known_fields(map, &["policy", "cost"])?;
             let cost = part.int("cost", 1, algorithm.limit(), Some(1))?;
             if !cx.admin() && cost > max_cost {
                 return Err(beyond("cost", format!("{cost} > {max_cost}")));
@@ -505,7 +507,7 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
             (Part::quota(&name, algorithm, cost), Some(algorithm))
         }
         Policy::Semaphore { limit, lease_ms } => {
-            part.known(&["policy", "holder"])?;
+            known_fields(map, &["policy", "holder"])?;
             (Part::lease(&name, &part.string("holder")?, limit, lease_ms), None)
         }
         ref other => {
@@ -851,9 +853,9 @@ enum Fields {
 }
 
 /// The fields of a JSON object body (empty: no fields), known names only.
-fn body(bytes: &[u8], known: &[&str]) -> Result<Fields, ApiError> {
+fn body(bytes: &[u8], known: &[&str]) -> Result<Map<String, Json>, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Fields::Json(Map::new()));
+        return Ok(Map::new());
     }
     let json: Json = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::new(400, format!("body is not valid JSON: {e}")).at("body"))?;
@@ -864,9 +866,19 @@ fn body(bytes: &[u8], known: &[&str]) -> Result<Fields, ApiError> {
     if let Some(k) = repeated_key(bytes) {
         return Err(ApiError::new(400, format!("field `{k}` appears more than once")).at("body"));
     }
-    let fields = Fields::Json(map);
-    fields.known(known)?;
-    Ok(fields)
+    known_fields(&map, known)?;
+    Ok(map)
+}
+
+/// Refuses a field outside `fields`.
+fn known_fields(map: &Map<String, Json>, fields: &[&str]) -> Result<(), ApiError> {
+    match map.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(k) => {
+            let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
+            Err(ApiError::new(400, format!("unknown field `{k}` (known: {known})")).at(k.as_str()))
+        }
+        None => Ok(()),
+    }
 }
 
 impl Fields {
@@ -887,18 +899,6 @@ impl Fields {
             out.push((k.to_owned(), v.to_owned()));
         }
         Ok(Fields::Query(out))
-    }
-
-    /// Refuses a field outside `fields` (as [`body`] does for a whole body).
-    fn known(&self, fields: &[&str]) -> Result<(), ApiError> {
-        let Fields::Json(map) = self else { return Ok(()) };
-        match map.keys().find(|k| !fields.contains(&k.as_str())) {
-            Some(k) => {
-                let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
-                Err(ApiError::new(400, format!("unknown field `{k}` (known: {known})")).at(k.as_str()))
-            }
-            None => Ok(()),
-        }
     }
 
     fn has(&self, field: &str) -> bool {

@@ -85,9 +85,10 @@ fn window_ms(algorithm: &Algorithm, size: i64) -> i64 {
     }
 }
 
-/// `n / d` rounded up, for positive numbers.
+/// `n / d` rounded up (`n` at least 0, `d` at least 1: unsigned, so nothing can trap).
 fn div_ceil(n: i64, d: i64) -> i64 {
-    n / d + i64::from(n % d != 0)
+    let (n, d) = (n.max(0).unsigned_abs(), d.max(1).unsigned_abs());
+    i64::try_from(n / d + u64::from(n % d != 0)).unwrap_or(i64::MAX)
 }
 
 impl<'a> Limit<'a> {
