@@ -157,6 +157,7 @@ impl ApiResponse {
 
     /// Adds the `RateLimit-Policy` and `RateLimit` headers of `limits`, and the verdict.
     fn decided(mut self, limits: &[ratelimit::Limit<'_>], verdict: Verdict) -> Self {
+        self.headers.reserve(3);
         if !limits.is_empty() {
             self.headers.push((ratelimit::POLICY_HEADER, ratelimit::policy_field(limits)));
             self.headers.push((ratelimit::LIMIT_HEADER, ratelimit::limit_field(limits)));

@@ -185,6 +185,12 @@ fn item(out: &mut String, index: usize, name: &str) {
         out.push_str(", ");
     }
     out.push('"');
+    // Most names (every redcount policy's) need no escape: copied whole.
+    if name.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+        out.push_str(name);
+        out.push('"');
+        return;
+    }
     for c in name.chars() {
         match c {
             '"' | '\\' => {
