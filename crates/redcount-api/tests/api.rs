@@ -421,7 +421,7 @@ fn packet_ids_from_a_key_do_not_depend_on_the_transport() {
 /// JSON object, a caller. Same exchanges, same answers, same idempotency scope as over HTTP.
 #[test]
 fn calls_without_http_make_the_same_exchanges() {
-    use api::{Caller, Input, Route, Scope};
+    use api::{Caller, Input, Route};
     let config = config();
     let call = |route: Route, input: &[u8], caller: &Caller, key: Option<&str>| {
         api::call(&config, route, Input::Json(input), caller, key, &mut StdRng::seed_from_u64(1))
