@@ -314,6 +314,38 @@ impl Config {
         self.failure.iter().find(|(n, _)| n == name).map(|(_, f)| *f).unwrap_or_default()
     }
 
+    /// A fingerprint of the definition of the policy called `name`: the first 8 bytes of the
+    /// SHA-1 of its public JSON and its declared failure mode, so the same definition has the
+    /// same fingerprint in every process and build, and any change to it (a redeploy that
+    /// raises a limit) another one. What a shell keys state by that must not outlive the
+    /// definition (a cache of denials). `None` when no policy has that name.
+    ///
+    /// ```
+    /// use redcount_api::Config;
+    ///
+    /// let with = |policies: &str| {
+    ///     let policies = policies.to_string();
+    ///     Config::from_env(move |v| (v == "REDCOUNT_POLICIES").then(|| policies.clone())).unwrap()
+    /// };
+    /// let a = with(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000}}"#);
+    /// let b = with(r#"{"q": {"window_ms": 1000, "limit": 5, "kind": "quota"}, "other": {"kind": "claim", "window_ms": 1}}"#);
+    /// let c = with(r#"{"q": {"kind": "quota", "limit": 6, "window_ms": 1000}}"#);
+    /// assert_eq!(a.fingerprint("q"), b.fingerprint("q"));
+    /// assert_ne!(a.fingerprint("q"), c.fingerprint("q"));
+    /// assert_eq!(a.fingerprint("nope"), None);
+    /// ```
+    pub fn fingerprint(&self, name: &str) -> Option<u64> {
+        let mut text = String::new();
+        self.policy(name)?.write_json(&mut text);
+        let mode = self.failure_mode(name);
+        text.push_str(if mode.allow { "\nallow\n" } else { "\ndeny\n" });
+        text.push_str(itoa::Buffer::new().format(mode.timeout_ms.unwrap_or(0)));
+        let digest = redcount_core::sha1::digest(text.as_bytes());
+        let mut first = [0; 8];
+        first.copy_from_slice(&digest[..8]);
+        Some(u64::from_be_bytes(first))
+    }
+
     /// The policy called `name`.
     pub fn policy(&self, name: &str) -> Option<&Policy> {
         self.policies.iter().find(|(n, _)| n == name).map(|(_, p)| p)

@@ -1,6 +1,6 @@
 //! The route table: every route of the API once, as a typed [`Route`] parsed from the method
 //! and the percent-decoded path. Dispatch, the failure-mode lookup, the metric labels and the
-//! OpenAPI document all read this one table; adding a route is one line in [`routes!`] (the
+//! OpenAPI document all read this one table; adding a route is one line in `routes!` (the
 //! compiler then asks for its handler and its document entry).
 //!
 //! ```
