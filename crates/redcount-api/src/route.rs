@@ -312,8 +312,13 @@ pub fn segments(path: &str) -> Result<Vec<String>, ApiError> {
         if raw.len() > 3 * MAX_SEGMENT {
             return Err(bad("a segment is too long"));
         }
-        let bytes = redcount_core::text::percent_decode(raw).ok_or_else(|| bad("malformed percent-encoding"))?;
-        let s = String::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
+        // Most segments hold no escape: taken as they are (already UTF-8).
+        let s = if raw.bytes().any(|b| b == b'%') {
+            let bytes = redcount_core::text::percent_decode(raw).ok_or_else(|| bad("malformed percent-encoding"))?;
+            String::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?
+        } else {
+            String::from(raw)
+        };
         if s.len() > MAX_SEGMENT {
             return Err(bad("a segment is too long"));
         }
