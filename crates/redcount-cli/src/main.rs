@@ -115,6 +115,16 @@ struct ServeArgs {
     /// Longest wait for one Redis or REST call (and for a request body), in ms.
     #[arg(long, env = "REDCOUNT_TIMEOUT_MS", default_value_t = 5_000)]
     timeout_ms: u64,
+    /// With --redis: acknowledge writes of money (counters, red packets) only once this many
+    /// replicas have them (`WAIT` on the same connection, right after the script; on their own
+    /// connections). Fewer within --wait-replicas-ms: 503 with `"durable": false` (the write
+    /// happened on the master and may be lost if it fails over). 0: off. Through a REST front,
+    /// start the front with its own --wait-replicas.
+    #[arg(long, env = "REDCOUNT_WAIT_REPLICAS", default_value_t = 0, conflicts_with = "rest_url")]
+    wait_replicas: u32,
+    /// How long a write of money waits for --wait-replicas, in ms (less than --timeout-ms).
+    #[arg(long, env = "REDCOUNT_WAIT_REPLICAS_MS", default_value_t = 250)]
+    wait_replicas_ms: u64,
     /// Client connections served at once; past it new ones get 503 and are closed.
     #[arg(long, env = "REDCOUNT_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
@@ -521,9 +531,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
         (None, Some(url)) => {
             let what = if args.cluster { "the Redis Cluster" } else { "Redis" };
-            let d = redcount::Direct::connect_to(url, args.cluster, timeout)
-                .await
-                .map_err(|e| format!("cannot reach {what}: {e}"))?;
+            let d = match args.wait_replicas {
+                0 => redcount::Direct::connect_to(url, args.cluster, timeout).await,
+                n => {
+                    let wait = redcount::direct::ReplicaWait {
+                        replicas: n,
+                        timeout: std::time::Duration::from_millis(args.wait_replicas_ms),
+                    };
+                    redcount::Direct::connect_waiting(url, args.cluster, timeout, wait).await
+                }
+            }
+            .map_err(|e| format!("cannot reach {what}: {e}"))?;
             if let Some(risk) = d.eviction_risk().await {
                 if !args.allow_eviction {
                     return Err(format!(

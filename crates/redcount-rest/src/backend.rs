@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use redcount::direct::ClusterLink;
+use redcount::direct::{ClusterLink, Lanes, ReplicaWait};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
-use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Who a backend logs in as; `None` is the URL's own user.
@@ -33,6 +33,16 @@ pub struct Backend {
     /// the URL-user connections to send it on. A restarted Redis has forgotten the user
     /// (unless it saved its ACL), so a refused login is answered by making it again.
     restore: Option<(Cmd, Conns)>,
+    /// `--wait-replicas`: money calls wait for replicas.
+    waits: Option<Waits>,
+}
+
+/// How money calls wait for replicas, and on a Cluster the connections of their own they run
+/// on (a WAIT holds its node connection until the replicas answer; elsewhere they run on the
+/// pool, whose connections serve one request at a time).
+struct Waits {
+    wait: ReplicaWait,
+    lanes: Option<Arc<Lanes<ClusterLink>>>,
 }
 
 #[derive(Clone)]
@@ -173,6 +183,13 @@ impl Charge {
 /// A Cluster call given up because its master does not accept connections (the text that
 /// follows names it).
 pub const NODE_DOWN: &str = "Redis Cluster node unreachable";
+
+/// A Cluster call still redirected (MOVED, ASK) when its time ran out: it did not run.
+pub const REDIRECTED: &str = "Redis Cluster: still redirected at the time limit";
+
+/// A money call whose write fewer replicas than `--wait-replicas` acknowledged in time (the
+/// text that follows says how many).
+pub const NOT_DURABLE: &str = "NOTDURABLE";
 
 /// A request refused because the budget of large replies in flight is spent.
 pub const BUDGET_SPENT: &str = "too many large replies in flight (--max-inflight-response-bytes); retry shortly";
@@ -503,8 +520,14 @@ impl Backend {
         self.query_in(cmd, Lane::Bounded).await
     }
 
-    /// [`Backend::query`] on the connections of `lane`.
+    /// [`Backend::query`] on the connections of `lane` (a money call that waits for replicas
+    /// on connections of its own whatever the lane).
     pub async fn query_in(&self, cmd: &Cmd, lane: Lane) -> RedisResult<Value> {
+        if let Some(waits) = &self.waits
+            && redcount::direct::waits_for_replicas(cmd)
+        {
+            return retried!(self, self.conns.query_waited(cmd, waits));
+        }
         retried!(self, self.conns.query(cmd, lane))
     }
 
@@ -563,10 +586,12 @@ impl Backend {
         login: Option<&Login>,
         connections: usize,
         max_reply: usize,
+        wait: Option<ReplicaWait>,
     ) -> RedisResult<Self> {
         // A connection made for a request (the shared ones are made on first use) may take as
         // long as the request may: a short stall of Redis is waited out, not a failure.
         let connect_timeout = timeout.max(Duration::from_secs(2));
+        let waits;
         let backend = if cluster {
             let seeds = url
                 .split(',')
@@ -588,8 +613,14 @@ impl Backend {
                     None => builder,
                 }
             };
+            let mut lanes = Vec::new();
+            for _ in wait.iter().flat_map(|_| 0..redcount::direct::WAIT_LANES) {
+                lanes.push(ClusterLink::connect(seeds.clone(), builder.clone()).await?);
+            }
+            waits = wait.map(|wait| Waits { wait, lanes: Some(Arc::new(Lanes::new(lanes))) });
             Conns::Cluster(ClusterLink::connect(seeds, builder).await?, timeout)
         } else {
+            waits = wait.map(|wait| Waits { wait, lanes: None });
             let mut info = url.into_connection_info()?;
             if let Some(l) = login {
                 let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
@@ -600,7 +631,7 @@ impl Backend {
             Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)), Arc::new(shared))
         };
         backend.query(&redis::cmd("PING"), Lane::Bounded).await?;
-        Ok(Backend { conns: backend, login: login.cloned(), restore: None })
+        Ok(Backend { conns: backend, login: login.cloned(), restore: None, waits })
     }
 }
 
@@ -610,6 +641,38 @@ impl Conns {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| cmd.query_async(c).await).await,
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| cmd.query_async(c).await).await,
             (Conns::Cluster(c, timeout), _) => Box::pin(cluster_call(c, cmd, *timeout)).await,
+        }
+    }
+
+    /// A money call, then `WAIT` on the same connection: its reply when enough replicas have
+    /// its write, else an error saying [`NOT_DURABLE`] (an error reply is the answer as is).
+    async fn query_waited(&self, cmd: &Cmd, waits: &Waits) -> RedisResult<Value> {
+        let not_durable = |why: String| RedisError::from(io::Error::other(format!("{NOT_DURABLE} {why}")));
+        match (self, &waits.lanes) {
+            (Conns::Cluster(_, timeout), Some(lanes)) => {
+                let Ok(lane) = tokio::time::timeout(*timeout, lanes.lease()).await else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no connection for calls that wait for replicas came free in time",
+                    )
+                    .into());
+                };
+                match redcount::direct::cluster_call_waited(&lane, cmd, &waits.wait, inside(*timeout)).await {
+                    Err(redcount::direct::Stop::NotDurable(why)) => Err(not_durable(why)),
+                    other => stopped(other),
+                }
+            }
+            (Conns::Single(pool, _), _) => {
+                let pipe = waits.wait.pipeline(cmd);
+                let replies = pool.run(async |c| pipe.query_async::<Value>(c).await).await?;
+                let (reply, waited) = waits.wait.split(replies).map_err(|e| RedisError::from(io::Error::other(e)))?;
+                if let Value::ServerError(e) = reply {
+                    return Err(e.into());
+                }
+                waits.wait.check(&waited).map_err(not_durable)?;
+                Ok(reply)
+            }
+            (Conns::Cluster(..), None) => self.query(cmd, Lane::Bounded).await,
         }
     }
 
@@ -628,16 +691,28 @@ impl Conns {
 /// ends a moment before the front's own limit, so a Cluster that answered only CLUSTERDOWN or
 /// TRYAGAIN all along is answered as such (503), not as no answer (504).
 async fn cluster_call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+    stopped(redcount::direct::cluster_call(conn, cmd, inside(timeout)).await)
+}
+
+/// A Cluster call's limit inside the front's own (see [`cluster_call`]).
+fn inside(timeout: Duration) -> Duration {
+    timeout.saturating_sub(Duration::from_millis(50)).max(timeout / 2)
+}
+
+/// A Cluster call's outcome as a redis-rs result.
+fn stopped(outcome: Result<Value, redcount::direct::Stop>) -> RedisResult<Value> {
     use redcount::direct::Stop;
-    let limit = timeout.saturating_sub(Duration::from_millis(50)).max(timeout / 2);
-    match redcount::direct::cluster_call(conn, cmd, limit).await {
+    match outcome {
         Ok(v) => Ok(v),
-        Err(Stop::Failed(e) | Stop::Redirected(e)) => Err(e),
+        Err(Stop::Failed(e)) => Err(e),
+        // Not Redis's MOVED as the client's error (400): the Cluster could not serve it in time.
+        Err(Stop::Redirected(e)) => Err(io::Error::other(format!("{REDIRECTED} ({e})")).into()),
         Err(Stop::TimedOut) => {
             Err(io::Error::new(io::ErrorKind::TimedOut, "Redis Cluster: no answer within the time limit").into())
         }
         // Not a refusal: that would be sent again (`known_dead`), and this one may have run.
         Err(Stop::Unreachable(why)) => Err(io::Error::other(format!("{NODE_DOWN}: {why}")).into()),
+        Err(Stop::NotDurable(why)) => Err(io::Error::other(format!("{NOT_DURABLE} {why}")).into()),
     }
 }
 
