@@ -426,6 +426,28 @@ impl RedisCluster {
     /// slot split over two nodes: ASK, TRYAGAIN), then NODE everywhere. Returns when the
     /// first key moved.
     pub fn migrate_slot(&self, slot: i64, from: usize, to: usize) -> Instant {
+        self.begin_migration(slot, from, to);
+        let started = Instant::now();
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1)
+                .query(&mut self.nodes[from].conn())
+                .unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            self.move_keys(from, to, &keys);
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        self.end_migration(slot, to);
+        started
+    }
+
+    /// Marks `slot` as leaving node `from` for node `to` (IMPORTING on `to`, MIGRATING on
+    /// `from`): from then on `from` answers ASK for its keys that have left.
+    pub fn begin_migration(&self, slot: i64, from: usize, to: usize) {
         let (src, dst) = (&self.nodes[from], &self.nodes[to]);
         let (src_id, dst_id) = (self.node_id(from), self.node_id(to));
         redis::cmd("CLUSTER")
@@ -442,29 +464,28 @@ impl RedisCluster {
             .arg(&dst_id)
             .query::<()>(&mut src.conn())
             .unwrap();
-        let started = Instant::now();
-        loop {
-            let keys: Vec<String> =
-                redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
-            if keys.is_empty() {
-                break;
-            }
-            redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(dst.port())
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("KEYS")
-                .arg(&keys)
-                .query::<()>(&mut src.conn())
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(30));
-        }
+    }
+
+    /// Moves `keys` (of a slot in migration) from node `from` to node `to` (MIGRATE).
+    pub fn move_keys(&self, from: usize, to: usize, keys: &[String]) {
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(self.nodes[to].port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys)
+            .query::<()>(&mut self.nodes[from].conn())
+            .unwrap();
+    }
+
+    /// Hands `slot` to node `to` on every node (SETSLOT NODE): the migration is over.
+    pub fn end_migration(&self, slot: i64, to: usize) {
+        let dst_id = self.node_id(to);
         for n in &self.nodes {
             redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
         }
-        started
     }
 
     /// Seed URLs, comma-separated.

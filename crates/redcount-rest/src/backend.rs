@@ -12,8 +12,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use redcount::direct::{ClusterLink, Lanes, ReplicaWait};
+use redis::aio::ConnectionLike;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -682,7 +684,63 @@ impl Conns {
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
             // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
             // a pipeline's entries go one by one (`Backend::is_cluster`).
-            (Conns::Cluster(c, _), _) => Box::pin(c.with(async |mut c| pipe.query_async(&mut c).await)).await,
+            (Conns::Cluster(c, _), _) => Box::pin(cluster_transaction(c, pipe)).await,
+        }
+    }
+}
+
+/// A transaction on a Cluster, to the master of its keys. Redis discards it whole (EXECABORT,
+/// nothing ran) when its slot is being migrated and its keys have left for the importing node:
+/// each queued command was answered ASK. Then it is sent once to that node, after ASKING, in
+/// the same write (ASKING holds through MULTI … EXEC), where Redis runs it if it has every key
+/// it names, and otherwise refuses it whole again (TRYAGAIN). When that second try ran nothing
+/// either, the first EXECABORT is the answer (the caller sends it again within its limit).
+async fn cluster_transaction(link: &ClusterLink, pipe: &Pipeline) -> RedisResult<Value> {
+    let first = link.with(async |mut c| pipe.query_async::<Value>(&mut c).await).await;
+    let Err(aborted) = &first else { return first };
+    if aborted.code() != Some("EXECABORT") {
+        return first;
+    }
+    // Where the first key is now: its master answers ASK with the importing node while the
+    // key has left, a plain answer while it is still there.
+    let Some(key) = async {
+        let getkeys = redcount::direct::getkeys(pipe.cmd_iter().next()?)?;
+        let keys = link.with(async |mut c| c.req_packed_command(&getkeys).await).await.ok()?;
+        redcount::direct::first_key(keys)
+    }
+    .await
+    else {
+        return first;
+    };
+    let exists = redis::cmd("EXISTS").arg(&key).to_owned();
+    let Err(asked) = link.with(async |mut c| c.req_packed_command(&exists).await).await else { return first };
+    let Some((host, port)) = asked
+        .redirect_node()
+        .filter(|_| asked.kind() == ErrorKind::Server(ServerErrorKind::Ask))
+        .and_then(|(addr, _)| addr.rsplit_once(':'))
+        .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+    else {
+        return first;
+    };
+    let mut there = redis::pipe();
+    there.cmd("ASKING").cmd("MULTI");
+    for c in pipe.cmd_iter() {
+        there.add_command(c.clone());
+    }
+    there.cmd("EXEC");
+    let n = pipe.cmd_iter().count();
+    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+    let exec = link.with(async |mut c| c.route_pipeline(there, n + 2, 1, route).await).await;
+    match exec.map(|mut v| v.pop()) {
+        Ok(Some(Value::Array(items))) => Ok(Value::Array(items)),
+        // Refused whole there too (a key still on the other node: TRYAGAIN; a command refused
+        // when queued: EXECABORT): nothing ran.
+        Ok(Some(Value::ServerError(_))) => first,
+        Err(e) if e.code().is_some() => first,
+        // The answer was lost: it may have run, so it is not sent again.
+        Err(e) => Err(e),
+        Ok(other) => {
+            Err(RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected EXEC reply", format!("{other:?}"))))
         }
     }
 }

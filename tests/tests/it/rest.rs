@@ -1156,3 +1156,56 @@ async fn a_cluster_node_that_refused_the_fronts_login_serves_again_once_fixed() 
     }
     println!("served again {:?} after the ACL was fixed", fixed.elapsed());
 }
+
+/// A `/multi-exec` whose keys have left for the importing node while their slot is still being
+/// migrated (IMPORTING / MIGRATING set, the keys MIGRATEd, the slot not yet handed over): Redis
+/// answers each queued command ASK and discards the transaction, so the front sent it again
+/// until the migration ended, and with a migration that takes longer than `--timeout-ms`
+/// answered 503. Now it follows the ASK: the transaction goes to the importing node after
+/// ASKING, in the same write, and runs there once. Keys still on the old node are served there;
+/// a pair split between the nodes cannot run anywhere until the migration ends (Redis says
+/// TRYAGAIN): 503 within the limit, and nothing ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_whose_keys_left_mid_migration_follows_ask() {
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
+    let raw = Raw::new(&front);
+    let key = |k: &str| format!("{{ask}}:{k}");
+    for k in ["a", "b", "c", "d"] {
+        assert_eq!(raw.post("/", json!(["RPUSH", key(k), "seed"]).to_string()).await.0, 200);
+    }
+    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg("{ask}").query(&mut cluster.nodes[0].conn()).unwrap();
+    let from = cluster.holder_of(slot).expect("a node holds the slot's keys");
+    let to = (from + 1) % cluster.nodes.len();
+    cluster.begin_migration(slot, from, to);
+    cluster.move_keys(from, to, &[key("a"), key("b")]);
+    let multi = |cmds: Value| {
+        let raw = &raw;
+        async move {
+            let started = Instant::now();
+            let (status, v) = raw.post("/multi-exec", cmds.to_string()).await;
+            (status, v, started.elapsed())
+        }
+    };
+    let (status, v, took) = multi(json!([["RPUSH", key("a"), "x"], ["RPUSH", key("b"), "x"]])).await;
+    assert_eq!((status, &v), (200, &json!([{"result": 2}, {"result": 2}])), "the moved pair, after {took:?}");
+    assert!(took < Duration::from_secs(1), "the moved pair took {took:?}: the ASK was waited out, not followed");
+    let (status, v, _) = multi(json!([["RPUSH", key("c"), "x"], ["RPUSH", key("d"), "x"]])).await;
+    assert_eq!((status, &v), (200, &json!([{"result": 2}, {"result": 2}])), "the pair still on the old node");
+    let (status, v, took) = multi(json!([["RPUSH", key("new"), "x"]])).await;
+    assert_eq!((status, &v), (200, &json!([{"result": 1}])), "a key in no node yet goes to the importing one");
+    assert!(took < Duration::from_secs(1), "a new key took {took:?}");
+    let (status, v, took) = multi(json!([["RPUSH", key("a"), "y"], ["RPUSH", key("c"), "y"]])).await;
+    assert_eq!(status, 503, "a pair split between the nodes: {v}");
+    assert!(took < Duration::from_millis(2_500), "the split pair took {took:?} with --timeout-ms 2000");
+    cluster.move_keys(from, to, &[key("c"), key("d")]);
+    cluster.end_migration(slot, to);
+    let mut conn = cluster.conn();
+    for (k, want) in [("a", 2), ("b", 2), ("c", 2), ("d", 2), ("new", 1)] {
+        let list: Vec<String> = redis::cmd("LRANGE").arg(key(k)).arg(0).arg(-1).query(&mut conn).unwrap();
+        assert_eq!(list.len(), want, "{k}: each transaction answered 200 ran once, the 503 not at all: {list:?}");
+    }
+    let here: i64 =
+        redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut cluster.nodes[to].conn()).unwrap();
+    assert_eq!(here, 5, "every key of the slot is on the new node");
+}
