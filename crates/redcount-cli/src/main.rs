@@ -214,6 +214,28 @@ enum BenchCmd {
         #[command(flatten)]
         front: FrontLoad,
     },
+    /// Counter adds and red-packet grabs over direct RESP, without and with `--wait-replicas 1`
+    /// (interleaved rounds): throughput, latency and each Redis's CPU time per call.
+    Replicas {
+        /// The master's URL.
+        #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+        /// Its replica's URL (for its CPU time, and to wait until it is in sync).
+        #[arg(long)]
+        replica: String,
+        /// WAIT's timeout, in ms.
+        #[arg(long, default_value_t = 250)]
+        wait_ms: u64,
+        /// Concurrent calls.
+        #[arg(long, default_value_t = 50)]
+        concurrency: usize,
+        /// Calls per measurement.
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// Also write the table to this Markdown file.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// redcount-rest beside webdis in front of the same Redis: INCR and EVALSHA of the quota
     /// take, interleaved rounds; throughput and each front's CPU time per request (from /proc)
     Fronts {
@@ -398,6 +420,12 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             use redcount_bench::{harness::Shape, rest};
             let fronts = rest::Fronts { rest_url, token: rest_token, rest_pid, webdis_url, webdis_pid };
             if !print_table(rest::fronts(&fronts, Shape { ops, concurrency }).await, out) {
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+        Cmd::Bench { which: BenchCmd::Replicas { redis, replica, wait_ms, concurrency, ops, out } } => {
+            use redcount_bench::{harness::Shape, replicas};
+            if !print_table(replicas::run(&redis, &replica, wait_ms, Shape { ops, concurrency }).await, out) {
                 return std::process::ExitCode::FAILURE;
             }
         }

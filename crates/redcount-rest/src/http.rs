@@ -797,12 +797,16 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
             ),
         );
     }
-    if let Some(why) = e.to_string().split_once(crate::backend::NOT_DURABLE).map(|(_, why)| why.trim().to_string()) {
+    // The front's own errors (no Redis error code), not a reply that happens to hold the words.
+    let own = |what: &str| e.code().is_none() && e.to_string().contains(what);
+    if own(crate::backend::NOT_DURABLE) {
+        let text = e.to_string();
+        let why = text.split_once(crate::backend::NOT_DURABLE).map_or("", |(_, why)| why.trim());
         count_redis_error("not_durable");
         let message = format!("{} not known durable: {why} (--wait-replicas)", crate::backend::NOT_DURABLE);
         return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::NotDurable };
     }
-    if e.to_string().contains(crate::backend::REDIRECTED) {
+    if own(crate::backend::REDIRECTED) {
         count_redis_error("redirect");
         return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {e}: nothing ran; retry"));
     }

@@ -716,8 +716,12 @@ async fn on_one_node(
 /// follow, and it is replaced by one made from the masters that answer. One probe at a time,
 /// and none within [`SUSPECT_AFTER`] of the last, so a Redis that is slow for everyone costs
 /// about one probe a second, and nothing is replaced while no new connection answers either.
-/// (The replaced connection is dropped; if it is stuck, the redis-rs task behind it stays,
-/// with its node connections.)
+/// A master whose connection the link lacks and that refuses the link's login (its ACL user
+/// missing, disabled or with another password there) is noted the same way, with that reason:
+/// redis-rs would send its slots' calls to other masters, which redirect them back, until the
+/// limit. The replaced connection is dropped once the calls still on it end, and redis-rs then
+/// aborts its task and closes its node connections, a stuck one's too (a test freezes every
+/// node connection several times over and counts tasks and sockets).
 #[derive(Clone)]
 pub struct ClusterLink(Arc<LinkInner>);
 
@@ -1360,6 +1364,51 @@ mod tests {
         let plain = with_address(&"redis://127.0.0.1:7000/".into_connection_info().unwrap(), "10.0.0.2:7002").unwrap();
         assert!(matches!(plain.addr(), ConnectionAddr::Tcp(h, 7002) if h == "10.0.0.2"));
         assert!(with_address(&template, "no-port").is_none());
+    }
+
+    #[test]
+    fn only_calls_of_money_scripts_wait_for_replicas() {
+        use redcount_core::script::ALL;
+        let call = |verb: &str, first: &str| redis::cmd(verb).arg(first).arg(1).arg("rc:{c:x:y}").to_owned();
+        let money = ["counter", "redpacket_create", "redpacket_grab"];
+        for script in ALL {
+            let waits = money.contains(&script.name());
+            assert_eq!(waits_for_replicas(&call("EVALSHA", script.sha1())), waits, "EVALSHA {}", script.name());
+            assert_eq!(waits_for_replicas(&call("evalsha", &script.sha1().to_uppercase())), waits, "{}", script.name());
+            assert_eq!(waits_for_replicas(&call("EVAL", &script.source())), waits, "EVAL {}", script.name());
+            assert!(!waits_for_replicas(&call("EVALSHA_RO", script.sha1())), "a read-only call never waits");
+        }
+        assert!(!waits_for_replicas(&redis::cmd("INCR").arg("k").to_owned()));
+        assert!(!waits_for_replicas(&redis::cmd("EVAL").to_owned()));
+    }
+
+    #[test]
+    fn a_wait_is_met_only_by_enough_replicas_answering() {
+        let wait = ReplicaWait { replicas: 2, timeout: Duration::from_millis(100) };
+        assert_eq!(wait.command().args_iter().count(), 3);
+        assert!(wait.check(&redis::Value::Int(2)).is_ok() && wait.check(&redis::Value::Int(3)).is_ok());
+        assert!(
+            wait.check(&redis::Value::Int(1)).unwrap_err().contains("1 of 2 replicas acknowledged it within 100 ms")
+        );
+        let demoted = redis::parse_redis_value(b"-UNBLOCKED instance state changed (master -> replica?)\r\n").unwrap();
+        assert!(matches!(demoted, redis::Value::ServerError(_)));
+        assert!(wait.check(&demoted).is_err(), "a WAIT cut short by a demotion is not durable");
+        assert!(wait.check(&redis::Value::Nil).is_err());
+        let (reply, waited) =
+            wait.split(redis::Value::Array(vec![redis::Value::Int(7), redis::Value::Int(2)])).unwrap();
+        assert_eq!((reply, waited), (redis::Value::Int(7), redis::Value::Int(2)));
+        assert!(wait.split(redis::Value::Int(7)).is_err());
+        // Never `WAIT n 0`, which waits forever.
+        let zero = ReplicaWait { replicas: 1, timeout: Duration::ZERO };
+        let args: Vec<Vec<u8>> = zero
+            .command()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(args[2], b"1");
     }
 
     #[test]
