@@ -226,15 +226,8 @@ enum BenchCmd {
         /// WAIT's timeout, in ms.
         #[arg(long, default_value_t = 250)]
         wait_ms: u64,
-        /// Concurrent calls.
-        #[arg(long, default_value_t = 50)]
-        concurrency: usize,
-        /// Calls per measurement.
-        #[arg(long, default_value_t = 20_000)]
-        ops: usize,
-        /// Also write the table to this Markdown file.
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        load: Load,
     },
     /// redcount-rest beside webdis in front of the same Redis: INCR and EVALSHA of the quota
     /// take, interleaved rounds; throughput and each front's CPU time per request (from /proc)
@@ -262,6 +255,13 @@ struct FrontLoad {
     /// Its token.
     #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
     rest_token: String,
+    #[command(flatten)]
+    load: Load,
+}
+
+/// How hard a benchmark loads what it measures.
+#[derive(clap::Args, Debug)]
+struct Load {
     /// Concurrent clients.
     #[arg(long, default_value_t = 50)]
     concurrency: usize,
@@ -414,7 +414,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                     rest_pid,
                     webdis_url,
                     webdis_pid,
-                    front: FrontLoad { rest_url, rest_token, concurrency, ops, out },
+                    front: FrontLoad { rest_url, rest_token, load: Load { concurrency, ops, out } },
                 },
         } => {
             use redcount_bench::{harness::Shape, rest};
@@ -423,14 +423,15 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 return std::process::ExitCode::FAILURE;
             }
         }
-        Cmd::Bench { which: BenchCmd::Replicas { redis, replica, wait_ms, concurrency, ops, out } } => {
+        Cmd::Bench { which: BenchCmd::Replicas { redis, replica, wait_ms, load: Load { concurrency, ops, out } } } => {
             use redcount_bench::{harness::Shape, replicas};
             if !print_table(replicas::run(&redis, &replica, wait_ms, Shape { ops, concurrency }).await, out) {
                 return std::process::ExitCode::FAILURE;
             }
         }
         Cmd::Bench {
-            which: BenchCmd::Rest { redis, front: FrontLoad { rest_url, rest_token, concurrency, ops, out } },
+            which:
+                BenchCmd::Rest { redis, front: FrontLoad { rest_url, rest_token, load: Load { concurrency, ops, out } } },
         } => {
             if let Err(e) = bench_rest(&redis, &rest_url, &rest_token, concurrency, ops, out).await {
                 eprintln!("redcount: bench: {e}");

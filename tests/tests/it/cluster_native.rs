@@ -464,24 +464,7 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
     // Master 1 is announced at a proxy's port, so clients reach it only through the proxy.
     let m = 1;
     let (proxy, armed) = redcount_tests::reply_losing_proxy(cluster.nodes[m].port()).await;
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(proxy)
-        .query::<()>(&mut cluster.nodes[m].conn())
-        .unwrap();
-    let id = cluster.node_id(m);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    for n in &cluster.nodes {
-        loop {
-            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut n.conn()).unwrap();
-            if nodes.lines().any(|l| l.starts_with(&id) && l.contains(&format!("127.0.0.1:{proxy}@"))) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the proxy's port was not announced:\n{nodes}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    announce_at(&cluster, m, proxy);
     let seeds = [format!("redis://127.0.0.1:{proxy}/")];
     let d = Direct::connect_cluster(&seeds, Duration::from_secs(2)).await.unwrap();
     // A counter that master 1 serves.

@@ -61,7 +61,7 @@ async fn writes_of_money_wait_for_a_replica_or_say_they_are_not_durable() {
     // Each shell's name is also the subject of its counter.
     let shells = [("direct", Api::new(direct.url(), &admin)), ("via-front", Api::new(via_front.url(), &admin))];
     let value = |subject: &str| -> Option<i64> {
-        redis::cmd("HGET").arg(&keys::counter_hash("running-jobs")).arg(subject).query(&mut master.conn()).unwrap()
+        redis::cmd("HGET").arg(keys::counter_hash("running-jobs")).arg(subject).query(&mut master.conn()).unwrap()
     };
     let mut packets = Vec::new();
     for (what, api) in &shells {
@@ -108,7 +108,7 @@ async fn writes_of_money_wait_for_a_replica_or_say_they_are_not_durable() {
         assert_eq!((status, &c["value"]), (200, &json!(3)), "{what} with the replica back: {c}");
     }
     let replicated: Option<i64> =
-        redis::cmd("HGET").arg(&keys::counter_hash("running-jobs")).arg("direct").query(&mut replica.conn()).unwrap();
+        redis::cmd("HGET").arg(keys::counter_hash("running-jobs")).arg("direct").query(&mut replica.conn()).unwrap();
     assert_eq!(replicated, Some(3), "the replica has every add");
 }
 
