@@ -48,6 +48,9 @@ Tasks:
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
+  bench replicas
+           counter adds and red-packet grabs over direct RESP without and with `--wait-replicas 1`
+           (a replica on this machine; release builds); writes target/bench/replicas.md
   compat [js|py]
            the official clients' own test suites (@upstash/redis with bun, upstash-redis-py
            with pytest; pinned commits fetched into target/compat) against redcount-rest, each
@@ -148,7 +151,17 @@ fn bench(args: &[String]) -> Result<(), String> {
         None | Some("all") => bench::all(true),
         Some("workers") => bench::all(false),
         Some("rest") => bench_rest(),
-        _ => Err(format!("bench takes: all (the default), workers or rest\n\n{HELP}")),
+        Some("replicas") => {
+            setup::ensure_test_deps()?;
+            let bins = setup::build_bins(true)?;
+            let work = setup::target_dir().join("bench");
+            let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
+            let out = work.join("replicas.md");
+            crate::bench::replicas(&bins, &work, redis_port, &out)?;
+            eprintln!("xtask: table written to {}", out.display());
+            Ok(())
+        }
+        _ => Err(format!("bench takes: all (the default), workers, rest or replicas\n\n{HELP}")),
     }
 }
 

@@ -345,6 +345,16 @@ impl Exchange {
         Step::Respond(self.finish(response))
     }
 
+    /// The response when the call ran but fewer replicas than the shell waits for
+    /// acknowledged its write in time (`redcount serve --wait-replicas`, or the REST front's):
+    /// 503 with `"durable": false` and `"may_have_run": true`, whatever the route: the write
+    /// happened on the master and may be lost in a failover.
+    pub fn not_durable(self, why: &str) -> ApiResponse {
+        let body = json!({ "error": format!("not known durable: {why}"), "durable": false, "may_have_run": true });
+        let r = ApiResponse::json(503, body);
+        self.finish(r)
+    }
+
     /// The response when the REST front could not be reached at all.
     pub fn fail(self, why: &str) -> ApiResponse {
         self.fail_at("the REST front", why)

@@ -49,6 +49,8 @@ enum Cause {
     Reply(redcount_core::ErrorKind),
     /// The connection ended after the command was sent, before its answer.
     Lost,
+    /// A money call ran, but fewer replicas than `--wait-replicas` acknowledged its write.
+    NotDurable,
     /// Anything else (refused input, timeouts, limits).
     Other,
 }
@@ -124,8 +126,12 @@ fn reply_failure(text: String) -> Failure {
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        (self.status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": self.message }).to_string())
-            .into_response()
+        let body = match self.cause {
+            // Distinct from "not now": it ran, and the client must not take it as durable.
+            Cause::NotDurable => json!({ "error": self.message, "durable": false, "may_have_run": true }),
+            _ => json!({ "error": self.message }),
+        };
+        (self.status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
     }
 }
 
@@ -790,6 +796,19 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
                 "ERR {e}: ask for less at once (GETRANGE, LRANGE/ZRANGE with a range, HSCAN, fewer commands per pipeline)"
             ),
         );
+    }
+    // The front's own errors (no Redis error code), not a reply that happens to hold the words.
+    let own = |what: &str| e.code().is_none() && e.to_string().contains(what);
+    if own(crate::backend::NOT_DURABLE) {
+        let text = e.to_string();
+        let why = text.split_once(crate::backend::NOT_DURABLE).map_or("", |(_, why)| why.trim());
+        count_redis_error("not_durable");
+        let message = format!("{} not known durable: {why} (--wait-replicas)", crate::backend::NOT_DURABLE);
+        return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::NotDurable };
+    }
+    if own(crate::backend::REDIRECTED) {
+        count_redis_error("redirect");
+        return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {e}: nothing ran; retry"));
     }
     if e.to_string().contains(crate::backend::NODE_DOWN) {
         tracing::error!("redis unreachable: {e}");

@@ -151,6 +151,18 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_TIMEOUT_MS", default_value_t = 5_000)]
     pub timeout_ms: u64,
 
+    /// Acknowledge redcount's money calls (counters, red packets: EVALSHA of their scripts as a
+    /// single command, as the worker and `redcount serve --rest-url` send them) only once this
+    /// many replicas have the write: `WAIT` on the same Redis connection, right after the
+    /// script. Fewer within --wait-replicas-ms: 503 with `"durable": false` (the write
+    /// happened on the master and may be lost if it fails over). 0: off.
+    #[arg(long, env = "REDCOUNT_REST_WAIT_REPLICAS", default_value_t = 0)]
+    pub wait_replicas: u32,
+
+    /// How long a money call waits for --wait-replicas, in ms (less than --timeout-ms).
+    #[arg(long, env = "REDCOUNT_REST_WAIT_REPLICAS_MS", default_value_t = 250)]
+    pub wait_replicas_ms: u64,
+
     /// Worker threads (0: one per core). One thread is often fastest when Redis shares the
     /// machine: the front then never competes with itself.
     #[arg(long, env = "REDCOUNT_REST_THREADS", default_value_t = 0)]
@@ -284,14 +296,15 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     let timeout = Duration::from_millis(config.timeout_ms.max(1));
     let script_timeout = Duration::from_millis(config.script_timeout_ms.max(1));
+    let wait = replica_wait(&config)?;
     let unreachable = |e: redis::RedisError| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
-    let connect = |login: Option<backend::Login>, n: usize| {
+    let connect = |login: Option<backend::Login>, n: usize, wait: Option<redcount::direct::ReplicaWait>| {
         let url = config.redis.clone();
         let max_reply = config.max_response_bytes.max(1024);
-        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n, max_reply).await }
+        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n, max_reply, wait).await }
     };
     // The URL's own user: the front's set-up and its SCRIPT KILLs, never a client's request.
-    let killer = connect(None, 1).await.map_err(unreachable)?;
+    let killer = connect(None, 1, None).await.map_err(unreachable)?;
     let commands = commands::Table::load(&killer).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
     let kill_setting = allow_script_kill(&killer, script_timeout).await;
     let full_login = if config.allow_admin_commands {
@@ -315,17 +328,18 @@ pub async fn run(config: Config) -> Result<(), String> {
         made_users.push((login.user.clone(), setuser.clone()));
     }
     let backend = match full_login {
-        None => connect(None, config.redis_connections).await.map_err(unreachable)?,
-        Some((login, setuser)) => {
-            connect(Some(login), config.redis_connections).await.map_err(unreachable)?.restore_with(setuser, &killer)
-        }
+        None => connect(None, config.redis_connections, wait).await.map_err(unreachable)?,
+        Some((login, setuser)) => connect(Some(login), config.redis_connections, wait)
+            .await
+            .map_err(unreachable)?
+            .restore_with(setuser, &killer),
     };
     let readonly_backend = match &config.readonly_token {
         None => None,
         Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
             Ok((login, setuser)) => Some({
                 made_users.push((login.user.clone(), setuser.clone()));
-                connect(Some(login), config.redis_connections)
+                connect(Some(login), config.redis_connections, None)
                     .await
                     .map_err(unreachable)?
                     .restore_with(setuser, &killer)
@@ -365,7 +379,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     // Its own connection: a SCRIPT KILL may wait for a script to reach its bound. Where the
     // threshold could not be lowered it still kills, once Redis's own threshold has passed.
-    tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout));
+    tokio::spawn(watchdog::run(connect(None, 1, None).await.map_err(unreachable)?, script_timeout));
     let state = Arc::new(State {
         backend,
         readonly_backend,
@@ -391,7 +405,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         run_id: std::sync::Mutex::new(run_id),
     });
     if let Some(path) = &config.tokens {
-        scoped_tokens(&state, &config, path.clone(), settings).await?;
+        scoped_tokens(&state, &config, path.clone(), settings, wait).await?;
     }
     let tls = redcount_http::Tls::from_flags(config.tls_cert.as_deref(), config.tls_key.as_deref())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -411,6 +425,24 @@ pub async fn run(config: Config) -> Result<(), String> {
         stall_timeout: timeout.max(Duration::from_secs(1)),
     };
     redcount_http::serve_tls(listener, router(state), limits, tls, shutdown()).await.map_err(|e| e.to_string())
+}
+
+/// `--wait-replicas` and `--wait-replicas-ms`, checked: the wait must end inside the request's
+/// own time limit.
+fn replica_wait(config: &Config) -> Result<Option<redcount::direct::ReplicaWait>, String> {
+    if config.wait_replicas == 0 {
+        return Ok(None);
+    }
+    if config.wait_replicas_ms == 0 || config.wait_replicas_ms >= config.timeout_ms {
+        return Err(format!(
+            "--wait-replicas-ms must be between 1 and --timeout-ms ({}), not {}: the wait must end inside the request's time limit",
+            config.timeout_ms, config.wait_replicas_ms
+        ));
+    }
+    Ok(Some(redcount::direct::ReplicaWait {
+        replicas: config.wait_replicas,
+        timeout: Duration::from_millis(config.wait_replicas_ms),
+    }))
 }
 
 /// Logs a warning when Redis may evict keys: redcount's counting primitives (through the
@@ -540,6 +572,7 @@ async fn scoped_tokens(
     config: &Config,
     path: std::path::PathBuf,
     settings: Vec<redis::Cmd>,
+    wait: Option<redcount::direct::ReplicaWait>,
 ) -> Result<(), String> {
     let (url, cluster, timeout) =
         (config.redis.clone(), config.cluster, Duration::from_millis(config.timeout_ms.max(1)));
@@ -555,9 +588,10 @@ async fn scoped_tokens(
                 let connect = |login: backend::Login| {
                     let (url, state, settings) = (url.clone(), state.clone(), settings.clone());
                     async move {
-                        let b = backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply)
-                            .await
-                            .map_err(|e| e.to_string())?;
+                        let b =
+                            backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply, wait)
+                                .await
+                                .map_err(|e| e.to_string())?;
                         if !settings.is_empty() {
                             b.on_connect(settings, Some(&state.killer));
                         }
