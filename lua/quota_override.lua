@@ -20,6 +20,13 @@ local replay, finish = idempotency(1, 3)
 if replay then return replay end
 
 local existed = redis.call('EXISTS', KEYS[1])
+-- A clear of nothing, or a size without expiry set to what it already is, changes nothing
+-- and stores nothing (prelude: idempotency).
+if existed == 0 and op == 'clear' then return {0} end
+if existed == 1 and op == 'set' and ttl == 0 and redis.call('PTTL', KEYS[1]) == -1
+  and redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1]) == s(size) then
+  return {1}
+end
 if op == 'clear' then
   redis.call('DEL', KEYS[1])
 elseif ttl > 0 then

@@ -7,4 +7,7 @@
 
 local replay, finish = idempotency(1, 0)
 if replay then return replay end
-return finish({redis.call('DEL', KEYS[1])})
+local existed = redis.call('DEL', KEYS[1])
+-- Nothing to forget changes nothing and stores nothing (prelude: idempotency).
+if existed == 0 then return {0} end
+return finish({existed})
