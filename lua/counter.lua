@@ -56,19 +56,19 @@ end
 if flag == 1 and mode == 'reject' then new, flag = cur, 2 end
 
 local applied = new - cur
--- Nothing applied (delta 0, or clamped or rejected at a bound) changes nothing and stores
--- nothing (prelude: idempotency): sent again under its key it is a new call.
-if applied == 0 then return {new, applied, flag} end
-if field == '' then
-  redis.call('INCRBY', key, s(applied))
-  if ttl > 0 then redis.call('PEXPIRE', key, s(ttl)) end
-else
-  redis.call('HINCRBY', key, field, s(applied))
-  if ttl > 0 then
-    -- The hash never ends before this field's TTL; where the field can expire on its
-    -- own (HPEXPIRE, Redis 7.4+), it does.
-    if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, s(ttl)) end
-    pcall(redis.call, 'HPEXPIRE', key, s(ttl), 'FIELDS', 1, field)
+if applied ~= 0 then
+  if field == '' then
+    redis.call('INCRBY', key, s(applied))
+    if ttl > 0 then redis.call('PEXPIRE', key, s(ttl)) end
+  else
+    redis.call('HINCRBY', key, field, s(applied))
+    if ttl > 0 then
+      -- The hash never ends before this field's TTL; where the field can expire on its
+      -- own (HPEXPIRE, Redis 7.4+), it does.
+      if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, s(ttl)) end
+      pcall(redis.call, 'HPEXPIRE', key, s(ttl), 'FIELDS', 1, field)
+    end
   end
 end
-return finish({new, applied, flag})
+-- Nothing applied (delta 0, or clamped or rejected at a bound) stores nothing.
+return finish({new, applied, flag}, applied ~= 0)

@@ -46,12 +46,10 @@ if len > max_len then
   deleted = deleted + drop
   len = len - drop
 end
-local reply = {deleted, 0}
 if len == 0 then
-  if deleted > 0 then redis.call('DEL', key) end
-else
-  reply[2] = stamp(redis.call('ZRANGE', key, -1, -1)[1]) or 0
+  redis.call('DEL', key)
+  return finish({deleted, 0}, deleted > 0)
 end
--- A trim that removed nothing changed nothing and stores nothing (prelude: idempotency).
-if deleted == 0 then return reply end
-return finish(reply)
+local newest = redis.call('ZRANGE', key, -1, -1)
+-- A trim that removed nothing stores nothing.
+return finish({deleted, stamp(newest[1]) or 0}, deleted > 0)

@@ -139,5 +139,4 @@ else
   end
 end
 -- Nothing given back changes nothing and stores nothing (prelude: idempotency).
-if given == 0 then return {0} end
-return finish({given})
+return finish({given}, given > 0)

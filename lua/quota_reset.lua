@@ -7,7 +7,6 @@
 
 local replay, finish = idempotency(1, 0)
 if replay then return replay end
-local existed = redis.call('DEL', KEYS[1])
--- Nothing to forget changes nothing and stores nothing (prelude: idempotency).
-if existed == 0 then return {0} end
-return finish({existed})
+-- Nothing to forget stores nothing.
+local n = redis.call('DEL', KEYS[1])
+return finish({n}, n > 0)

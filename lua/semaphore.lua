@@ -38,14 +38,11 @@ local now_us = t[1] * 1000000 + t[2]
 local now = math.floor(now_us / 1000)
 if op == 'acquire' and not replay then
   -- The decision an acquire shares with decide.lua, then this script's own reply.
+  -- Full: nothing taken, nothing stored.
   local q = lease_eval(p, key, tokens, KEYS[3], now_us)
-  if not q.allowed then
-    local r = q.reply()
-    return {r[1], r[3], r[2], r[4], r[6], r[7]} -- full: nothing taken, nothing stored
-  end
-  q.take()
+  if q.allowed then q.take() end
   local r = q.reply()
-  return finish({r[1], r[3], r[2], r[4], r[6], r[7]})
+  return finish({r[1], r[3], r[2], r[4], r[6], r[7]}, q.allowed)
 end
 
 -- The semaphore's own limit, when an admin set one (prelude.lua: override).
@@ -53,7 +50,8 @@ local limit = override(KEYS[3], p.limit, 1000000)
 lease_check(key, tokens) -- before any write (an acquire was checked in lease_eval)
 local holder = p.holder
 local held = tonumber(redis.call('ZSCORE', key, holder))
-if held and held <= now then held = nil end -- over (reclaimed only by a call that writes)
+-- Over (reclaimed only by a call that writes).
+if held and held <= now then held = nil end
 
 if replay then
   if replay[1] ~= 1 and replay[1] ~= 2 then return replay end
@@ -82,13 +80,14 @@ if op == 'check' or not held then
   return {code, lease_live(key, now), limit, lease_earliest(key, now), lease_left, token}
 end
 
-local token = lease_token_of(tokens, holder) -- before any write: it may refuse the state
+-- Read before any write: it may refuse the state.
+local token = lease_token_of(tokens, holder)
 lease_reclaim(key, tokens, now)
 local code, lease_left = 3, 0
 if op == 'release' then
   redis.call('ZREM', key, holder)
   redis.call('HDEL', tokens, holder)
-else -- renew
+else
   redis.call('ZADD', key, 'XX', s(now + p.lease), holder)
   if token == 0 then token = lease_mint(tokens, holder, now_us) end -- a lease from before tokens existed
   code, lease_left = 2, p.lease
