@@ -338,7 +338,7 @@ fn scenarios(config: &Config) -> Vec<Scenario> {
                 out.push(scenario(refund, "all given back already", back, r#"{"cost":1}"#, 200).expect("/refunded", 0));
                 out.push(
                     scenario(
-                        format!("POST /api/decisions/{{s}}"),
+                        "POST /api/decisions/{s}".to_string(),
                         format!("denied by {name}"),
                         vec![all],
                         json!({"parts": [{"policy": name}]}).to_string(),
