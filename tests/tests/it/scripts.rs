@@ -269,3 +269,52 @@ async fn what_redcount_relies_on_in_the_server() {
     assert_eq!(read, Value::Int(256 * 1024));
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0").query(&mut c).unwrap();
 }
+
+/// What differs between Redis and Valkey for a client of the REST front, checked on the
+/// server this run starts (README, redcount-rest --help): Valkey's SCRIPT SHOW gives the full
+/// token the source of any cached script (the read-only token is refused it on either, as every
+/// command COMMAND does not flag read-only), a blocking command inside a script answers at
+/// once on Valkey where Redis refuses it (never a stall on either), and Valkey's COMMANDLOG is
+/// refused as administrative, from its COMMAND flags, like SLOWLOG.
+#[tokio::test]
+async fn what_differs_on_valkey_through_the_front() {
+    use redcount_procs::Server;
+    use redcount_tests::RestFront;
+    use serde_json::{Value as J, json};
+    use std::time::{Duration, Instant};
+
+    let valkey = Server::from_env() == Server::Valkey;
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let http = redcount_tests::http();
+    let call = |token: &str, body: J| {
+        let r = http.post(front.url()).bearer_auth(token).body(body.to_string()).send();
+        async move {
+            let r = r.await.unwrap();
+            let status = r.status().as_u16();
+            (status, serde_json::from_str::<J>(&r.text().await.unwrap()).unwrap())
+        }
+    };
+    let (status, sha) = call(&front.token, json!(["SCRIPT", "LOAD", "return 42"])).await;
+    assert_eq!(status, 200, "{sha}");
+    let sha = sha["result"].as_str().unwrap().to_string();
+    let (status, shown) = call(&front.token, json!(["SCRIPT", "SHOW", sha])).await;
+    match valkey {
+        true => assert_eq!((status, &shown["result"]), (200, &json!("return 42")), "{shown}"),
+        false => assert_eq!(status, 400, "Redis 7.0 has no SCRIPT SHOW: {shown}"),
+    }
+    let (status, shown) = call(&front.readonly_token, json!(["SCRIPT", "SHOW", sha])).await;
+    assert_eq!(status, 403, "{shown}");
+
+    let at = Instant::now();
+    let (status, got) =
+        call(&front.token, json!(["EVAL", "return redis.call('BLPOP', KEYS[1], 0)", "1", "nolist"])).await;
+    assert!(at.elapsed() < Duration::from_secs(2), "answered at once: {:?}", at.elapsed());
+    match valkey {
+        true => assert_eq!((status, &got["result"]), (200, &J::Null), "{got}"),
+        false => assert!(status == 400 && got["error"].as_str().unwrap().contains("not allowed from script"), "{got}"),
+    }
+
+    let (status, got) = call(&front.token, json!(["COMMANDLOG", "GET", "10", "slow"])).await;
+    assert_eq!(status, if valkey { 403 } else { 400 }, "{got}");
+}
