@@ -285,9 +285,9 @@ fn scenarios(config: &Config) -> Vec<Scenario> {
                 let r = format!("POST /api/counters/{name}/{{s}}");
                 let path = format!("/api/counters/{name}/{{s}}");
                 let max = bounds.max.expect("the test's counters have a maximum");
-                let (word, flag) = match bounds.mode {
-                    Mode::Clamp => ("clamped", "clamped"),
-                    Mode::Reject => ("rejected", "rejected"),
+                let word = match bounds.mode {
+                    Mode::Clamp => "clamped",
+                    Mode::Reject => "rejected",
                 };
                 out.push(scenario(r.clone(), "delta 0", vec![], r#"{"delta":0}"#, 200).expect("/applied", 0));
                 out.push(
@@ -299,13 +299,13 @@ fn scenarios(config: &Config) -> Vec<Scenario> {
                         200,
                     )
                     .expect("/applied", 0)
-                    .expect("/status", flag),
+                    .expect("/status", word),
                 );
                 out.push(
                     scenario(r, format!("{word} at the minimum"), vec![], r#"{"delta":-1}"#, 200)
                         .expect("/value", bounds.min)
                         .expect("/applied", 0)
-                        .expect("/status", flag),
+                        .expect("/status", word),
                 );
             }
             Policy::Claim { .. } => {
