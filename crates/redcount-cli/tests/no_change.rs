@@ -29,7 +29,7 @@ const ADMIN: &str = "admin-token-of-no-change-0123";
 /// The subject of a found route, and its placeholder in a route's name.
 const SUBJECT: &str = "s1";
 /// The semaphore's lease: long enough to act between two leases' ends (see [`scenarios`]).
-const LEASE_MS: u64 = 3000;
+const LEASE_MS: u64 = 4000;
 
 /// One policy of every kind, algorithm, storage and mode ([`shape`] says which are needed).
 fn policies() -> String {
