@@ -151,8 +151,9 @@ impl RedisServer {
     pub fn total_calls(&self) -> u64 {
         let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
         // INFO (ours), CLUSTER (a cluster client refreshing its slot map), PING (health
-        // checks) and SCRIPT/FUNCTION KILL (the REST front's script watchdog polls with them)
-        // are not traffic of the requests under test.
+        // checks), SCRIPT/FUNCTION KILL (the REST front's script watchdog polls with them) and
+        // CLIENT SETINFO (redis-rs names itself on every new connection; counted where the
+        // server has it: Valkey, Redis 7.2+) are not traffic of the requests under test.
         info.lines()
             .filter(|l| {
                 l.starts_with("cmdstat_")
@@ -161,6 +162,7 @@ impl RedisServer {
                     && !l.starts_with("cmdstat_ping:")
                     && !l.starts_with("cmdstat_script|kill:")
                     && !l.starts_with("cmdstat_function|kill:")
+                    && !l.starts_with("cmdstat_client|setinfo:")
             })
             .filter_map(|l| l.split("calls=").nth(1))
             .filter_map(|r| r.split(',').next())

@@ -82,9 +82,19 @@ pub fn fuzz_parse(path: &str, body: &[u8]) {
     http::fuzz_parse(path, body)
 }
 
+/// What `--help` says of the servers behind the front: which are tested, and what differs.
+const SERVERS: &str = "\
+Servers: tested with Redis 7.0 and Valkey 8.1 (also as a Cluster). The front reads what a \
+command may do from the server's own COMMAND table, so each server's commands are treated \
+by their flags. On Valkey, for a client: SCRIPT SHOW gives the full token (and a --tokens \
+user allowed to script) the source of any cached script (read-only tokens are refused it); \
+a blocking command inside a script (BLPOP...) answers at once instead of being refused; \
+COMMANDLOG is refused as administrative, like SLOWLOG; and error texts differ after their \
+first word (NOSCRIPT, an ACL refusal inside a script), which clients should read alone.";
+
 /// Command-line configuration; every flag has an environment variable.
 #[derive(Parser, Clone)]
-#[command(version, about = "An Upstash-compatible REST front for Redis and Redis Cluster")]
+#[command(version, about = "An Upstash-compatible REST front for Redis and Redis Cluster", after_help = SERVERS)]
 pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "REDCOUNT_REST_LISTEN", default_value = "127.0.0.1:8079")]
