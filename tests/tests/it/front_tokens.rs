@@ -123,6 +123,7 @@ async fn scoped_tokens_are_held_to_their_redis_users() {
         (json!([{"token": t1, "user": "nobody", "password": "x"}]).to_string(), "cannot log in"),
         (json!([{"token": main, "user": "app1", "password": "pw-app1-0123456789"}]).to_string(), "used twice"),
         (json!([{"token": t1, "user": "app1", "password": "p", "extra": 1}]).to_string(), "unknown field"),
+        (json!([{"token": t1, "user": "default", "password": "x"}]).to_string(), "the front's own"),
     ] {
         let bad = dir.join("bad.json");
         std::fs::write(&bad, &content).unwrap();
@@ -262,7 +263,7 @@ fn naming_a_database(redis: &RedisServer) -> std::collections::HashSet<String> {
 }
 
 /// What one app's token must not run, from Redis's `COMMAND` table, and why: commands that name
-/// no key yet reach every key or the whole server (categories `@keyspace`, `@dangerous`, or
+/// no key yet reach every key or the whole server (reads and writes of `@keyspace`, `@dangerous`, or
 /// administration), that replace every app's functions (`@scripting` writes naming no key), that
 /// name another database (an argument `db` in COMMAND DOCS, SELECT, SWAPDB); and the few the
 /// table cannot tell apart: SCRIPT FLUSH (every app's scripts), CLUSTER GETKEYSINSLOT and
@@ -273,10 +274,11 @@ fn beyond_one_app(
 ) -> Option<&'static str> {
     let name = e.words.join("|");
     let cat = |c: &str| e.categories.iter().any(|x| x == c);
-    if e.keyless && (cat("@keyspace") || cat("@dangerous")) {
-        Some("reaches every key or the server")
-    } else if e.keyless && e.is_admin() {
+    let data = e.flags.iter().any(|f| f == "readonly" || f == "write");
+    if e.keyless && e.is_admin() {
         Some("administers the server")
+    } else if e.keyless && ((cat("@keyspace") && data) || cat("@dangerous")) {
+        Some("reaches every key or the server")
     } else if e.keyless && cat("@scripting") && e.flags.iter().any(|f| f == "write") {
         Some("replaces every app's functions")
     } else if databases.contains(&name) || name == "select" || name == "swapdb" {
@@ -303,6 +305,7 @@ fn reads_the_connection(e: &super::front_trust::Entry) -> bool {
             "client|getredir",
             "client|trackinginfo",
             "client|help",
+            "client|list",
         ]
         .contains(&e.words.join("|").as_str())
 }
@@ -411,10 +414,8 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
         if !e.is_admin() {
             // Database numbers that differ (SWAPDB 0 1, MOVE app1:x 1, COPY … DB 1).
             for mut l in super::front_trust::argument_lists(e, "app1:x", "?") {
-                let mut n = 0;
-                for a in l.iter_mut().filter(|a| *a == "?") {
+                for (n, a) in l.iter_mut().filter(|a| *a == "?").enumerate() {
                     *a = (n % 2).to_string();
-                    n += 1;
                 }
                 lists.push(l);
             }
@@ -451,6 +452,10 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
     {
         let tenant = kind.starts_with("--tokens");
         for (name, why, words) in &cases {
+            // The front's own tokens' administration is front_trust's (by every way in).
+            if !tenant && *why == "administers the server" {
+                continue;
+            }
             let keys: Vec<String> =
                 if words.iter().any(|w| w == "app1:x") { vec!["1".into(), "app1:x".into()] } else { vec!["0".into()] };
             let mut ways: Vec<(String, Vec<String>)> = vec![("command".into(), words.clone())];
@@ -464,8 +469,15 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
             ] {
                 ways.push((way.into(), [head, keys.clone(), words.clone()].concat()));
             }
-            for (way, body) in ways {
-                let (status, v) = post(&url, token, json!(body)).await;
+            // The ways of one case at once (the front serves them on separate connections).
+            let mut sent = tokio::task::JoinSet::new();
+            for (i, (_, body)) in ways.iter().enumerate() {
+                let (url, token, body) = (url.clone(), token.to_string(), json!(body));
+                sent.spawn(async move { (i, post(&url, &token, body).await) });
+            }
+            let mut answers = sent.join_all().await;
+            answers.sort_by_key(|(i, _)| *i);
+            for ((way, body), (_, (status, v))) in ways.into_iter().zip(answers) {
                 let error = v["error"].as_str().unwrap_or_default().to_string();
                 let shown: String = v.to_string().chars().take(300).collect();
                 let case = format!("{kind} token, {name} ({why}) {way}: {body:?} -> {status} {shown}");
@@ -518,4 +530,145 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
         }
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Polls `check` every 100 ms for up to `secs` seconds; true once it holds.
+async fn within<F: std::future::Future<Output = bool>>(secs: u64, mut check: impl FnMut() -> F) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Whether Redis lets `user` run `words` (ACL DRYRUN).
+fn may(redis: &RedisServer, user: &str, words: &[&str]) -> bool {
+    let answer: redis::Value = redis::cmd("ACL").arg("DRYRUN").arg(user).arg(words).query(&mut redis.conn()).unwrap();
+    matches!(answer, redis::Value::Okay) || matches!(&answer, redis::Value::SimpleString(s) if s == "OK")
+}
+
+/// What the operator does to a tenant's user after the front started: a rule that allows the
+/// keyspace walks again, a selector that does, a Redis restarted with the user from its own
+/// configuration. The front puts its rules back (within a round of its check, or before the
+/// first command of a new connection); where it cannot (its own user lost the right), the
+/// tenant's token is refused until it can; and at start a front that cannot put them on
+/// refuses to start, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_keeps_its_rules_on_tenant_users() {
+    // The users as a configuration makes them (redis-server takes a line's words as arguments).
+    let mut args: Vec<String> = "--user keeper on >pw-keeper-0123456789 ~* &* +@all --user app1 on >pw-app1-0123456789"
+        .split(' ')
+        .map(String::from)
+        .collect();
+    args.extend(readme_user_rules("app1"));
+    let mut redis = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let t1 = secret("t1");
+    let file = scratch_dir("tokens-keep").join("tokens.json");
+    write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
+    let url = format!("redis://keeper:pw-keeper-0123456789@127.0.0.1:{}/", redis.port());
+    let front = RestFront::start_with(&url, false, &["--tokens", file.to_str().unwrap()]);
+    let base = front.url();
+    let walk = json!(["EVAL", "return redis.call('keys', '*')", "0"]);
+    let refused = || {
+        let (base, t1, walk) = (base.clone(), t1.clone(), walk.clone());
+        async move {
+            let (s, v) = post(&base, &t1, walk).await;
+            // Redis's refusal inside a script (its text differs from the command's NOPERM).
+            s == 400 && v["error"].as_str().is_some_and(|e| e.contains("can't run this command"))
+        }
+    };
+    assert!(refused().await, "a keyspace walk inside a script\n{}", front.log());
+    assert!(!may(&redis, "app1", &["keys", "*"]) && may(&redis, "app1", &["get", "app1:x"]));
+    assert_eq!(post(&base, &t1, json!(["SET", "app1:x", "1"])).await, (200, json!({"result": "OK"})));
+
+    // The operator allows every command again, then adds a selector that allows the walks.
+    for edit in [&["app1", "+@all"][..], &["app1", "(~* +keys +scan +flushall)"]] {
+        acl(&redis, edit);
+        assert!(within(8, refused).await, "after ACL SETUSER {edit:?}\n{}", front.log());
+        for words in [&["keys", "*"][..], &["scan", "0"], &["flushall"]] {
+            assert!(!may(&redis, "app1", words), "{words:?} after {edit:?}");
+        }
+    }
+    assert!(front.log().contains("had been changed"), "{}", front.log());
+
+    // A restarted Redis makes the user again from its configuration, without the front's
+    // rules: they are back before the first command of a new connection.
+    redis.restart();
+    let (s, v) = post(&base, &t1, walk.clone()).await;
+    assert!(s != 200, "right after a restart: {s} {v}");
+    assert!(within(8, refused).await, "after a restart\n{}", front.log());
+
+    // The front's own user loses the right to change users: the tenant's changed user cannot
+    // be kept, so its token is refused, until the right is back.
+    acl(&redis, &["keeper", "-acl|setuser"]);
+    acl(&redis, &["app1", "+keys"]);
+    let suspended = || {
+        let (base, t1) = (base.clone(), t1.clone());
+        async move { post(&base, &t1, json!(["GET", "app1:x"])).await.0 == 503 }
+    };
+    assert!(within(8, suspended).await, "a user the front cannot keep\n{}", front.log());
+    acl(&redis, &["keeper", "+acl|setuser"]);
+    assert!(within(8, refused).await, "kept again\n{}", front.log());
+    assert_eq!(post(&base, &t1, json!(["GET", "app1:x"])).await.0, 200);
+
+    // At start: a front whose user may not change users refuses to start, and says why.
+    acl(&redis, &["limited", "on", ">pw-limited-0123456789", "~*", "&*", "+@all", "-@admin"]);
+    let limited = format!("redis://limited:pw-limited-0123456789@127.0.0.1:{}/", redis.port());
+    let mut child = Command::new(redcount_tests::bin("redcount-rest"))
+        .args(["--listen", "127.0.0.1:0", "--redis", &limited, "--tokens", file.to_str().unwrap()])
+        .env("REDCOUNT_REST_TOKEN", secret("main"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without its rules on the tenant's user: {err}");
+    assert!(err.contains("app1") && err.contains("ACL SETUSER"), "{err}");
+    assert!(!err.contains(&t1), "the token is printed: {err}");
+}
+
+/// On a Cluster every node keeps its own users: the front's rules go on the tenant's user on
+/// every node at start, and back on a node where the operator changed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_are_on_every_cluster_node() {
+    let cluster = redcount_tests::RedisCluster::start(3);
+    let mut user = vec!["app1".to_string(), "on".into(), ">pw-app1-0123456789".into()];
+    user.extend(readme_user_rules("app1"));
+    for n in &cluster.nodes {
+        acl(n, &user.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    let t1 = secret("t1");
+    let file = scratch_dir("tokens-cluster").join("tokens.json");
+    write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
+    let front = RestFront::start_with(&cluster.urls(), true, &["--tokens", file.to_str().unwrap()]);
+    let url = front.url();
+    let walks = [&["keys", "*"][..], &["scan", "0"], &["flushall"], &["cluster", "getkeysinslot", "0", "10"]];
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        for words in walks {
+            assert!(!may(n, "app1", words), "node {i}: {words:?}");
+        }
+        assert!(may(n, "app1", &["get", "app1:x"]), "node {i}: its own keys");
+    }
+    // Each node's keyspace walk inside a script: a key of that node's slots routes the script.
+    for n in &cluster.nodes {
+        let tag = (0..)
+            .map(|i| format!("app1:{{t{i}}}"))
+            .find(|k| redis::cmd("SET").arg(k).arg("1").query::<()>(&mut n.conn()).is_ok());
+        let key = tag.unwrap();
+        let (s, v) = post(&url, &t1, json!(["EVAL", "return redis.call('keys', '*')", "1", key])).await;
+        assert!(s == 400 && v["error"].as_str().is_some_and(|e| e.contains("can't run this command")), "{s} {v}");
+        let (s, v) = post(&url, &t1, json!(["GET", key])).await;
+        assert_eq!((s, v["result"].as_str()), (200, Some("1")), "{v}");
+    }
+    acl(&cluster.nodes[2], &["app1", "+@all"]);
+    let n2 = &cluster.nodes[2];
+    assert!(within(8, || async { !may(n2, "app1", &["keys", "*"]) }).await, "node 2 kept\n{}", front.log());
 }
