@@ -84,7 +84,14 @@ pub fn fuzz_parse(path: &str, body: &[u8]) {
 
 /// Command-line configuration; every flag has an environment variable.
 #[derive(Parser, Clone)]
-#[command(version, about = "An Upstash-compatible REST front for Redis and Redis Cluster")]
+#[command(
+    version,
+    about = "An Upstash-compatible REST front for Redis and Redis Cluster",
+    after_help = "TLS: rediss:// (Redis over TLS) trusts the system's root certificates. To trust a private CA \
+                  instead, set SSL_CERT_FILE to a PEM file of it (it replaces the system's roots): \
+                  SSL_CERT_FILE=/etc/redcount/redis-ca.pem redcount-rest --redis rediss://… \
+                  (rediss://…#insecure is refused)."
+)]
 pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "REDCOUNT_REST_LISTEN", default_value = "127.0.0.1:8079")]

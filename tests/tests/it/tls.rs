@@ -350,3 +350,21 @@ async fn at_the_per_address_cap_a_stalled_handshake_makes_room() {
     let closed = stalled.iter_mut().map(closed_now).filter(|c| *c).count();
     assert_eq!(closed, 3, "each request took the place of one stalled handshake");
 }
+
+/// Both servers' `--help` say how to trust a private CA, not only the README.
+#[test]
+fn the_help_says_how_to_trust_a_private_ca() {
+    for args in [&["--help"][..], &["serve", "--help"]] {
+        let name = if args.len() == 1 { "redcount-rest" } else { "redcount" };
+        let out = Command::new(bin(name)).args(args).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && help.contains("SSL_CERT_FILE") && help.contains("private CA"),
+            "{name} {args:?}: {help}"
+        );
+    }
+    // And what the front adds to a --tokens user's rules.
+    let out = Command::new(bin("redcount-rest")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("ACL SETUSER") && help.contains("SELECT, MOVE, COPY"), "{help}");
+}
