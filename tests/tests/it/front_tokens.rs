@@ -312,12 +312,11 @@ fn reads_the_connection(e: &super::front_trust::Entry) -> bool {
 
 /// What a tenant could change or see of others: every database's keys and values, the function
 /// libraries, the scripts loaded.
-fn world(redis: &RedisServer, shas: &[String]) -> String {
-    let mut c = redis.conn();
-    let digest: String = redis::cmd("DEBUG").arg("DIGEST").query(&mut c).unwrap();
-    let keyspace: String = redis::cmd("INFO").arg("keyspace").query(&mut c).unwrap();
-    let functions: Vec<u8> = redis::cmd("FUNCTION").arg("DUMP").query(&mut c).unwrap();
-    let scripts: Vec<i64> = redis::cmd("SCRIPT").arg("EXISTS").arg(shas).query(&mut c).unwrap();
+fn world(c: &mut redis::Connection, shas: &[String]) -> String {
+    let digest: String = redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap();
+    let keyspace: String = redis::cmd("INFO").arg("keyspace").query(c).unwrap();
+    let functions: Vec<u8> = redis::cmd("FUNCTION").arg("DUMP").query(c).unwrap();
+    let scripts: Vec<i64> = redis::cmd("SCRIPT").arg("EXISTS").arg(shas).query(c).unwrap();
     let keyspace: Vec<&str> =
         keyspace.lines().filter(|l| l.starts_with("db")).map(|l| l.split(',').next().unwrap()).collect();
     format!("digest {digest}, {keyspace:?}, {} bytes of functions, scripts {scripts:?}", functions.len())
@@ -326,8 +325,8 @@ fn world(redis: &RedisServer, shas: &[String]) -> String {
 /// The state of the front's pooled Redis connections (every connection logged in as one of
 /// `users`): the database, name, flags, transaction, subscriptions, redirection and library a
 /// request could have changed, each as the front made it.
-fn pooled_connections(redis: &RedisServer, users: &[&str]) -> Vec<String> {
-    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut redis.conn()).unwrap();
+fn pooled_connections(c: &mut redis::Connection, users: &[&str]) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
     list.lines()
         .filter(|l| users.iter().any(|u| l.contains(&format!(" user={u} "))))
         .filter_map(|l| {
@@ -410,10 +409,12 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
             }
             None => continue,
         };
-        let mut lists = super::front_trust::argument_lists(e, "app1:x", "*");
+        // Each at its least arity (what a longer form adds is arguments, not reach).
+        let mut lists: Vec<Vec<String>> =
+            super::front_trust::argument_lists(e, "app1:x", "*").into_iter().take(1).collect();
         if !e.is_admin() {
             // Database numbers that differ (SWAPDB 0 1, MOVE app1:x 1, COPY … DB 1).
-            for mut l in super::front_trust::argument_lists(e, "app1:x", "?") {
+            for mut l in super::front_trust::argument_lists(e, "app1:x", "?").into_iter().take(1) {
                 for (n, a) in l.iter_mut().filter(|a| *a == "?").enumerate() {
                     *a = (n % 2).to_string();
                 }
@@ -439,7 +440,9 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
     }
     println!("{} cases from the COMMAND table", cases.len());
 
-    let mut before = world(&redis, &shas);
+    // The test's own connection (default user, database 0) for every check.
+    let mut checks = redis.conn();
+    let mut before = world(&mut checks, &shas);
     let front_users: Vec<String> = {
         let list: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut redis.conn()).unwrap();
         list.into_iter().filter(|u| u.starts_with("redcount-rest-") || u.starts_with("app")).collect()
@@ -489,8 +492,12 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
                         failures.push(format!("not refused by the front: {case}"));
                     }
                 }
+                // Inside a script a connection command changes the script's own client, not the
+                // front's connections (checked below for every token): Valkey runs READONLY,
+                // READWRITE, WAIT there, Redis 7.0 refuses them.
+                let scripted_connection = way != "command" && *why == "changes the connection";
                 if tenant {
-                    if status == 200 {
+                    if status == 200 && !scripted_connection {
                         failures.push(format!("ran: {case}"));
                     }
                     if ["app2", "secret", "zz-"].iter().any(|s| v.to_string().contains(s)) {
@@ -501,13 +508,13 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
             // Checked once a case (all its ways), to keep the test short.
             let case = format!("{kind} token, {name} ({why}) {words:?}");
             if kind != "full" {
-                let now = world(&redis, &shas);
+                let now = world(&mut checks, &shas);
                 if now != before {
                     failures.push(format!("changed {before} to {now}: {case}"));
                     before = now;
                 }
             }
-            let changed = pooled_connections(&redis, &front_users);
+            let changed = pooled_connections(&mut checks, &front_users);
             if !changed.is_empty() {
                 failures.push(format!("a pooled connection changed ({changed:?}): {case}"));
             }
@@ -522,7 +529,7 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
                     }
                 }
             }
-            let now = world(&redis, &shas);
+            let now = world(&mut checks, &shas);
             if now != before {
                 failures.push(format!("{kind} token's scripts changed {before} to {now}"));
                 before = now;
@@ -530,6 +537,12 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
         }
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Whether `error` is the server's ACL refusal of a command inside a script (Redis 7.0: "can't
+/// run this command", Valkey: "no permissions to run").
+fn acl_refused(error: &str) -> bool {
+    error.contains("can't run this command") || error.contains("no permissions to run")
 }
 
 /// Polls `check` every 100 ms for up to `secs` seconds; true once it holds.
@@ -576,8 +589,7 @@ async fn the_front_keeps_its_rules_on_tenant_users() {
         let (base, t1, walk) = (base.clone(), t1.clone(), walk.clone());
         async move {
             let (s, v) = post(&base, &t1, walk).await;
-            // Redis's refusal inside a script (its text differs from the command's NOPERM).
-            s == 400 && v["error"].as_str().is_some_and(|e| e.contains("can't run this command"))
+            s == 400 && v["error"].as_str().is_some_and(acl_refused)
         }
     };
     assert!(refused().await, "a keyspace walk inside a script\n{}", front.log());
@@ -664,7 +676,7 @@ async fn the_rules_are_on_every_cluster_node() {
             .find(|k| redis::cmd("SET").arg(k).arg("1").query::<()>(&mut n.conn()).is_ok());
         let key = tag.unwrap();
         let (s, v) = post(&url, &t1, json!(["EVAL", "return redis.call('keys', '*')", "1", key])).await;
-        assert!(s == 400 && v["error"].as_str().is_some_and(|e| e.contains("can't run this command")), "{s} {v}");
+        assert!(s == 400 && v["error"].as_str().is_some_and(acl_refused), "{s} {v}");
         let (s, v) = post(&url, &t1, json!(["GET", key])).await;
         assert_eq!((s, v["result"].as_str()), (200, Some("1")), "{v}");
     }
