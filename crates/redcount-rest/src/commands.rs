@@ -7,23 +7,31 @@ use redis::Value;
 
 use crate::backend::Backend;
 
-/// What the front needs to know of one command, from its COMMAND flags.
+/// What the front needs to know of one command, from its COMMAND entry ([`Table::flags`]);
+/// an unknown command has none of them.
 #[derive(Clone, Copy, Default)]
-struct Flags {
+pub struct Flags {
     /// `readonly`, and neither `write` nor `may_replicate` (PFCOUNT rewrites the cached
     /// cardinality in its value: Redis propagates it as a write).
-    readonly: bool,
+    pub readonly: bool,
     /// Flag `admin` or ACL category `@admin`: changes or inspects the server rather than the
     /// data (CONFIG SET, SHUTDOWN, DEBUG, ROLE, LASTSAVE...); or moves data off this server
-    /// (MIGRATE).
-    admin: bool,
+    /// (MIGRATE). For a container without its subcommand, the container's.
+    pub admin: bool,
     /// COMMAND's arity: the number of arguments with the name, at least its absolute value
     /// when negative; 0 for an unknown command.
     arity: i64,
-    /// Reaches beyond the keys an ACL key pattern names (see [`Table::beyond_one_app`]).
-    beyond_one_app: bool,
-    /// Changes the connection it runs on (see [`Table::changes_connection`]).
-    changes_connection: bool,
+    /// Reaches beyond the keys an ACL key pattern names, so that one app's token must not
+    /// run it, even inside a script: it names no key yet reaches every key or the server
+    /// (`@keyspace` reads and writes, `@dangerous`, administration: KEYS, SCAN, RANDOMKEY,
+    /// DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), replaces every app's functions
+    /// (`@scripting` writes naming no key: FUNCTION LOAD, FLUSH, DELETE, RESTORE), or is one of
+    /// [`BEYOND_ONE_APP`].
+    pub beyond_one_app: bool,
+    /// Changes the connection it runs on (category `@connection`, but for the few that only
+    /// read it, [`READS_THE_CONNECTION`]): on the front's shared connections it would change
+    /// them for every later request.
+    pub changes_connection: bool,
 }
 
 /// What Redis's table cannot tell about reaching beyond one app's keys: SCRIPT FLUSH (every
@@ -120,7 +128,7 @@ impl Table {
 
     /// The flags of a command (its subcommand's for a container); unknown commands have
     /// none, so they are never read-only.
-    fn lookup(&self, name: &str, args: &[Vec<u8>]) -> Flags {
+    pub fn flags(&self, name: &str, args: &[Vec<u8>]) -> Flags {
         let name = name.to_lowercase();
         if self.containers.contains_key(&name)
             && let Some(sub) = args.first()
@@ -131,46 +139,19 @@ impl Table {
         self.flags.get(&name).copied().unwrap_or_default()
     }
 
-    /// True when `args` is a read-only command.
-    pub fn is_readonly(&self, name: &str, args: &[Vec<u8>]) -> bool {
-        self.lookup(name, args).readonly
-    }
-
     /// True when the command is one Redis knows, with as many arguments as it takes (so
     /// Redis will not refuse it for its name or its argument count).
     pub fn is_well_formed(&self, name: &str, args: &[Vec<u8>]) -> bool {
         let n = i64::try_from(args.len()).unwrap_or(i64::MAX).saturating_add(1);
-        match self.lookup(name, args).arity {
+        match self.flags(name, args).arity {
             0 => false,
             a if a > 0 => n == a,
             a => n >= -a,
         }
     }
 
-    /// True when `args` is an administrative command (or a container with an administrative
-    /// subcommand and no subcommand given).
-    pub fn is_admin(&self, name: &str, args: &[Vec<u8>]) -> bool {
-        self.lookup(name, args).admin
-    }
-
-    /// True when the command reaches beyond the keys its ACL key patterns name, so that one
-    /// app's token must not run it, even inside a script: it names no key yet reaches every key
-    /// or the server (`@keyspace` reads and writes, `@dangerous`, administration: KEYS, SCAN,
-    /// RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), replaces every app's
-    /// functions (`@scripting` writes naming no key: FUNCTION LOAD, FLUSH, DELETE, RESTORE), or
-    /// is one of [`BEYOND_ONE_APP`].
-    pub fn beyond_one_app(&self, name: &str, args: &[Vec<u8>]) -> bool {
-        self.lookup(name, args).beyond_one_app
-    }
-
-    /// True when the command changes the connection it runs on (category `@connection`, but
-    /// for the few that only read it): on the front's shared connections it would change
-    /// them for every later request.
-    pub fn changes_connection(&self, name: &str, args: &[Vec<u8>]) -> bool {
-        self.lookup(name, args).changes_connection
-    }
-
-    /// The ACL rules that deny a Redis user every command [`Table::beyond_one_app`] names
+    /// The ACL rules that deny a Redis user every command that reaches beyond one app
+    /// ([`Flags::beyond_one_app`])
     /// (each command or subcommand by name, `-keys`, `-config|set`…), the front's database
     /// `db` excepted for SELECT (its connections select it when it is not 0).
     pub fn one_app_rules(&self, db: i64) -> Vec<String> {
@@ -393,20 +374,20 @@ mod tests {
         ));
         let args = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
         for sub in ["SETNAME", "setinfo", "CAPA", "no-touch"] {
-            assert!(t.changes_connection("CLIENT", &args(&[sub, "x"])), "CLIENT {sub}");
+            assert!(t.flags("CLIENT", &args(&[sub, "x"])).changes_connection, "CLIENT {sub}");
         }
         for (name, a) in [("client", &["ID"][..]), ("CLIENT", &["info"]), ("ping", &[]), ("get", &["k"])] {
-            assert!(!t.changes_connection(name, &args(a)), "{name} {a:?}");
+            assert!(!t.flags(name, &args(a)).changes_connection, "{name} {a:?}");
         }
-        assert!(t.changes_connection("select", &args(&["1"])));
+        assert!(t.flags("select", &args(&["1"])).changes_connection);
         let beyond = ["keys", "dbsize", "move", "info", "select", "function|load"];
         for name in beyond {
             let mut words = name.split('|');
             let (cmd, sub) = (words.next().unwrap(), words.next());
-            assert!(t.beyond_one_app(cmd, &args(&sub.into_iter().collect::<Vec<_>>())), "{name}");
+            assert!(t.flags(cmd, &args(&sub.into_iter().collect::<Vec<_>>())).beyond_one_app, "{name}");
         }
         for (name, a) in [("get", &["k"][..]), ("lolwut", &[]), ("function", &["list"]), ("ping", &[])] {
-            assert!(!t.beyond_one_app(name, &args(a)), "{name}");
+            assert!(!t.flags(name, &args(a)).beyond_one_app, "{name}");
         }
         // The ACL rules name each one (never a container), the front's own database excepted.
         let mut rules = t.one_app_rules(0);

@@ -565,7 +565,9 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
     if let Some(why) = commands::repeated_keys(&cmd.name, &cmd.args) {
         return Err(error(StatusCode::BAD_REQUEST, why));
     }
-    if !st.allow_admin && st.commands.is_admin(&cmd.name, &cmd.args) {
+    // One look-up in the command table for every rule below.
+    let flags = st.commands.flags(&cmd.name, &cmd.args);
+    if !st.allow_admin && flags.admin {
         return Err(error(
             StatusCode::FORBIDDEN,
             format!(
@@ -575,7 +577,7 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
         ));
     }
     // After the administrative check: CLIENT KILL, PAUSE… keep saying what allows them.
-    if st.commands.changes_connection(&cmd.name, &cmd.args) {
+    if flags.changes_connection {
         return Err(error(
             StatusCode::BAD_REQUEST,
             format!("ERR {} would change the shared connection and is not available over REST", display_name(cmd)),
@@ -584,7 +586,7 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
     // A token of one app among several: what reaches beyond the keys its ACL user names is
     // refused whatever that user may do (Redis refuses it inside scripts: the front denies it
     // to the user, see `Table::one_app_rules`).
-    if matches!(access, Access::Scoped { .. }) && st.commands.beyond_one_app(&cmd.name, &cmd.args) {
+    if matches!(access, Access::Scoped { .. }) && flags.beyond_one_app {
         return Err(error(
             StatusCode::FORBIDDEN,
             format!(
@@ -610,7 +612,7 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
     }
     // PING and ECHO touch no data (Redis does not flag them read-only; clients probe with PING).
     let harmless = matches!(upper.as_str(), "PING" | "ECHO");
-    if !harmless && !st.commands.is_readonly(&cmd.name, &cmd.args) {
+    if !harmless && !flags.readonly {
         let hint = match upper.as_str() {
             "EVAL" => " (use EVAL_RO)",
             "EVALSHA" => " (use EVALSHA_RO)",

@@ -367,6 +367,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
     let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
+    let made_users_empty = made_users.is_empty();
     let keeper = Arc::new(cluster_users::Keeper::new(
         &config.redis,
         config.cluster,
@@ -375,7 +376,10 @@ pub async fn run(config: Config) -> Result<(), String> {
         &commands,
         timeout,
     )?);
-    tokio::spawn(keeper.clone().run());
+    // On one Redis only when there is something to keep (a managed Redis may refuse ACL).
+    if config.cluster || !made_users_empty || config.tokens.is_some() {
+        tokio::spawn(keeper.clone().run());
+    }
     if !settings.is_empty() {
         killer.on_connect(settings.clone(), None);
         backend.on_connect(settings.clone(), Some(&killer));
