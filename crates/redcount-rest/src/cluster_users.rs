@@ -137,7 +137,15 @@ impl Keeper {
         let mut round = self.round.lock().await;
         let nodes = self.nodes(&mut round).await.ok_or("no Redis node answers")?;
         for addr in &nodes {
+            // A Cluster node that does not answer now serves no token either; it gets the
+            // rules in the first round it answers, as a restarted node does.
             let Some(conn) = self.connection(&mut round, addr).await else {
+                if self.cluster {
+                    tracing::warn!(
+                        "Cluster node {addr} does not answer: the front's rules go on its users when it does"
+                    );
+                    continue;
+                }
                 return Err(format!("cannot connect as the Redis URL's user to {addr}"));
             };
             let mut conn = conn.clone();

@@ -208,8 +208,8 @@ pub struct Config {
     ///
     /// Redis's key patterns (`~app1:*`) do not stop commands that name no key, so the front
     /// adds its own rules to each user (ACL SETUSER, also in each of its selectors; at start,
-    /// on SIGHUP, before each new connection, and within 2 s of any change to the user, on
-    /// every Cluster node) and checks with ACL DRYRUN that Redis then refuses them: every
+    /// on SIGHUP, on one Redis before each new connection, and within 2 s of any change to the
+    /// user or of a node's restart, on every Cluster node) and checks with ACL DRYRUN that Redis then refuses them: every
     /// command or subcommand that names no key yet reaches every key or the server (Redis's
     /// COMMAND table: reads and writes of @keyspace, @dangerous, administration: KEYS, SCAN,
     /// RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), that replaces every app's
