@@ -20,6 +20,10 @@ enum Cmd {
         redis: String,
     },
     /// Serve the HTTP API and the demo page (the worker's routes, natively).
+    #[command(after_help = "TLS: rediss:// (Redis over TLS) and an https:// --rest-url trust the system's root \
+                      certificates. To trust a private CA instead, set SSL_CERT_FILE to a PEM file of it (it \
+                      replaces the system's roots): SSL_CERT_FILE=/etc/redcount/redis-ca.pem redcount serve \
+                      --redis rediss://…")]
     Serve(Box<ServeArgs>),
     /// Copy red-packet claims from Redis into SQLite, exactly once (safe to kill and rerun).
     Drain {
