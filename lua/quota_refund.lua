@@ -135,7 +135,8 @@ else
     if ahead % T > 0 then used = used + 1 end
     given = math.min(units, used)
     ahead = math.max(0, ahead - given * T)
-    redis.call('HSET', key, 't', s(now + (ahead - ahead % rate) / rate), 'r', s(ahead % rate))
+    if given > 0 then redis.call('HSET', key, 't', s(now + (ahead - ahead % rate) / rate), 'r', s(ahead % rate)) end
   end
 end
-return finish({given})
+-- Nothing given back changes nothing and stores nothing (prelude: idempotency).
+return finish({given}, given > 0)

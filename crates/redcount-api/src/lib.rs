@@ -638,6 +638,19 @@ impl Exchange {
         Step::Respond(self.finish(response))
     }
 
+    /// The response when the call ran but fewer replicas than the shell waits for
+    /// acknowledged its write in time (`redcount serve --wait-replicas`, or the REST front's):
+    /// 503 with `"durable": false` and `"may_have_run": true`, whatever the route: the write
+    /// happened on the master and may be lost in a failover.
+    pub fn not_durable(self, why: &str) -> ApiResponse {
+        let error = format!("not known durable: {why}");
+        let r = ApiResponse::object(
+            503,
+            &mut [("error", Field::Text(&error)), ("durable", Field::Bool(false)), ("may_have_run", Field::Bool(true))],
+        );
+        self.finish(r)
+    }
+
     /// The response when the REST front could not be reached at all.
     pub fn fail(self, why: &str) -> ApiResponse {
         self.fail_at("the REST front", why)

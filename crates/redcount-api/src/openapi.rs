@@ -522,7 +522,16 @@ fn components() -> Json {
             },
         },
         "schemas": {
-            "Error": object(&[("error", string()), ("field", string())], &["error"]),
+            "Error": object(
+                &[
+                    ("error", string()),
+                    ("field", string()),
+                    // A write that ran but is not known durable (a replica wait that fell short).
+                    ("durable", boolean()),
+                    ("may_have_run", boolean()),
+                ],
+                &["error"],
+            ),
             "Degraded": {
                 "description": "Redis did not answer: the policy's declared failure mode (`on_unavailable`), never a silent pass",
                 "type": "object",

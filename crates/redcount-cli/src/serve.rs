@@ -129,6 +129,12 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                 };
                 step = match &s.backend {
                     Backend::Rest(rest) => match bounded(budget, rest.post(exchange.body().to_string())).await {
+                        // The front's --wait-replicas: the call ran, but is not known durable.
+                        Some(Ok((503, body))) if not_durable(&body) => {
+                            metrics::counter!("redcount_backend_errors_total", "kind" => "not_durable").increment(1);
+                            let why = format!("the REST front says: {}", String::from_utf8_lossy(&body));
+                            Step::Respond(exchange.not_durable(&why))
+                        }
                         Some(Ok((status, body))) => exchange.receive(status, &body),
                         Some(Err(e)) => {
                             report_backend_error(&e);
@@ -142,6 +148,11 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                     Backend::Direct(d) => match bounded(budget, d.send(exchange.command())).await {
                         Some(Ok(v)) => exchange.receive_value(Ok(v)),
                         Some(Err(Error::Redis(e))) => exchange.receive_value(Err(e)),
+                        Some(Err(Error::NotDurable(why))) => {
+                            metrics::counter!("redcount_backend_errors_total", "kind" => "not_durable").increment(1);
+                            tracing::warn!("backend: not known durable: {why}");
+                            Step::Respond(exchange.not_durable(&format!("Redis: {why}")))
+                        }
                         Some(Err(e)) => {
                             report_backend_error(&e);
                             Step::Respond(exchange.fail_at("Redis", &e.to_string()))
@@ -162,6 +173,11 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
     metrics::histogram!("redcount_request_duration_seconds", "route" => route).record(started.elapsed().as_secs_f64());
     tracing::debug!(method = %method, route, status = response.status, "request");
     to_response(response)
+}
+
+/// Whether a REST front's 503 says a call ran but is not known durable (`"durable": false`).
+fn not_durable(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["durable"] == serde_json::Value::Bool(false))
 }
 
 /// `call`, given up after `budget` when there is one (`None` then).

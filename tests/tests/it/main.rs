@@ -6,6 +6,7 @@ mod concurrency;
 mod decisions;
 mod degraded;
 mod drain;
+mod durability;
 mod faults;
 mod fencing;
 mod front_bounds;
