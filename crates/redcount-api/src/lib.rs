@@ -614,6 +614,13 @@ impl Exchange {
         self.body = self.call.command().to_rest_body();
     }
 
+    /// True when dropping this call unanswered would strand what it changes in Redis for the
+    /// local state (a borrow's units): a shell drives it to its end even when the client that
+    /// asked has gone away.
+    pub fn must_finish(&self) -> bool {
+        self.plan.as_deref().is_some_and(local::Plan::lends)
+    }
+
     /// The command to send, for a shell that talks RESP instead of REST.
     pub fn command(&self) -> &redcount_core::Command {
         self.call.command()

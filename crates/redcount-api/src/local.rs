@@ -104,6 +104,13 @@ pub(crate) enum Plan {
     Nothing,
 }
 
+impl Plan {
+    /// True for a borrow.
+    pub(crate) fn lends(&self) -> bool {
+        matches!(self, Plan::Quota(p) if p.borrow.is_some())
+    }
+}
+
 /// A quota take or peek, as the local state sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QuotaPlan {
@@ -323,6 +330,11 @@ impl Local {
         self.epoch += 1;
         self.denials.clear();
         self.end_all();
+    }
+
+    /// True when units wait to be given back (the shell calls [`Local::due`]).
+    pub fn has_returns(&self) -> bool {
+        !self.returns.is_empty()
     }
 
     /// Units held by this shell's leases now (what it keeps from other shells).

@@ -2,6 +2,7 @@
 //! Which route a request is, is [`crate::route`]'s business.
 
 use alloc::borrow::ToOwned;
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
