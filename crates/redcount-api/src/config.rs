@@ -219,6 +219,9 @@ pub struct Config {
     failure: Vec<(String, FailureMode)>,
     /// Each quota policy's local decisions, when they differ from the default.
     local: Vec<(String, LocalMode)>,
+    /// Each policy's [`Config::fingerprint`], in `policies` order (computed once: a local
+    /// state asks for it on every take).
+    fingerprints: Vec<u64>,
 }
 
 /// What a shell may decide without Redis for a quota policy (`"cache_denials_ms"` and
@@ -343,7 +346,10 @@ impl Config {
             None => Vec::from(admin_token.as_deref().unwrap_or("").as_bytes()),
         };
         let (policies, failure, local) = policies;
-        Ok(Config { admin_token, policies, cors_origins, namespace, id_secret, failure, local })
+        let mut config =
+            Config { admin_token, policies, cors_origins, namespace, id_secret, failure, local, fingerprints: Vec::new() };
+        config.fingerprints = config.policies.iter().map(|(name, p)| config.digest(name, p)).collect();
+        Ok(config)
     }
 
     /// The declared failure mode of the policy called `name` (the default: refuse, within
@@ -379,8 +385,13 @@ impl Config {
     /// assert_eq!(a.fingerprint("nope"), None);
     /// ```
     pub fn fingerprint(&self, name: &str) -> Option<u64> {
+        let at = self.policies.iter().position(|(n, _)| n == name)?;
+        self.fingerprints.get(at).copied()
+    }
+
+    fn digest(&self, name: &str, policy: &Policy) -> u64 {
         let mut text = String::new();
-        self.policy(name)?.write_json(&mut text);
+        policy.write_json(&mut text);
         let mode = self.failure_mode(name);
         text.push_str(if mode.allow { "\nallow\n" } else { "\ndeny\n" });
         text.push_str(itoa::Buffer::new().format(mode.timeout_ms.unwrap_or(0)));
@@ -393,7 +404,7 @@ impl Config {
         let digest = redcount_core::sha1::digest(text.as_bytes());
         let mut first = [0; 8];
         first.copy_from_slice(&digest[..8]);
-        Some(u64::from_be_bytes(first))
+        u64::from_be_bytes(first)
     }
 
     /// The policy called `name`.

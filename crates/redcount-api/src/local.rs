@@ -332,6 +332,11 @@ impl Local {
         self.end_all();
     }
 
+    /// How many denials and leases it keeps now (each table's size is fixed at [`Local::new`]).
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.denials.len(), self.leases.len())
+    }
+
     /// True when units wait to be given back (the shell calls [`Local::due`]).
     pub fn has_returns(&self) -> bool {
         !self.returns.is_empty()
@@ -904,7 +909,6 @@ impl<V> Table<V> {
         self.slots.iter_mut().flatten().map(|s| &mut s.value)
     }
 
-    #[cfg(test)]
     fn len(&self) -> usize {
         self.slots.iter().flatten().count()
     }
