@@ -346,8 +346,16 @@ impl Config {
             None => Vec::from(admin_token.as_deref().unwrap_or("").as_bytes()),
         };
         let (policies, failure, local) = policies;
-        let mut config =
-            Config { admin_token, policies, cors_origins, namespace, id_secret, failure, local, fingerprints: Vec::new() };
+        let mut config = Config {
+            admin_token,
+            policies,
+            cors_origins,
+            namespace,
+            id_secret,
+            failure,
+            local,
+            fingerprints: Vec::new(),
+        };
         config.fingerprints = config.policies.iter().map(|(name, p)| config.digest(name, p)).collect();
         Ok(config)
     }

@@ -239,7 +239,8 @@ fn a_changed_definition_or_a_clock_that_goes_back_forgets_every_denial() {
     s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 1_000);
     s.answers(req("POST", &path, "", false), 1_100);
     // A redeploy raising the limit: another definition, another key.
-    s.config = config_with(&POLICIES.replace(r#""limit": 3, "window_ms": 86400000"#, r#""limit": 4, "window_ms": 86400000"#));
+    s.config =
+        config_with(&POLICIES.replace(r#""limit": 3, "window_ms": 86400000"#, r#""limit": 4, "window_ms": 86400000"#));
     s.sends(req("POST", &path, "", false), 1_150);
     s.config = config();
     s.answers(req("POST", &path, "", false), 1_200);
@@ -316,7 +317,10 @@ fn a_lease_admits_from_its_stock_then_gives_back_what_is_left() {
     let lease = args[5].clone();
     // Redis lends 50 beside the take: 949 left there, 50 here.
     let first = s.reply(ex, json!([1, 1000, 949, 30_000, 0, 50]), 1_005);
-    assert_eq!(json_of(&first), json!({"allowed": true, "limit": 1000, "remaining": 999, "reset_ms": 30_000, "retry_after_ms": 0}));
+    assert_eq!(
+        json_of(&first),
+        json!({"allowed": true, "limit": 1000, "remaining": 999, "reset_ms": 30_000, "retry_after_ms": 0})
+    );
     for i in 0..48 {
         let r = s.answers(req("POST", &path, "", false), 1_010 + i);
         assert_eq!(json_of(&r)["remaining"], 998 - i as i64);
@@ -446,12 +450,8 @@ fn evicted_leases_give_their_units_back() {
         lent += 5;
         assert!(s.local.sizes().1 <= 4);
     }
-    let back: i64 = s
-        .local
-        .due(2)
-        .iter()
-        .map(|ex| rest(ex).as_array().unwrap()[7].as_str().unwrap().parse::<i64>().unwrap())
-        .sum();
+    let back: i64 =
+        s.local.due(2).iter().map(|ex| rest(ex).as_array().unwrap()[7].as_str().unwrap().parse::<i64>().unwrap()).sum();
     assert_eq!(back + s.local.lent(), lent, "every unit lent is held or given back");
 }
 
@@ -461,7 +461,9 @@ fn borrow_is_for_fixed_windows_and_cache_denials_ms_for_quotas() {
         let vars = [("REDCOUNT_POLICIES", policies)];
         Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap_err()
     };
-    let e = refused(r#"{"q": {"kind": "quota", "algorithm": "gcra", "rate": 1, "period_ms": 1000, "burst": 5, "borrow": {"units": 2, "ms": 100}}}"#);
+    let e = refused(
+        r#"{"q": {"kind": "quota", "algorithm": "gcra", "rate": 1, "period_ms": 1000, "burst": 5, "borrow": {"units": 2, "ms": 100}}}"#,
+    );
     assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow");
     let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 6, "ms": 100}}}"#);
     assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.units");
@@ -469,14 +471,17 @@ fn borrow_is_for_fixed_windows_and_cache_denials_ms_for_quotas() {
     assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.ms");
     let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 2}}}"#);
     assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.ms");
-    let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 2, "ms": 5, "x": 1}}}"#);
+    let e =
+        refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 2, "ms": 5, "x": 1}}}"#);
     assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.x");
     let e = refused(r#"{"c": {"kind": "claim", "window_ms": 1000, "cache_denials_ms": 5}}"#);
     assert_eq!(e.variable, "REDCOUNT_POLICIES.c.cache_denials_ms");
     let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": -1}}"#);
     assert_eq!(e.variable, "REDCOUNT_POLICIES.q.cache_denials_ms");
     // The settings are part of the definition; their defaults leave the fingerprint as it was.
-    let c = config_with(r#"{"a": {"kind": "quota", "limit": 5, "window_ms": 1000}, "b": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": 1000}, "d": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": 999}}"#);
+    let c = config_with(
+        r#"{"a": {"kind": "quota", "limit": 5, "window_ms": 1000}, "b": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": 1000}, "d": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": 999}}"#,
+    );
     assert_eq!(c.fingerprint("a"), c.fingerprint("b"));
     assert_ne!(c.fingerprint("a"), c.fingerprint("d"));
 }

@@ -538,7 +538,8 @@ mod tests {
     fn headers_absent_and_empty_differ_and_big_bodies_stay_unread() {
         assert_eq!(configure_text(VARS), "");
         // An empty Idempotency-Key is refused; an absent one is no key.
-        let empty_key = parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None, 1_000, true)).0;
+        let empty_key =
+            parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None, 1_000, true)).0;
         assert_eq!(empty_key, 400);
         let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None, 1_000, true);
         assert_eq!(parse(&big).0, 413);
