@@ -86,6 +86,8 @@ pub struct Local {
     epoch: u64,
     /// After [`Local::drain`]: no more leases.
     closed: bool,
+    /// Borrows answered (or failed) so far.
+    settled: u64,
     /// The earliest end of a lease with stock (`u64::MAX`: none).
     next_due: u64,
 }
@@ -105,9 +107,9 @@ pub(crate) enum Plan {
 }
 
 impl Plan {
-    /// True for a borrow.
+    /// True for a borrow, or a refresh others may wait for.
     pub(crate) fn lends(&self) -> bool {
-        matches!(self, Plan::Quota(p) if p.borrow.is_some())
+        matches!(self, Plan::Quota(p) if p.borrow.is_some() || p.refresh)
     }
 }
 
@@ -166,8 +168,8 @@ struct Denial {
     at: u64,
     /// Repeated until then: `at` + the least of `cache_denials_ms` and its `retry_after_ms`.
     until: u64,
-    /// A call refreshing it is under way.
-    refreshing: bool,
+    /// Since when a call refreshing it is under way.
+    refreshing: Option<u64>,
     what: Denied,
 }
 
@@ -212,8 +214,9 @@ struct Return {
 /// next window.
 const LEASE_GUARD_MS: u64 = 10;
 /// A denial is refreshed (one call, while the others are still answered from memory) in
-/// the last tenth of its life.
-const REFRESH_SHARE: u64 = 10;
+/// the second half of its life; once it has ended, the takes of its subject wait for the
+/// refresh (for this long at most) rather than all asking Redis at once.
+const REFRESH_WAIT_MS: u64 = 1000;
 
 impl Local {
     /// A local state of `denials` cached denials and `leases` leases at most (each rounded up
@@ -230,6 +233,7 @@ impl Local {
             forgets: 0,
             epoch: 0,
             closed: false,
+            settled: 0,
             next_due: u64::MAX,
         }
     }
@@ -337,6 +341,12 @@ impl Local {
         (self.denials.len(), self.leases.len())
     }
 
+    /// How many borrows and refreshes were answered (or failed) so far: a shell wakes the
+    /// takes told to [`Wait`] when it changes.
+    pub fn settled(&self) -> u64 {
+        self.settled
+    }
+
     /// True when units wait to be given back (the shell calls [`Local::due`]).
     pub fn has_returns(&self) -> bool {
         !self.returns.is_empty()
@@ -410,7 +420,7 @@ impl Local {
                     return Ok(Step::Respond(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false)));
                 }
             }
-            if let Some(r) = self.repeat_quota(&mut plan) {
+            if let Some(r) = self.repeat_quota(&mut plan, may_wait)? {
                 return Ok(Step::Respond(r));
             }
             if plan.peek || plan.refresh {
@@ -431,30 +441,34 @@ impl Local {
             }
             return Ok(Step::Send(self.borrow(config, caller, ex, plan, b, hash)));
         }
-        if let Some(r) = self.repeat_quota(&mut plan) {
+        if let Some(r) = self.repeat_quota(&mut plan, may_wait)? {
             return Ok(Step::Respond(r));
         }
         ex.plan = Some(Box::new(Plan::Quota(plan)));
         Ok(Step::Send(ex))
     }
 
-    /// The cached denial of this take, if one may be repeated now (marking a refresh due:
-    /// then `None`, and the call goes to Redis while others are still answered from memory).
-    fn repeat_quota(&mut self, plan: &mut QuotaPlan) -> Option<ApiResponse> {
+    /// The cached denial of this take, if one may be repeated now; `None` to ask Redis (this
+    /// call refreshes the denial in its second half of life, while the others are still
+    /// answered from memory); [`Wait`] for a refresh under way when the denial has ended.
+    fn repeat_quota(&mut self, plan: &mut QuotaPlan, may_wait: bool) -> Result<Option<ApiResponse>, Wait> {
         if plan.mode.cache_denials_ms == 0 {
-            return None;
+            return Ok(None);
         }
         let now = self.now;
         let hash = self.key_hash(&plan.key);
-        let d = self.denials.get(hash, &plan.key)?;
-        let Denied::Quota(o) = d.what else { return None };
+        let Some(d) = self.denials.get(hash, &plan.key) else { return Ok(None) };
+        let Denied::Quota(o) = d.what else { return Ok(None) };
         if now >= d.until {
-            return None;
+            return match d.refreshing {
+                Some(since) if may_wait && now < since + REFRESH_WAIT_MS => Err(Wait),
+                _ => Ok(None),
+            };
         }
-        if !d.refreshing && (d.until - now) * REFRESH_SHARE <= d.until - d.at {
-            d.refreshing = true;
+        if d.refreshing.is_none() && (d.until - now) * 2 <= d.until - d.at {
+            d.refreshing = Some(now);
             plan.refresh = true;
-            return None;
+            return Ok(None);
         }
         let gone = elapsed(now, d.at);
         let o = QuotaOutcome {
@@ -462,7 +476,7 @@ impl Local {
             retry_after_ms: o.retry_after_ms.saturating_sub(gone).max(1),
             ..o
         };
-        Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true))
+        Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true)))
     }
 
     /// The borrow replacing a take: the take's cost and up to `b.units` more.
@@ -534,12 +548,14 @@ impl Local {
 
     fn learn_quota(&mut self, plan: &QuotaPlan, seen: Option<Seen>) {
         let hash = self.key_hash(&plan.key);
-        if plan.refresh
-            && let Some(d) = self.denials.get(hash, &plan.key)
-        {
-            d.refreshing = false;
+        if plan.refresh {
+            self.settled += 1;
+            if let Some(d) = self.denials.get(hash, &plan.key) {
+                d.refreshing = None;
+            }
         }
         if plan.borrow.is_some() {
+            self.settled += 1;
             let lease_hash = self.key_hash(&plan.lease_key);
             if let Some(l) = self.leases.get(lease_hash, &plan.lease_key) {
                 l.borrowing = None;
@@ -605,7 +621,7 @@ impl Local {
         if life == 0 || at + life <= self.now {
             return;
         }
-        let d = Denial { at, until: at + life, refreshing: false, what };
+        let d = Denial { at, until: at + life, refreshing: None, what };
         match self.denials.get(hash, key) {
             Some(old) => *old = d,
             None => {

@@ -118,27 +118,50 @@ fn a_denial_is_repeated_with_its_wait_shrinking_for_at_most_cache_denials_ms() {
     assert_eq!(header(&again, "RateLimit"), Some("\"daily\";r=0;t=50"));
     assert_eq!(again.verdict.map(|v| (v.allowed, v.retry_after_ms)), Some((false, 49_600)));
     // A peek of the same cost learns from it too.
-    assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_500))["cached"], true);
-    // Near its end (the last tenth) one call refreshes it while the others are still answered.
-    let refresh = s.sends(req("POST", &path, "", false), 1_950);
+    assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_450))["cached"], true);
+    // In the second half of its life one call refreshes it while the others are still answered.
+    let refresh = s.sends(req("POST", &path, "", false), 1_500);
     assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 1_960))["cached"], true);
-    // Its end is 1,000 ms after the denied call was sent, refreshed or not.
-    s.sends(req("POST", &path, "", false), 2_000);
+    // Its end is 1,000 ms after the denied call was sent, refreshed or not: then the takes wait
+    // for the refresh under way (or, told not to wait, ask Redis).
+    assert!(matches!(s.ask(req("POST", &path, "", false), 2_000), Err(Wait)));
+    let settled = s.local.settled();
+    let r = req("POST", &path, "", false);
+    assert!(matches!(s.local.handle(&s.config, &r, 2_000, false, &mut s.rng), Ok(Step::Send(_))));
     // The refresh denies again: repeated for another 1,000 ms from when it was sent.
-    s.reply(refresh, json!([0, 3, 0, 48_950, 48_950]), 2_001);
-    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_800))["retry_after_ms"], 48_100);
-    s.sends(req("POST", &path, "", false), 2_950);
+    s.reply(refresh, json!([0, 3, 0, 49_500, 49_500]), 2_001);
+    assert_ne!(s.local.settled(), settled, "the waiting takes are woken");
+    // (Already in the second half of that life: one call refreshes it again.)
+    let _again = s.sends(req("POST", &path, "", false), 2_002);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_003))["retry_after_ms"], 48_997);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_499))["retry_after_ms"], 48_501);
+    assert!(matches!(s.ask(req("POST", &path, "", false), 2_500), Err(Wait)));
+}
+
+#[test]
+fn a_refresh_that_never_answers_holds_the_waiting_takes_for_a_bounded_time() {
+    let mut s = shell();
+    let path = take("daily", "dora");
+    s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
+    let _lost = s.sends(req("POST", &path, "", false), 600);
+    assert!(matches!(s.ask(req("POST", &path, "", false), 1_000), Err(Wait)));
+    assert!(matches!(s.ask(req("POST", &path, "", false), 1_599), Err(Wait)));
+    s.sends(req("POST", &path, "", false), 1_600);
 }
 
 #[test]
 fn a_denial_is_never_repeated_past_its_own_retry_after() {
     let mut s = shell();
     let path = take("quick", "bob");
-    s.through(req("POST", &path, r#"{"cost": 2}"#, false), json!([0, 10, 1, 100, 120]), 10_000);
-    let r = s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10_100);
-    assert_eq!(json_of(&r)["retry_after_ms"], 20);
+    s.through(req("POST", &path, r#"{"cost": 2}"#, false), json!([0, 10, 1, 50, 120]), 10_000);
+    let r = s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10_059);
+    assert_eq!(json_of(&r)["retry_after_ms"], 61);
     assert_eq!(json_of(&r)["reset_ms"], 0);
-    s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_120);
+    let refresh = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_060);
+    // Past its retry_after_ms while the refresh is under way: never answered from memory.
+    assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 2}"#, false), 10_120), Err(Wait)));
+    s.reply(refresh, json!([0, 10, 1, 50, 60]), 10_121);
+    s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_121);
 }
 
 #[test]
@@ -261,7 +284,8 @@ fn a_flood_of_distinct_subjects_never_grows_the_tables() {
     let mut s = shell();
     let hot = take("daily", "hot");
     s.through(req("POST", &hot, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
-    for i in 0..140 {
+    // (Within the first half of its life: then it would be refreshed.)
+    for i in 0..80 {
         s.answers(req("POST", &hot, "", false), 10 + 6 * i);
         let path = take("daily", &format!("f{i}"));
         s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 10 + 6 * i);

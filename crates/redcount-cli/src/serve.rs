@@ -43,7 +43,7 @@ const DENIALS: usize = 16_384;
 /// Leases one process holds at most.
 const LEASES: usize = 1_024;
 /// Longest a take waits for a borrow of the same subject under way before asking Redis itself.
-const MOST_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const MOST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often leases that ended while the server was idle are looked for.
 const LEASE_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -57,16 +57,30 @@ impl Server {
         self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Learns from a step, waking the takes that wait for it.
+    /// Learns from a step, waking the takes that wait for a borrow if one was answered.
     fn after(&self, step: Step) -> Step {
-        let step = self.local().after(step, self.now());
-        self.settled.notify_waiters();
+        let (step, woke) = {
+            let mut local = self.local();
+            let before = local.settled();
+            let step = local.after(step, self.now());
+            (step, local.settled() != before)
+        };
+        if woke {
+            self.settled.notify_waiters();
+        }
         step
     }
 
     fn answered(&self, r: ApiResponse) -> ApiResponse {
-        let r = self.local().answered(r, self.now());
-        self.settled.notify_waiters();
+        let (r, woke) = {
+            let mut local = self.local();
+            let before = local.settled();
+            let r = local.answered(r, self.now());
+            (r, local.settled() != before)
+        };
+        if woke {
+            self.settled.notify_waiters();
+        }
         r
     }
 }
