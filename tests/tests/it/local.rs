@@ -554,3 +554,182 @@ async fn lent_units_stay_counted_until_their_own_lease_gives_them_back() {
     }
     assert_eq!(count(&d).await, before);
 }
+
+/// Policies of the tests through real shells.
+const SHELL_POLICIES: &str = r#"{
+  "flood": {"kind": "quota", "algorithm": "fixed", "limit": 3, "window_ms": 3600000},
+  "raw": {"kind": "quota", "algorithm": "fixed", "limit": 3, "window_ms": 3600000, "cache_denials_ms": 0},
+  "hot": {"kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000, "borrow": {"units": 50, "ms": 1000}}
+}"#;
+
+/// Script calls Redis has run so far.
+fn script_calls(redis: &RedisServer) -> u64 {
+    redis.calls("evalsha") + redis.calls("eval")
+}
+
+/// `n` takes of one exhausted subject of `policy`, 20 at a time: every one denied, with a
+/// `retry_after_ms` that is the window's true remainder (from Redis's PTTL) at most, and at
+/// most 250 ms less than it. Returns the script calls Redis ran meanwhile, the answers marked
+/// cached, and the seconds taken.
+async fn flood(
+    api: std::sync::Arc<redcount_tests::Api>,
+    redis: &RedisServer,
+    policy: &str,
+    n: usize,
+) -> (u64, u64, f64) {
+    let subject = redcount_tests::uid("f");
+    let path = format!("/api/quotas/{policy}/{subject}");
+    for _ in 0..3 {
+        assert_eq!(api.post(&path, "").await.json["allowed"], true);
+    }
+    // The first denial, alone: the flood then starts with it known (or not, without a cache).
+    assert_eq!(api.post(&path, "").await.json["allowed"], false);
+    let key = redcount_core::keys::quota(policy, &subject, "fw");
+    let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut redis.conn()).unwrap();
+    // The window's end, on this process's clock (Redis runs on this machine).
+    let end = Instant::now() + Duration::from_millis(pttl as u64);
+    let before = script_calls(redis);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..20)
+        .map(|t| {
+            let (api, path) = (api.clone(), path.clone());
+            tokio::spawn(async move {
+                let mut cached = 0;
+                for _ in (t..n).step_by(20) {
+                    let sent = Instant::now();
+                    let r = api.post(&path, "").await;
+                    let received = Instant::now();
+                    assert_eq!((r.status, &r.json["allowed"]), (200, &Value::Bool(false)), "{}", r.json);
+                    let retry = r.json["retry_after_ms"].as_u64().unwrap();
+                    let (most, least) = ((end - sent).as_millis() as u64, (end - received).as_millis() as u64);
+                    assert!(
+                        retry <= most + 2 && retry + 250 >= least,
+                        "retry_after_ms {retry}, the window ends in {least}..{most} ms: {}",
+                        r.json
+                    );
+                    let header: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+                    assert_eq!(header, retry.div_ceil(1000), "{:?}", r.headers);
+                    if r.json["cached"] == Value::Bool(true) {
+                        cached += 1;
+                    } else {
+                        assert!(r.json.get("cached").is_none(), "{}", r.json);
+                    }
+                }
+                cached
+            })
+        })
+        .collect();
+    let mut cached = 0;
+    for t in tasks {
+        cached += t.await.unwrap();
+    }
+    let calls = script_calls(redis) - before;
+    // Every answer not marked cached was Redis's own.
+    assert_eq!(cached + calls, n as u64, "{cached} answers marked cached, {calls} calls to Redis");
+    (calls, cached, started.elapsed().as_secs_f64())
+}
+
+/// Floods of one exhausted subject through a shell: with the cache, at most two calls to Redis
+/// per second (one refresh in the second half of each `cache_denials_ms`) and the first; without
+/// it, one per take.
+async fn floods(name: &str, api: std::sync::Arc<redcount_tests::Api>, redis: &RedisServer) {
+    let (calls, cached, secs) = flood(api.clone(), redis, "flood", 2_000).await;
+    eprintln!("{name}: 2,000 denied takes, {cached} from memory, {calls} script calls in {secs:.1} s");
+    assert!(calls <= 1 + 2 * secs.ceil() as u64, "{calls} calls to Redis in {secs:.1} s");
+    let (calls, cached, _) = flood(api, redis, "raw", 200).await;
+    eprintln!("{name}, cache_denials_ms 0: 200 denied takes, {calls} script calls");
+    assert_eq!((calls, cached), (200, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_one_exhausted_subject_barely_reaches_redis_through_serve_and_the_worker() {
+    let redis = RedisServer::start();
+    let admin = redcount_tests::secret("admin");
+    let serve = redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, SHELL_POLICIES);
+    floods("redcount serve", std::sync::Arc::new(redcount_tests::Api::new(serve.url(), &admin)), &redis).await;
+
+    let front = redcount_tests::RestFront::start(&redis.url(), false);
+    let worker = redcount_tests::Wrangler::start(&[
+        ("REDCOUNT_REST_URL", &front.url()),
+        ("REDCOUNT_REST_TOKEN", &front.token),
+        ("REDCOUNT_ADMIN_TOKEN", &admin),
+        ("REDCOUNT_POLICIES", SHELL_POLICIES),
+    ]);
+    floods("the worker", std::sync::Arc::new(redcount_tests::Api::new(worker.url(), &admin)), &redis).await;
+}
+
+/// The units of `hot` Redis counts for `subject` (admitted, plus lent and not given back).
+fn hot_count(redis: &RedisServer, subject: &str) -> i64 {
+    let count: Option<i64> =
+        redis::cmd("GET").arg(redcount_core::keys::quota("hot", subject, "fw")).query(&mut redis.conn()).unwrap();
+    count.unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_processes_and_the_worker_with_leases_admit_at_most_the_limit_and_give_units_back() {
+    let redis = RedisServer::start();
+    let admin = redcount_tests::secret("admin");
+    let mut shells: Vec<redcount_tests::NativeServer> = (0..2)
+        .map(|_| redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, SHELL_POLICIES))
+        .collect();
+    let front = redcount_tests::RestFront::start(&redis.url(), false);
+    let worker = redcount_tests::Wrangler::start(&[
+        ("REDCOUNT_REST_URL", &front.url()),
+        ("REDCOUNT_REST_TOKEN", &front.token),
+        ("REDCOUNT_ADMIN_TOKEN", &admin),
+        ("REDCOUNT_POLICIES", SHELL_POLICIES),
+    ]);
+    let mut urls: Vec<String> = shells.iter().map(|s| s.url()).collect();
+    urls.push(worker.url());
+    let apis: Vec<_> = urls.into_iter().map(|u| std::sync::Arc::new(redcount_tests::Api::new(u, &admin))).collect();
+    let subject = redcount_tests::uid("h");
+    let path = format!("/api/quotas/hot/{subject}");
+    let before = script_calls(&redis);
+    // 1,000 takes at once, a third through each shell.
+    let tasks: Vec<_> = (0..1_000)
+        .map(|i| {
+            let (api, path) = (apis[i % 3].clone(), path.clone());
+            tokio::spawn(async move {
+                let r = api.post(&path, "").await;
+                (r.status, r.json)
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        let (status, json) = t.await.unwrap();
+        assert_eq!(status, 200, "{json}\n{}", worker.log());
+        admitted += u64::from(json["allowed"] == Value::Bool(true));
+    }
+    let calls = script_calls(&redis) - before;
+    eprintln!("three shells, 1,000 takes of a limit of 500: {admitted} admitted, {calls} script calls");
+    assert!(admitted <= 500, "{admitted} admitted");
+    // What the shells still hold when the takes end is at most units × shells.
+    assert!(admitted >= 500 - 3 * 50, "{admitted} admitted");
+    assert!(calls <= 150, "{calls} calls to Redis for 1,000 takes");
+
+    // A few takes of a fresh subject through each shell: each borrows more than it uses, and
+    // Redis counts the lent units at once.
+    let fresh = redcount_tests::uid("g");
+    let path = format!("/api/quotas/hot/{fresh}");
+    for api in &apis {
+        for _ in 0..3 {
+            assert_eq!(api.post(&path, "").await.json["allowed"], true);
+        }
+    }
+    assert!(hot_count(&redis, &fresh) > 9, "{} units counted for 9 takes", hot_count(&redis, &fresh));
+    // A graceful stop (SIGTERM) of serve gives back every unused unit; the worker gives its
+    // back when its lease ends (1 s). Redis then counts exactly what was admitted.
+    let held = hot_count(&redis, &fresh);
+    for s in &mut shells {
+        s.stop(Duration::from_secs(10));
+    }
+    // Serve's units are back once it has exited.
+    assert_eq!(hot_count(&redis, &fresh), held - 2 * (held - 9) / 3, "serve gives its units back at SIGTERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hot_count(&redis, &fresh) != 9 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(hot_count(&redis, &fresh), 9, "units lent and not used are given back");
+    assert_eq!(hot_count(&redis, &subject), admitted as i64, "units lent and not used are given back");
+}
