@@ -57,31 +57,26 @@ impl Server {
         self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Learns from a step, waking the takes that wait for a borrow if one was answered.
+    /// Learns from a step, waking the takes that wait for a borrow or refresh if one settled.
     fn after(&self, step: Step) -> Step {
-        let (step, woke) = {
-            let mut local = self.local();
-            let before = local.settled();
-            let step = local.after(step, self.now());
-            (step, local.settled() != before)
-        };
-        if woke {
-            self.settled.notify_waiters();
-        }
-        step
+        self.learn(|local, now| local.after(step, now))
     }
 
     fn answered(&self, r: ApiResponse) -> ApiResponse {
-        let (r, woke) = {
+        self.learn(|local, now| local.answered(r, now))
+    }
+
+    fn learn<T>(&self, f: impl FnOnce(&mut Local, u64) -> T) -> T {
+        let (out, woke) = {
             let mut local = self.local();
             let before = local.settled();
-            let r = local.answered(r, self.now());
-            (r, local.settled() != before)
+            let out = f(&mut local, self.now());
+            (out, local.settled() != before)
         };
         if woke {
             self.settled.notify_waiters();
         }
-        r
+        out
     }
 }
 

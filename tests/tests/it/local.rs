@@ -170,21 +170,25 @@ impl Run {
     }
 
     async fn deliver(&mut self, i: usize, held: Held) {
-        let Held { mut ex, asked } = held;
-        let r = loop {
-            let reply = self.redis.send(ex.command()).await;
-            let step = match reply {
+        let Held { ex, asked } = held;
+        let r = self.drive(i, ex).await;
+        self.check(i, &asked, &r, true);
+    }
+
+    /// Sends `ex` to Redis, and whatever call follows it, until shell `i` answers.
+    async fn drive(&mut self, i: usize, mut ex: Exchange) -> ApiResponse {
+        loop {
+            let step = match self.redis.send(ex.command()).await {
                 Ok(v) => ex.receive_value(Ok(v)),
                 Err(Error::Redis(e)) => ex.receive_value(Err(e)),
                 Err(e) => self.fail(format!("Redis did not answer: {e}")),
             };
             let now = self.shell_now(i);
             match self.shells[i].local.after(step, now) {
-                Step::Respond(r) => break r,
+                Step::Respond(r) => return r,
                 Step::Send(next) => ex = next,
             }
-        };
-        self.check(i, &asked, &r, true);
+        }
     }
 
     /// Checks an answer and counts what it admitted.
@@ -292,21 +296,10 @@ impl Run {
             body: body.as_bytes(),
         };
         let now = self.shell_now(i);
-        let Ok(Step::Send(mut ex)) = self.shells[i].local.handle(&self.config, &req, now, true, &mut self.rng) else {
+        let Ok(Step::Send(ex)) = self.shells[i].local.handle(&self.config, &req, now, true, &mut self.rng) else {
             self.fail(format!("{method} {path} was not sent"))
         };
-        let r = loop {
-            let step = match self.redis.send(ex.command()).await {
-                Ok(v) => ex.receive_value(Ok(v)),
-                Err(Error::Redis(e)) => ex.receive_value(Err(e)),
-                Err(e) => self.fail(format!("Redis did not answer: {e}")),
-            };
-            let now = self.shell_now(i);
-            match self.shells[i].local.after(step, now) {
-                Step::Respond(r) => break r,
-                Step::Send(next) => ex = next,
-            }
-        };
+        let r = self.drive(i, ex).await;
         self.log.push(format!("  shell {i}: {method} {path} {body}: {} {}", r.status, r.body));
         if r.status != 200 {
             self.fail(format!("{method} {path}: {} {}", r.status, r.body));
