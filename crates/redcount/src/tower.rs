@@ -17,8 +17,7 @@
 //! ```
 //! use std::convert::Infallible;
 //! use http::{Request, Response, StatusCode};
-//! use redcount::tower::{QuotaPolicy, RateLimitLayer};
-//! use redcount_core::ops::quota::Algorithm;
+//! use redcount::tower::{Algorithm, QuotaPolicy, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[derive(Default)]
@@ -67,16 +66,20 @@ use base64::Engine as _;
 use http::header::{HeaderName, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use redcount_api::{Config, Policy};
+use redcount_api::Policy;
 use redcount_core::ErrorKind;
 use redcount_core::keys::Namespace;
 use redcount_core::ops::Namespaced;
-use redcount_core::ops::quota::{Algorithm, QuotaOutcome, TakeQuota};
+use redcount_core::ops::quota::TakeQuota;
 use redcount_core::ratelimit::{self, Limit};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::{Driver, Error};
+
+// What a user of the layer names, without depending on redcount-core or redcount-api.
+pub use redcount_api::Config;
+pub use redcount_core::ops::quota::{Algorithm, QuotaOutcome};
 
 /// How long a request waits for Redis when its policy declares no bound (`timeout_ms`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -113,7 +116,7 @@ pub enum OnUnavailable {
 ///
 /// let policies = r#"{"per-client": {"kind": "quota", "algorithm": "gcra", "rate": 10, "period_ms": 1000,
 ///                    "burst": 20, "on_unavailable": "allow", "timeout_ms": 250}}"#;
-/// let config = redcount_api::Config::from_env(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string()))?;
+/// let config = redcount::tower::Config::from_env(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string()))?;
 /// let policy = QuotaPolicy::from_config(&config, "per-client")?;
 /// assert_eq!(policy.failure_mode(), OnUnavailable::Allow);
 /// assert_eq!(policy.time_bound(), Duration::from_millis(250));
@@ -290,8 +293,7 @@ impl<D> Clone for Shared<D> {
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use redcount::tower::{QuotaPolicy, RateLimitLayer};
-/// use redcount_core::ops::quota::Algorithm;
+/// use redcount::tower::{Algorithm, QuotaPolicy, RateLimitLayer};
 ///
 /// let redis = redcount::Direct::connect("redis://127.0.0.1:6379").await?;
 /// let policy = QuotaPolicy::new("uploads", Algorithm::TokenBucket { capacity: 100, refill: 10, interval_ms: 1000 })?;
