@@ -83,3 +83,17 @@ async fn hello(Extension(decision): Extension<Decision>) -> String {
         _ => "hello\n".to_owned(),
     }
 }
+
+/// The README's quick start ("From axum"), kept compiling here: a test holds the lines
+/// between the markers equal to the README's.
+pub async fn quick_start() -> Result<Router, Box<dyn std::error::Error>> {
+    // README from axum: begin
+    use redcount::tower::{Algorithm, QuotaPolicy, RateLimitLayer};
+
+    let redis = redcount::Direct::connect("redis://127.0.0.1:6379").await?;
+    let policy = QuotaPolicy::new("per-key", Algorithm::FixedWindow { limit: 100, window_ms: 60_000 })?;
+    let limit = RateLimitLayer::new(redis, policy, |req| Some(req.headers.get("x-api-key")?.to_str().ok()?.to_owned()));
+    let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+    // README from axum: end
+    Ok(app)
+}

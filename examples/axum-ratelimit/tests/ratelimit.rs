@@ -454,3 +454,20 @@ async fn wait_until_answered(app: &Router) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The README's "From axum" snippet is `quick_start`'s body, which compiles.
+#[test]
+fn the_readme_quick_start_is_the_compiled_one() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let after = readme.split_once("### From axum").expect("README: a `### From axum` section").1;
+    let snippet = after.split_once("```rust\n").unwrap().1.split_once("```").unwrap().0;
+    let lib = std::fs::read_to_string(root.join("examples/axum-ratelimit/src/lib.rs")).unwrap();
+    let body =
+        lib.split_once("// README from axum: begin\n").unwrap().1.split_once("    // README from axum: end").unwrap().0;
+    let body: String = body.lines().map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l))).collect();
+    assert_eq!(
+        snippet, body,
+        "README.md's \"From axum\" and quick_start() in examples/axum-ratelimit/src/lib.rs differ"
+    );
+}
