@@ -10,9 +10,11 @@
 //! policy's declared [`OnUnavailable`] applies: `503 Service Unavailable` (the default), or
 //! the request passes unlimited.
 //!
-//! Each answer the layer makes itself has an empty body (`ResBody::default()`) and the
-//! [`Decision`] in its extensions, so an outer layer can write a body of its choice; a request
-//! that passes carries its [`Decision`] in its extensions too.
+//! Each answer the layer makes itself has an empty body (`ResBody::default()`); every
+//! response has the [`Decision`] in its extensions (so an outer layer can log it, or write a
+//! body of its choice), and a request passed on has it in its own (for the handler: a
+//! request passed while Redis was unavailable is marked so). The layer needs a Tokio runtime
+//! with time enabled (axum's), for its time bound.
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -208,8 +210,8 @@ impl QuotaPolicy {
     }
 }
 
-/// How the layer decided a request: in the extensions of a request it passed on, and of each
-/// response it made itself.
+/// How the layer decided a request: in the extensions of a request it passed on, and of
+/// every response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Decision {
@@ -291,22 +293,50 @@ impl<D> Clone for Shared<D> {
 /// A tower [`Layer`] that takes a quota of [`QuotaPolicy`] from each request's subject (what
 /// its key extractor finds), over `D`, a [`Driver`]. See the [module docs](self).
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use redcount::tower::{Algorithm, QuotaPolicy, RateLimitLayer};
+/// ```
+/// use std::convert::Infallible;
+/// use http::{Request, Response, StatusCode};
+/// use redcount::tower::{Algorithm, Decision, QuotaPolicy, RateLimitLayer};
+/// use tower::{ServiceBuilder, ServiceExt};
 ///
-/// let redis = redcount::Direct::connect("redis://127.0.0.1:6379").await?;
+/// # struct Down; // stands in for a Direct to a Redis that is down
+/// # impl redcount::Driver for Down {
+/// #     async fn send(&self, _: &redcount_core::Command) -> Result<redcount_core::Value, redcount::Error> {
+/// #         Err(redcount::Error::Transport(redcount::Transport { may_have_run: false, timed_out: false, detail: "connection refused".into() }))
+/// #     }
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// # let redis = Down;
+/// // let redis = redcount::Direct::connect("redis://127.0.0.1:6379").await?;
 /// let policy = QuotaPolicy::new("uploads", Algorithm::TokenBucket { capacity: 100, refill: 10, interval_ms: 1000 })?;
-/// // A user set by an authentication layer outside this one; an upload costs one unit per MB.
+/// // A user left by an authentication layer outside this one; an upload costs a unit per MB
+/// // begun, a request without a body nothing.
 /// #[derive(Clone)]
 /// struct User(String);
 /// let layer = RateLimitLayer::new(redis, policy, |req| req.extensions.get::<User>().map(|u| u.0.clone()))
 ///     .cost(|req| {
 ///         let bytes = req.headers.get("content-length").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-///         bytes.map_or(1, |b| u32::try_from(b.div_ceil(1 << 20)).unwrap_or(u32::MAX).max(1))
+///         u32::try_from(bytes.unwrap_or(0).div_ceil(1 << 20)).unwrap_or(u32::MAX)
 ///     })
-///     .missing_key(http::StatusCode::UNAUTHORIZED);
-/// # Ok(()) }
+///     .missing_key(StatusCode::UNAUTHORIZED);
+/// let app = ServiceBuilder::new()
+///     .layer(layer)
+///     .service_fn(|_: Request<Vec<u8>>| async { Ok::<_, Infallible>(Response::new(Vec::<u8>::new())) });
+///
+/// let signed_in = |length: &str| {
+///     let mut req = Request::post("/upload").header("content-length", length).body(Vec::new()).unwrap();
+///     req.extensions_mut().insert(User("alice".into()));
+///     req
+/// };
+/// let anonymous = Request::post("/upload").body(Vec::new()).unwrap();
+/// assert_eq!(app.clone().oneshot(anonymous).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+/// let free = app.clone().oneshot(signed_in("0")).await.unwrap();
+/// assert_eq!((free.status(), free.extensions().get()), (StatusCode::OK, Some(&Decision::Free)));
+/// // Redis down: the policy's failure mode (refuse, by default).
+/// let upload = app.clone().oneshot(signed_in("5000000")).await.unwrap();
+/// assert_eq!(upload.status(), StatusCode::SERVICE_UNAVAILABLE);
+/// assert!(matches!(upload.extensions().get(), Some(Decision::Unavailable { allowed: false, .. })));
+/// # Ok::<(), redcount::Error>(()) }).unwrap();
 /// ```
 pub struct RateLimitLayer<D> {
     shared: Shared<D>,
@@ -436,8 +466,9 @@ where
             match refuse {
                 Some(status) => Ok(own_response(status, headers, decision)),
                 None => {
-                    parts.extensions.insert(decision);
+                    parts.extensions.insert(decision.clone());
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                    response.extensions_mut().insert(decision);
                     // Appended, not set: nested layers' items add up to one list per field.
                     for (name, value) in headers {
                         if let Some(name) = name {
@@ -559,6 +590,22 @@ fn own_response<B: Default>(status: StatusCode, headers: HeaderMap, decision: De
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text has a subject that is an id; it is the key itself exactly when the key
+        /// is an id not starting with `_`, and a hash (which always starts with `_`) otherwise,
+        /// so a key passed through never equals another key's hash.
+        #[test]
+        fn every_key_has_an_id_of_its_own(key in prop_oneof!["\\PC*", "[A-Za-z0-9_-]{1,70}", ".{0,200}"]) {
+            let s = subject(&key);
+            prop_assert!(redcount_core::validate::id("subject", &s).is_ok(), "{key:?} -> {s:?}");
+            let passed = matches!(s, Cow::Borrowed(_));
+            prop_assert_eq!(passed, !key.starts_with('_') && redcount_core::validate::id("subject", &key).is_ok());
+            prop_assert_eq!(passed, !s.starts_with('_'));
+            prop_assert!(passed || s.len() == 44);
+        }
+    }
 
     #[test]
     fn header_names_are_the_cores() {
