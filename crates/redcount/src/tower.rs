@@ -70,7 +70,6 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use redcount_api::Policy;
 use redcount_core::ErrorKind;
-use redcount_core::keys::Namespace;
 use redcount_core::ops::Namespaced;
 use redcount_core::ops::quota::TakeQuota;
 use redcount_core::ratelimit::{self, Limit};
@@ -81,6 +80,7 @@ use crate::{Driver, Error};
 
 // What a user of the layer names, without depending on redcount-core or redcount-api.
 pub use redcount_api::Config;
+pub use redcount_core::keys::Namespace;
 pub use redcount_core::ops::quota::{Algorithm, QuotaOutcome};
 
 /// How long a request waits for Redis when its policy declares no bound (`timeout_ms`).
@@ -151,7 +151,9 @@ impl QuotaPolicy {
     }
 
     /// The quota policy called `name` in `config`, with its declared failure mode and time
-    /// bound, in the configuration's key namespace.
+    /// bound, in the configuration's key namespace. Its `max_cost` is not used: it bounds
+    /// what public HTTP callers may ask for, and a layer's cost comes from the service's own
+    /// code (up to the quota's size).
     pub fn from_config(config: &Config, name: &str) -> Result<Self, Error> {
         let algorithm = match config.policy(name) {
             Some(Policy::Quota { algorithm, .. }) => *algorithm,
