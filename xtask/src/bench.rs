@@ -133,12 +133,30 @@ fn local_decisions(
     const SECONDS: u32 = 3;
     let rows: [(&str, &str, &workerd::Prepared, &str, bool); 9] = [
         ("flood of one exhausted subject", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/storm-raw/", true),
-        ("flood of one exhausted subject", "redcount worker, cache_denials_ms 1000 (the default)", ours, "/api/quotas/storm/", true),
+        (
+            "flood of one exhausted subject",
+            "redcount worker, cache_denials_ms 1000 (the default)",
+            ours,
+            "/api/quotas/storm/",
+            true,
+        ),
         ("flood of one exhausted subject", "@upstash/ratelimit worker, no cache", peer_one, "/limit/", true),
-        ("flood of one exhausted subject", "@upstash/ratelimit worker, its default ephemeral cache", peer_one, "/cached/", true),
+        (
+            "flood of one exhausted subject",
+            "@upstash/ratelimit worker, its default ephemeral cache",
+            peer_one,
+            "/cached/",
+            true,
+        ),
         ("flood of one exhausted subject", "workerd alone: no I/O", none, "/none/", true),
         ("allowed, 1,000 subjects", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/bench-raw/", false),
-        ("allowed, 1,000 subjects", "redcount worker, cache_denials_ms 1000 (the default)", ours, "/api/quotas/bench-quota/", false),
+        (
+            "allowed, 1,000 subjects",
+            "redcount worker, cache_denials_ms 1000 (the default)",
+            ours,
+            "/api/quotas/bench-quota/",
+            false,
+        ),
         ("hot limit, one subject", "redcount worker, no borrow", ours, "/api/quotas/hot/", true),
         ("hot limit, one subject", "redcount worker, borrow 50 units for 1 s", ours, "/api/quotas/hot-lease/", true),
     ];

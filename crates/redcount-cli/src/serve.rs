@@ -171,7 +171,9 @@ async fn give_back(s: &Arc<Server>) {
         for ex in returns {
             drive(s, Step::Send(ex)).await;
         }
-        for ex in s.local().due(s.now()) {
+        // (Taken out first: the lock must not be held while they are driven, which locks it.)
+        let late = s.local().due(s.now());
+        for ex in late {
             drive(s, Step::Send(ex)).await;
         }
     };
