@@ -31,7 +31,7 @@
 //! dropped), after `next_ms`, when to call it again (`u32::MAX`: no need).
 //!
 //! The isolate keeps a [`redcount_api::Local`]: denials repeated from memory, budget leases;
-//! the RPC binding shares it (every call of the isolate goes through [`Isolate::local`]).
+//! every call of the isolate decides with that one (`Isolate::local`).
 
 // On wasm32 the crate needs no std: core and alloc only, so the bundle carries none of std's
 // panic, thread-local or I/O machinery. Host builds (its unit tests) keep std.
@@ -128,7 +128,7 @@ impl Isolate {
         }
     }
 
-    /// The local state every call of the isolate decides with (HTTP and RPC alike).
+    /// The local state every call of the isolate decides with.
     fn local(&mut self) -> &mut Local {
         self.local.get_or_insert_with(|| Local::new(DENIALS, LEASES, seed()))
     }
