@@ -524,6 +524,8 @@ pub struct Exchange {
     timeout_ms: Option<u32>,
     /// What it teaches [`Local`], when a local state made it.
     plan: Option<Box<local::Plan>>,
+    /// A write route's call (any method but GET): when Redis did not answer it may still run.
+    writes: bool,
 }
 
 impl core::fmt::Debug for Exchange {
@@ -552,6 +554,7 @@ impl Exchange {
             degrade: None,
             timeout_ms: None,
             plan: None,
+            writes: false,
         }
     }
 
@@ -573,6 +576,7 @@ impl Exchange {
         ex.cors = self.cors;
         ex.degrade = self.degrade;
         ex.timeout_ms = self.timeout_ms;
+        ex.writes = self.writes;
         ex
     }
 
@@ -584,11 +588,13 @@ impl Exchange {
 
     /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore,
     /// compound decision) the policy's declared one, marked `"degraded": true` with the
-    /// reason; elsewhere `plain`.
+    /// reason; elsewhere a `status` error.
     ///
     /// A call that reached Redis before its answer was given up may still be applied when
     /// Redis answers (a paused Redis runs it on waking): a degraded answer says so
-    /// (`"may_have_run": true`), so a client does not take "denied" for "not charged".
+    /// (`"may_have_run": true`), so a client does not take "denied" for "not charged"; so does
+    /// the error of a write route (a red packet created then, a counter added), so a client
+    /// retries with the same `Idempotency-Key` rather than a new call.
     fn unavailable(&self, status: u16, why: String) -> ApiResponse {
         match self.degrade {
             Some((field, allow)) => {
@@ -603,6 +609,10 @@ impl Exchange {
                 ];
                 let n = if allow { 4 } else { 5 };
                 ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n])
+            }
+            None if self.writes => {
+                let why = format!("{why}; if the call reached Redis it may still be applied");
+                ApiResponse::object(status, &mut [("error", Field::Text(&why)), ("may_have_run", Field::Bool(true))])
             }
             None => ApiResponse::error(status, why, None),
         }
