@@ -648,12 +648,25 @@ impl Backend {
                 let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
                 info = info.set_redis_settings(settings);
             }
-            let shared =
-                Shared { conns: (0..4).map(|_| tokio::sync::Mutex::new(None)).collect(), next: AtomicUsize::new(0) };
+            let shared = Shared {
+                conns: (0..shared_connections()).map(|_| tokio::sync::Mutex::new(None)).collect(),
+                next: AtomicUsize::new(0),
+            };
             Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)), Arc::new(shared))
         };
         backend.query(&redis::cmd("PING"), Lane::Bounded).await?;
         Ok(Backend { conns: backend, login: login.cloned(), restore: None, waits })
+    }
+}
+
+/// How many pipelined connections the small-reply lane spreads over: one on a one-thread
+/// runtime (`--threads 1`), where more only split each write to Redis, and each read of its
+/// replies, into several syscalls (on the front and on Redis); four on a multi-thread runtime,
+/// so that one connection's driver task does not carry every worker's commands.
+fn shared_connections() -> usize {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => 1,
+        _ => 4,
     }
 }
 
