@@ -87,7 +87,7 @@ scripts! {
     /// Quota: set or clear a subject's override of the size.
     QUOTA_OVERRIDE = "quota_override" "#!lua" [];
     /// Quota: give units back.
-    QUOTA_REFUND = "quota_refund" "#!lua" ["lib_sliding"];
+    QUOTA_REFUND = "quota_refund" "#!lua" ["lib_fixed", "lib_sliding", "lib_bucket", "lib_gcra", "lib_give"];
     /// Quota: forget a subject's usage.
     QUOTA_RESET = "quota_reset" "#!lua" [];
     /// Semaphore with leases.
