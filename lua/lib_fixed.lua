@@ -61,7 +61,7 @@ local function fixed_eval(p, key, ovr, clock)
     used = used + n
     if ends then
       redis.call('SET', key, s(used), 'PXAT', s(ends))
-      ends = nil -- the window's key stands now
+      ends, q.fresh = nil, false -- the window's key stands now
     else
       redis.call('INCRBY', key, s(n)) -- the key keeps its expiry
     end

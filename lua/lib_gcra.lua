@@ -75,8 +75,10 @@ local function gcra_eval(p, key, ovr, clock)
     redis.call('HSET', key, 't', s(now + floor_div(ahead, rate)), 'r', s(ahead % rate))
     if ahead > W then
       redis.call('HSET', key, 'd', s(ceil_div(ahead - W, T)))
+      st[3] = true
     elseif st[3] then
       redis.call('HDEL', key, 'd')
+      st[3] = nil
     end
     -- Past the TAT the key says nothing a missing key does not: let it go then.
     redis.call('PEXPIRE', key, s(math.max(1, ceil_div(ahead, rate * 1000))))

@@ -1,15 +1,16 @@
 -- redcount: each algorithm's give-back, in its own terms (the lib_*.lua headers say what
 -- that is), shared by quota_refund.lua (an admin refund) and the reservation scripts; apart
 -- from the algorithms' files so that a take or a decision, which never gives back, does not
--- define them on every call. Each reads and checks first, and returns the units it would
--- give and the function that writes them.
+-- define them on every call. Each reads and checks first (or takes `q`, the quota as its
+-- eval read it, kept current by q.add), and returns the units it would give and the function
+-- that writes them.
 -- (Runs after prelude.lua and lib_fixed.lua, lib_sliding.lua, lib_bucket.lua, lib_gcra.lua.)
 
 -- Up to `units` back, from the window that ends at `ends` (ms since the epoch, as PEXPIRETIME
 -- tells a running window's end; nil: the window running now) while that window runs, never
 -- below 0. Reads only; returns the units given and the function that writes them.
-local function fixed_give(p, key, ovr, units, ends, clock)
-  local q = fixed_eval(p, key, ovr, clock)
+local function fixed_give(p, key, ovr, units, ends, clock, q)
+  q = q or fixed_eval(p, key, ovr, clock)
   local n = 0
   if not ends or (not q.fresh and redis.call('PEXPIRETIME', key) == ends) then
     n = math.min(units, q.count())
@@ -17,15 +18,15 @@ local function fixed_give(p, key, ovr, units, ends, clock)
   return n, function() if n > 0 then q.add(-n) end end
 end
 
--- Most entries a reservation's give rewrites, from its entry to the newest (each later total
--- moves: a removal and an insertion each); an admin refund takes units off at most the
--- newest 500 calls (one range removal).
-local SLIDING_REWRITE, SLIDING_NEWEST = 64, 500
+-- Most entries one call's gives rewrite, over all its parts, from a reservation's entry to
+-- the newest (each later total moves: a removal and an insertion each, about 2 µs of Redis
+-- time); an admin refund takes units off at most the newest 500 calls (one range removal).
+local sliding_rewrites, SLIDING_NEWEST = 32, 500
 
 -- Up to `units` back, read at server time (`clock()`, in µs); writes nothing. With `tag` (a
 -- reservation's id) and `at` (its entry's time), off that entry while it is in the window and
--- at most SLIDING_REWRITE entries are logged from it on (else nothing: its units leave the
--- window with it); without, off the newest logged calls (a call partly given back keeps the
+-- the entries logged from it on are within what is left of the call's 32 rewrites (else
+-- nothing: its units leave the window with it); without, off the newest logged calls (a call partly given back keeps the
 -- rest of its cost), at most SLIDING_NEWEST of them. A log still holding the earlier layout
 -- gives nothing back. Returns the units given and the function that writes them.
 local function sliding_give(p, key, units, at, tag, clock)
@@ -33,8 +34,8 @@ local function sliding_give(p, key, units, at, tag, clock)
   local floor = math.floor(clock() / 1000) - p.window
   if tag then
     if at <= floor then return 0, none end
-    local from = redis.call('ZRANGEBYSCORE', key, s(at), '+inf', 'WITHSCORES', 'LIMIT', 0, SLIDING_REWRITE + 1)
-    if #from > 2 * SLIDING_REWRITE then return 0, none end
+    local from = redis.call('ZRANGEBYSCORE', key, s(at), '+inf', 'WITHSCORES', 'LIMIT', 0, sliding_rewrites + 1)
+    if #from > 2 * sliding_rewrites then return 0, none end
     local mark = ':' .. tag
     local i = 1
     while i <= #from and string.sub(from[i], -#mark) ~= mark do i = i + 2 end
@@ -53,6 +54,7 @@ local function sliding_give(p, key, units, at, tag, clock)
       put[#put + 1] = sliding_member(t - n, cj, string.match(from[j], '^c%d+:%d+(.*)$'))
     end
     return n, function()
+      sliding_rewrites = sliding_rewrites - #gone
       redis.call('ZREM', key, unpack(gone))
       if #put > 0 then redis.call('ZADD', key, unpack(put)) end
     end
@@ -93,16 +95,16 @@ end
 
 -- Up to `units` back into the bucket (the refills due first), never above its capacity.
 -- Reads only; returns the units given and the function that writes them.
-local function bucket_give(p, key, ovr, units, clock)
-  local q = bucket_eval(p, key, ovr, clock)
+local function bucket_give(p, key, ovr, units, clock, q)
+  q = q or bucket_eval(p, key, ovr, clock)
   local n = math.max(0, math.min(units, q.count()))
   return n, function() if n > 0 then q.add(-n) end end
 end
 
 -- Up to `units` back (the TAT moved back by whole units, never before now). Reads only;
 -- returns the units given and the function that writes them.
-local function gcra_give(p, key, ovr, units, clock)
-  local q = gcra_eval(p, key, ovr, clock)
+local function gcra_give(p, key, ovr, units, clock, q)
+  q = q or gcra_eval(p, key, ovr, clock)
   local n = math.max(0, math.min(units, q.count()))
   return n, function() if n > 0 then q.add(-n) end end
 end
