@@ -570,6 +570,23 @@ async fn scripts_refuse_a_call_of_another_shape() {
         invs.push(TakeQuota::take("q", "shape", algo, 1).unwrap().request());
         invs.push(RefundQuota::new("q", "shape", algo, 1).unwrap().request());
     }
+    {
+        use redcount_core::ops::reservation::{Mode, Part, Reserve};
+        let parts = vec![
+            Part::quota("q", fw, 1).unwrap(),
+            Part::quota("r", tb, 1).unwrap(),
+            Part::lease("sem", "h", 2).unwrap(),
+        ];
+        let r = Reserve::new("shape", "r1", parts.clone(), 60_000, Mode::All).unwrap();
+        d.run(&Reserve::new("shape", "r0", parts, 60_000, Mode::All).unwrap()).await.unwrap();
+        invs.push(r.request());
+        let held = Reserve::new("shape", "r0", r.parts().to_vec(), 60_000, Mode::All).unwrap();
+        invs.extend([
+            held.settle(&[1, 1, 0]).unwrap().request(),
+            held.extend(60_000, &[1, 1, 0]).unwrap().request(),
+            held.release().unwrap().request(),
+        ]);
+    }
     d.run(&Create::new("shapepk", 100, 2, 1, 60_000, &mut rand::rng()).unwrap()).await.unwrap();
     for req in invs {
         let redcount_core::Request::Script(inv) = req else { unreachable!() };

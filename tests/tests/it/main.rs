@@ -16,6 +16,8 @@ mod model;
 mod namespace;
 mod observability;
 mod primitives;
+mod reservations;
+mod reservations_model;
 mod rest;
 mod scenario;
 mod scripts;
