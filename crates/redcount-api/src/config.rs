@@ -14,6 +14,7 @@ use serde_json::{Map, Value as Json, json};
 use redcount_core::keys::Namespace;
 use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
 use redcount_core::ops::quota::Algorithm;
+use redcount_core::ops::reservation::OnExpiry;
 use redcount_core::validate;
 
 /// A configuration that cannot be used, with the variable and the reason.
@@ -46,6 +47,11 @@ pub enum Policy {
         algorithm: Algorithm,
         /// Largest cost a public request may ask for.
         max_cost: i64,
+        /// The most units a reservation's overrun may leave it above its size (0: none; the
+        /// overrun is charged up to the size, the rest reported uncharged).
+        max_debt: i64,
+        /// What a reservation whose lease ends unsettled does with its units.
+        on_expiry: OnExpiry,
     },
     /// At most `limit` holders, each with a lease.
     Semaphore {
@@ -108,22 +114,33 @@ impl Policy {
     /// The policy as public JSON (it holds no secret).
     pub fn to_json(&self) -> Json {
         match self {
-            Policy::Quota { algorithm, max_cost } => match *algorithm {
-                Algorithm::FixedWindow { limit, window_ms } => {
-                    json!({"kind": "quota", "algorithm": "fixed", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+            Policy::Quota { algorithm, max_cost, max_debt, on_expiry } => {
+                let mut j = match *algorithm {
+                    Algorithm::FixedWindow { limit, window_ms } => {
+                        json!({"kind": "quota", "algorithm": "fixed", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+                    }
+                    Algorithm::SlidingWindow { limit, window_ms } => {
+                        json!({"kind": "quota", "algorithm": "sliding", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+                    }
+                    Algorithm::TokenBucket { capacity, refill, interval_ms } => json!({
+                        "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill,
+                        "interval_ms": interval_ms, "max_cost": max_cost
+                    }),
+                    Algorithm::Gcra { rate, period_ms, burst } => json!({
+                        "kind": "quota", "algorithm": "gcra", "rate": rate, "period_ms": period_ms,
+                        "burst": burst, "max_cost": max_cost
+                    }),
+                };
+                // The reservation settings when not the defaults (so a policy without them
+                // reads as before).
+                if *max_debt != 0 {
+                    j["max_debt"] = json!(max_debt);
                 }
-                Algorithm::SlidingWindow { limit, window_ms } => {
-                    json!({"kind": "quota", "algorithm": "sliding", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+                if *on_expiry == OnExpiry::Refund {
+                    j["on_expiry"] = json!("refund");
                 }
-                Algorithm::TokenBucket { capacity, refill, interval_ms } => json!({
-                    "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill,
-                    "interval_ms": interval_ms, "max_cost": max_cost
-                }),
-                Algorithm::Gcra { rate, period_ms, burst } => json!({
-                    "kind": "quota", "algorithm": "gcra", "rate": rate, "period_ms": period_ms,
-                    "burst": burst, "max_cost": max_cost
-                }),
-            },
+                j
+            }
             Policy::Semaphore { limit, lease_ms } => json!({"kind": "semaphore", "limit": limit, "lease_ms": lease_ms}),
             Policy::Counter { bounds, storage, max_step } => json!({
                 "kind": "counter", "min": bounds.min, "max": bounds.max,
@@ -378,9 +395,13 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
     let allowed: &[&str] = match kind {
         // A setting of another algorithm is refused, not silently ignored.
         "quota" => match s.get("algorithm").and_then(Json::as_str) {
-            Some("sliding") | Some("fixed") | None => &["kind", "algorithm", "limit", "window_ms", "max_cost"],
-            Some("bucket") => &["kind", "algorithm", "capacity", "refill", "interval_ms", "max_cost"],
-            Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost"],
+            Some("sliding") | Some("fixed") | None => {
+                &["kind", "algorithm", "limit", "window_ms", "max_cost", "max_debt", "on_expiry"]
+            }
+            Some("bucket") => {
+                &["kind", "algorithm", "capacity", "refill", "interval_ms", "max_cost", "max_debt", "on_expiry"]
+            }
+            Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost", "max_debt", "on_expiry"],
             // An unknown algorithm is named below.
             Some(_) => &[
                 "kind",
@@ -394,6 +415,8 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                 "period_ms",
                 "burst",
                 "max_cost",
+                "max_debt",
+                "on_expiry",
             ],
         },
         "semaphore" => &["kind", "limit", "lease_ms"],
@@ -447,7 +470,18 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                     ));
                 }
             };
-            Policy::Quota { max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?, algorithm }
+            let on_expiry = match word("on_expiry", "charge")?.as_str() {
+                "charge" => OnExpiry::Charge,
+                "refund" => OnExpiry::Refund,
+                other => return Err(err(format!("{at}.on_expiry"), format!("`{other}` is not charge or refund"))),
+            };
+            Policy::Quota {
+                max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?,
+                // Above the size by at most what the algorithm's largest size leaves.
+                max_debt: int("max_debt", 0, algorithm.max_size() - algorithm.limit(), Some(0))?,
+                on_expiry,
+                algorithm,
+            }
         }
         "semaphore" => Policy::Semaphore {
             limit: int("limit", 1, semaphore::MAX_LIMIT, None)?,

@@ -625,7 +625,7 @@ fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str,
 fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
     allow(req.method, &["GET", "HEAD", "POST", "DELETE"])?;
     let (algorithm, max_cost) = find(config, policy, "quota", |p| match *p {
-        Policy::Quota { algorithm, max_cost } => Some((algorithm, max_cost)),
+        Policy::Quota { algorithm, max_cost, .. } => Some((algorithm, max_cost)),
         _ => None,
     })?;
     let render = |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
@@ -774,7 +774,7 @@ fn decisions(config: &Config, req: &ApiRequest<'_>, caller: Caller, subject: &st
         let name = part.string("policy").map_err(at)?;
         let policy = find(config, &name, "quota or semaphore", |p| Some(p.clone())).map_err(at)?;
         let built = match policy {
-            Policy::Quota { algorithm, max_cost } => {
+            Policy::Quota { algorithm, max_cost, .. } => {
                 part.known(&["policy", "cost"]).map_err(at)?;
                 let cost = part.int("cost", 1, algorithm.limit(), Some(1)).map_err(at)?;
                 if caller == Caller::Public && cost > max_cost {
