@@ -470,10 +470,10 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                     ));
                 }
             };
-            let on_expiry = match word("on_expiry", "charge")?.as_str() {
-                "charge" => OnExpiry::Charge,
-                "refund" => OnExpiry::Refund,
-                other => return Err(err(format!("{at}.on_expiry"), format!("`{other}` is not charge or refund"))),
+            let on_expiry = match s.get("on_expiry").map(|w| w.as_str()) {
+                None | Some(Some("charge")) => OnExpiry::Charge,
+                Some(Some("refund")) => OnExpiry::Refund,
+                _ => return Err(err(format!("{at}.on_expiry"), "must be \"charge\" or \"refund\"")),
             };
             Policy::Quota {
                 max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?,

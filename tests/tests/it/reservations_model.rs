@@ -266,7 +266,7 @@ impl Model {
     fn keys(&self, ids: &[&str]) -> Vec<String> {
         let mut out = Vec::new();
         for m in &self.quotas {
-            let state = keys::quota_at(m.name, &self.subject, m.level, tag(m.algo));
+            let state = keys::quota_at(m.name, &self.subject, m.level, m.algo.tag());
             out.push(keys::quota_expiry(&state));
             out.push(state);
             out.push(keys::quota_override_at(m.name, &self.subject, m.level));
@@ -279,15 +279,6 @@ impl Model {
             out.push(keys::reservation(&self.subject, id));
         }
         out
-    }
-}
-
-fn tag(a: Algorithm) -> &'static str {
-    match a {
-        Algorithm::FixedWindow { .. } => "fw",
-        Algorithm::SlidingWindow { .. } => "sw",
-        Algorithm::TokenBucket { .. } => "tb",
-        Algorithm::Gcra { .. } => "gc",
     }
 }
 
@@ -798,7 +789,7 @@ async fn override_or_refund(c: &mut Client, m: &mut Model, over: bool) {
 fn check_state(env: &Env, m: &Model) {
     let mut conn = env.conn();
     for q in &m.quotas {
-        let key = keys::quota_at(q.name, &m.subject, q.level, tag(q.algo));
+        let key = keys::quota_at(q.name, &m.subject, q.level, q.algo.tag());
         let what = format!("{} {}, {:?} (seed {})", m.subject, q.name, q.level, env.ctx.seed);
         match q.algo {
             Algorithm::FixedWindow { .. } => {

@@ -144,7 +144,8 @@ impl Algorithm {
         }
     }
 
-    pub(crate) fn tag(&self) -> &'static str {
+    /// Its tag in key names and script arguments: `fw`, `sw`, `tb` or `gc`.
+    pub fn tag(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow { .. } => "fw",
             Algorithm::SlidingWindow { .. } => "sw",

@@ -289,8 +289,10 @@ pub struct Reserve {
 }
 
 impl Reserve {
-    /// Reserves every part for `lease_ms` (1 to [`MAX_LEASE_MS`]) under the id `id` (an id
-    /// not in use in the subject: the caller's, unguessable, since it lets its holder settle).
+    /// Reserves every part for `lease_ms` (1 to [`MAX_LEASE_MS`]) under the id `id`: the
+    /// caller's, unguessable (with the subject it lets its holder settle), and never used
+    /// again in the subject (one in use is refused; one whose record has been forgotten may
+    /// still name a refund owed on expiry).
     pub fn new(subject: &str, id: &str, parts: Vec<Part>, lease_ms: i64, mode: Mode) -> Result<Self, InputError> {
         Self::build(subject, id, parts, lease_ms, mode, false)
     }
