@@ -19,4 +19,5 @@ local left = redis.call('PTTL', KEYS[1])
 -- A claim's key always ends with its window; one without an expiry was not written here
 -- (it would block the subject for good): refused, not answered as a wait of -1.
 if left < 0 then return tampered('the claim') end
-return finish({0, left})
+-- Already taken: nothing changed, nothing stored (prelude: idempotency).
+return {0, left}

@@ -70,4 +70,5 @@ if applied ~= 0 then
     end
   end
 end
-return finish({new, applied, flag})
+-- Nothing applied (delta 0, or clamped or rejected at a bound) stores nothing.
+return finish({new, applied, flag}, applied ~= 0)

@@ -103,5 +103,4 @@ for i = 1, n do
   for j = 1, 7 do out[#out + 1] = r[j] or 0 end
 end
 -- Only a decision that took something stores its reply (lib_take.lua says why).
-if not allowed or peek then return out end
-return finish(out)
+return finish(out, allowed and not peek)

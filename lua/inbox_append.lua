@@ -21,8 +21,9 @@ local max_len = int('max_len', ARGV[4], 1, 1000000)
 local replay, finish = idempotency(1, 4)
 if replay then return replay end
 
+-- An id already stored changes nothing and stores nothing (prelude: idempotency).
 if #redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1], 'LIMIT', 0, 1) > 0 then
-  return finish({0, redis.call('ZCARD', key)})
+  return {0, redis.call('ZCARD', key)}
 end
 local function le(n, bytes) -- n as `bytes` little-endian bytes (exact below 2^53)
   local out = {}

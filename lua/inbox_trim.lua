@@ -48,7 +48,8 @@ if len > max_len then
 end
 if len == 0 then
   redis.call('DEL', key)
-  return finish({deleted, 0})
+  return finish({deleted, 0}, deleted > 0)
 end
 local newest = redis.call('ZRANGE', key, -1, -1)
-return finish({deleted, stamp(newest[1]) or 0})
+-- A trim that removed nothing stores nothing.
+return finish({deleted, stamp(newest[1]) or 0}, deleted > 0)

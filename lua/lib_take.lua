@@ -10,7 +10,7 @@ local function take_quota(p, eval, peek_at)
   local q = eval(p, KEYS[1], KEYS[2], now_us)
   -- Only a call that took something stores its reply: a denied call changed nothing, so
   -- its retry is a new call, and a flood of denied calls with fresh keys stores nothing.
-  if not q.allowed or peek then return q.reply() end
-  q.take()
-  return finish(q.reply())
+  local take = q.allowed and not peek
+  if take then q.take() end
+  return finish(q.reply(), take)
 end

@@ -81,6 +81,9 @@ end
 -- arguments, the script's reply is stored there with its write. Returns the stored reply of
 -- an earlier call (the caller returns it unchanged), ending in the string 'replayed', and the
 -- function that stores this call's reply. The same key with another fingerprint is refused.
+-- That function's second argument says whether the call changed anything: a call that changed
+-- nothing (`false`) stores nothing (its retry is a new call, which answers the same while the
+-- state is the same), so a flood of such calls with fresh keys costs Redis no memory.
 -- With `nargs`, the script's own argument count, a call of any other shape (a key or an
 -- argument too many or too few) is refused first: nothing it sent is silently ignored.
 local function idempotency(need, nargs)
@@ -114,10 +117,12 @@ local function idempotency(need, nargs)
     out[#out + 1] = 'replayed'
     return out, nil
   end
-  return nil, function(reply)
-    local parts = {}
-    for i = 1, #reply do parts[i] = s(reply[i]) end
-    redis.call('SET', key, fp .. '|' .. table.concat(parts, ','), 'PX', s(ttl))
+  return nil, function(reply, changed)
+    if changed ~= false then
+      local parts = {}
+      for i = 1, #reply do parts[i] = s(reply[i]) end
+      redis.call('SET', key, fp .. '|' .. table.concat(parts, ','), 'PX', s(ttl))
+    end
     return reply
   end
 end

@@ -19,12 +19,17 @@ local ttl = int('ttl_ms', ARGV[3], 0, 1000000000000)
 local replay, finish = idempotency(1, 3)
 if replay then return replay end
 
-local existed = redis.call('EXISTS', KEYS[1])
+local k = KEYS[1]
+local existed = redis.call('EXISTS', k)
+-- A clear of nothing, or a size without expiry set to what it already is, leaves Redis as it
+-- was and stores nothing (prelude: idempotency).
+local changed = op == 'clear' and existed == 1
+  or op == 'set' and (ttl > 0 or redis.call('PTTL', k) ~= -1 or redis.call('GET', k) ~= s(size))
 if op == 'clear' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', k)
 elseif ttl > 0 then
-  redis.call('SET', KEYS[1], s(size), 'PX', s(ttl))
+  redis.call('SET', k, s(size), 'PX', s(ttl))
 else
-  redis.call('SET', KEYS[1], s(size))
+  redis.call('SET', k, s(size))
 end
-return finish({existed})
+return finish({existed}, changed)

@@ -38,4 +38,5 @@ else
   given, apply = gcra_give(p, key, KEYS[2], units, now_us)
 end
 apply()
-return finish({given})
+-- Nothing given back changes nothing and stores nothing (prelude: idempotency).
+return finish({given}, given > 0)

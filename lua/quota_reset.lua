@@ -7,4 +7,6 @@
 
 local replay, finish = idempotency(1, 0)
 if replay then return replay end
-return finish({redis.call('DEL', KEYS[1])})
+-- Nothing to forget stores nothing.
+local n = redis.call('DEL', KEYS[1])
+return finish({n}, n > 0)

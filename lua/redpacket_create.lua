@@ -29,7 +29,8 @@ local replay, finish = idempotency(4)
 if replay then return replay end
 
 local meta = redis.call('HGET', KEYS[1], 'expires_ms')
-if meta then return finish({0, tonumber(meta)}) end
+-- A packet of this id exists: nothing written, nothing stored (prelude: idempotency).
+if meta then return {0, tonumber(meta)} end
 
 local now = now_ms()
 local exp = now + ttl

@@ -166,5 +166,6 @@ for i = 1, n do
     out[#out + 1] = part.back
   end
 end
-if not ok then return out end
-return finish(out)
+-- Only a reservation that reserved stores its reply (a denied one or a peek changed nothing
+-- that is its own: owed refunds are earlier calls' due).
+return finish(out, ok)

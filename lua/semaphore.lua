@@ -15,9 +15,10 @@
 --   earliest_ms: until the earliest lease ends (-1 when nobody holds one)
 --   lease_ms: until this holder's lease ends (0 when it holds none)
 --   fencing_token: the lease's token (0 when none): see lib_lease.lua.
--- Expired leases are reclaimed on every call (up to 1,000 at a time; those left over count
--- as free), so a crashed holder frees its slot when its own lease ends, and one slow holder
--- can never reset the others.
+-- Expired leases are reclaimed by every call that writes (up to 250 at a time; those left
+-- over count as free), so a crashed holder frees its slot when its own lease ends, and one
+-- slow holder can never reset the others. A call that writes nothing (full, not a holder,
+-- check) stores no reply either.
 -- Optional: KEYS[4] + two last ARGV make it idempotent (prelude.lua). A replayed acquire or
 -- renew tells the current truth: the lease left now, or 4 (not a holder) once it has ended;
 -- a replay never grants a slot that is not held.
@@ -37,24 +38,20 @@ local now_us = t[1] * 1000000 + t[2]
 local now = math.floor(now_us / 1000)
 if op == 'acquire' and not replay then
   -- The decision an acquire shares with decide.lua, then this script's own reply.
+  -- Full: nothing taken, nothing stored.
   local q = lease_eval(p, key, tokens, KEYS[3], now_us)
-  if not q.allowed then
-    local r = q.reply()
-    return {r[1], r[3], r[2], r[4], r[6], r[7]} -- full: nothing taken, nothing stored
-  end
-  q.take()
+  if q.allowed then q.take() end
   local r = q.reply()
-  return finish({r[1], r[3], r[2], r[4], r[6], r[7]})
+  return finish({r[1], r[3], r[2], r[4], r[6], r[7]}, q.allowed)
 end
 
 -- The semaphore's own limit, when an admin set one (prelude.lua: override).
 local limit = override(KEYS[3], p.limit, 1000000)
 lease_check(key, tokens) -- before any write (an acquire was checked in lease_eval)
--- A check changes nothing (ended leases are only skipped over).
-if op ~= 'check' then lease_reclaim(key, tokens, now) end
 local holder = p.holder
 local held = tonumber(redis.call('ZSCORE', key, holder))
-if held and held <= now then held = nil end -- over, and beyond this call's reclaim
+-- Over (reclaimed only by a call that writes).
+if held and held <= now then held = nil end
 
 if replay then
   if replay[1] ~= 1 and replay[1] ~= 2 then return replay end
@@ -65,36 +62,35 @@ if replay then
   return {4, in_use, limit, lease_earliest(key, now), 0, 0, 'replayed'}
 end
 
-local code, token = nil, 0
-if op == 'check' then
-  token = lease_token_of(tokens, holder)
-  if held and token == asked and asked > 0 then
-    code = 5
-  elseif asked > 0 and asked <= lease_last_token(tokens) then
-    code, token = 6, 0
-  else
-    code, token = 7, 0
-  end
-elseif op == 'release' then
-  if held then
+-- A check, and a renewal or release by a holder without a live lease, change nothing: not
+-- even ended leases' clean-up, and no reply is stored (prelude: idempotency), so sent again
+-- under its key it is a new call.
+if op == 'check' or not held then
+  local code, token, lease_left = 4, 0, 0
+  if op == 'check' then
     token = lease_token_of(tokens, holder)
-    redis.call('ZREM', key, holder)
-    redis.call('HDEL', tokens, holder)
-    code = 3
-  else
-    code = 4
+    if held and token == asked and asked > 0 then
+      code, lease_left = 5, held - now
+    elseif asked > 0 and asked <= lease_last_token(tokens) then
+      code, token = 6, 0
+    else
+      code, token = 7, 0
+    end
   end
-elseif held then -- renew
-  token = lease_token_of(tokens, holder) -- before the write: it may refuse the state
-  redis.call('ZADD', key, 'XX', s(now + p.lease), holder)
-  if token == 0 then token = lease_mint(tokens, holder, now_us) end -- a lease from before tokens existed
-  code = 2
-else
-  code = 4
+  return {code, lease_live(key, now), limit, lease_earliest(key, now), lease_left, token}
 end
 
-if code ~= 5 and code ~= 6 and code ~= 7 then lease_keep(key, tokens, p.lease) end
-local lease_left = 0
-if code == 2 then lease_left = p.lease end
-if code == 5 then lease_left = held - now end
+-- Read before any write: it may refuse the state.
+local token = lease_token_of(tokens, holder)
+lease_reclaim(key, tokens, now)
+local code, lease_left = 3, 0
+if op == 'release' then
+  redis.call('ZREM', key, holder)
+  redis.call('HDEL', tokens, holder)
+else
+  redis.call('ZADD', key, 'XX', s(now + p.lease), holder)
+  if token == 0 then token = lease_mint(tokens, holder, now_us) end -- a lease from before tokens existed
+  code, lease_left = 2, p.lease
+end
+lease_keep(key, tokens, p.lease)
 return finish({code, lease_live(key, now), limit, lease_earliest(key, now), lease_left, token})

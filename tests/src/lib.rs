@@ -130,6 +130,12 @@ impl RedisServer {
         self.spawn_only();
     }
 
+    /// Its process id (INFO server).
+    pub fn pid(&self) -> u32 {
+        let info: String = redis::cmd("INFO").arg("server").query(&mut self.conn()).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap().trim().parse().unwrap()
+    }
+
     /// Calls of `command` (e.g. "evalsha") since start, from INFO commandstats.
     pub fn calls(&self, command: &str) -> u64 {
         let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
@@ -145,8 +151,9 @@ impl RedisServer {
     pub fn total_calls(&self) -> u64 {
         let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.conn()).unwrap();
         // INFO (ours), CLUSTER (a cluster client refreshing its slot map), PING (health
-        // checks) and SCRIPT/FUNCTION KILL (the REST front's script watchdog polls with them)
-        // are not traffic of the requests under test.
+        // checks), SCRIPT/FUNCTION KILL (the REST front's script watchdog polls with them) and
+        // CLIENT SETINFO (redis-rs names itself on every new connection; counted where the
+        // server has it: Valkey, Redis 7.2+) are not traffic of the requests under test.
         info.lines()
             .filter(|l| {
                 l.starts_with("cmdstat_")
@@ -155,6 +162,7 @@ impl RedisServer {
                     && !l.starts_with("cmdstat_ping:")
                     && !l.starts_with("cmdstat_script|kill:")
                     && !l.starts_with("cmdstat_function|kill:")
+                    && !l.starts_with("cmdstat_client|setinfo:")
             })
             .filter_map(|l| l.split("calls=").nth(1))
             .filter_map(|r| r.split(',').next())
@@ -167,6 +175,24 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A process stopped with SIGSTOP; SIGCONT on drop, so a failed assertion leaves none stopped.
+#[derive(Debug)]
+pub struct Stopped(u32);
+
+impl Stopped {
+    /// Stops process `pid`.
+    pub fn stop(pid: u32) -> Self {
+        assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
     }
 }
 
@@ -402,6 +428,28 @@ impl RedisCluster {
     /// slot split over two nodes: ASK, TRYAGAIN), then NODE everywhere. Returns when the
     /// first key moved.
     pub fn migrate_slot(&self, slot: i64, from: usize, to: usize) -> Instant {
+        self.begin_migration(slot, from, to);
+        let started = Instant::now();
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1)
+                .query(&mut self.nodes[from].conn())
+                .unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            self.move_keys(from, to, &keys);
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        self.end_migration(slot, to);
+        started
+    }
+
+    /// Marks `slot` as leaving node `from` for node `to` (IMPORTING on `to`, MIGRATING on
+    /// `from`): from then on `from` answers ASK for its keys that have left.
+    pub fn begin_migration(&self, slot: i64, from: usize, to: usize) {
         let (src, dst) = (&self.nodes[from], &self.nodes[to]);
         let (src_id, dst_id) = (self.node_id(from), self.node_id(to));
         redis::cmd("CLUSTER")
@@ -418,29 +466,28 @@ impl RedisCluster {
             .arg(&dst_id)
             .query::<()>(&mut src.conn())
             .unwrap();
-        let started = Instant::now();
-        loop {
-            let keys: Vec<String> =
-                redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut src.conn()).unwrap();
-            if keys.is_empty() {
-                break;
-            }
-            redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(dst.port())
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("KEYS")
-                .arg(&keys)
-                .query::<()>(&mut src.conn())
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(30));
-        }
+    }
+
+    /// Moves `keys` (of a slot in migration) from node `from` to node `to` (MIGRATE).
+    pub fn move_keys(&self, from: usize, to: usize, keys: &[String]) {
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(self.nodes[to].port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys)
+            .query::<()>(&mut self.nodes[from].conn())
+            .unwrap();
+    }
+
+    /// Hands `slot` to node `to` on every node (SETSLOT NODE): the migration is over.
+    pub fn end_migration(&self, slot: i64, to: usize) {
+        let dst_id = self.node_id(to);
         for n in &self.nodes {
             redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&dst_id).query::<()>(&mut n.conn()).unwrap();
         }
-        started
     }
 
     /// Seed URLs, comma-separated.
@@ -613,6 +660,87 @@ pub async fn reply_losing_proxy(redis_port: u16) -> (u16, std::sync::Arc<std::sy
         }
     });
     (port, armed)
+}
+
+/// A TCP proxy before a Redis port whose connections can be frozen: once frozen, the
+/// connections open at that moment pass nothing either way (what their client sends is read
+/// and dropped, Redis's answers are dropped), held open as a process that stopped answering
+/// would hold them, while connections opened later pass as usual. It runs on a runtime of its
+/// own, so it adds no task to the test's runtime.
+#[derive(Debug)]
+pub struct FreezingProxy {
+    port: u16,
+    /// The freeze flag of every connection opened so far (a frozen one stays frozen).
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>>>,
+    /// Connections whose client has not closed its side yet.
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FreezingProxy {
+    /// Starts one before `redis_port`.
+    pub fn start(redis_port: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let open = Arc::new(AtomicUsize::new(0));
+        let (list, live) = (conns.clone(), open.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((mut client, _)) = listener.accept().await {
+                    let frozen = Arc::new(AtomicBool::new(false));
+                    list.lock().unwrap().push(frozen.clone());
+                    let live = live.clone();
+                    live.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        if let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await {
+                            let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
+                            loop {
+                                tokio::select! {
+                                    n = client.read(&mut up) => {
+                                        let Ok(n @ 1..) = n else { break };
+                                        if !frozen.load(Ordering::SeqCst) && server.write_all(&up[..n]).await.is_err() {
+                                            break;
+                                        }
+                                    }
+                                    n = server.read(&mut down) => {
+                                        let Ok(n @ 1..) = n else { break };
+                                        if !frozen.load(Ordering::SeqCst) && client.write_all(&down[..n]).await.is_err() {
+                                            break;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        live.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            });
+        });
+        FreezingProxy { port, conns, open }
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Freezes every connection open now.
+    pub fn freeze(&self) {
+        for c in self.conns.lock().unwrap().iter() {
+            c.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Connections whose client has not closed them (frozen ones included).
+    pub fn open(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// An HTTP client for tests. reqwest is built with rustls and no provider of its own (see

@@ -69,6 +69,24 @@ pub fn fronts(
     )
 }
 
+/// `redcount bench replicas`: a replica of the Redis on `redis_port` started here, then counter
+/// adds and red-packet grabs without and with `--wait-replicas 1`; the table is written to `out`.
+pub fn replicas(
+    bins: &std::path::Path,
+    work: &std::path::Path,
+    redis_port: u16,
+    out: &std::path::Path,
+) -> Result<(), String> {
+    let (_replica, replica_port) = procs::redis_replica(&work.join("replica"), redis_port)?;
+    setup::run(
+        Command::new(bins.join("redcount"))
+            .args(["bench", "replicas", "--redis", &format!("redis://127.0.0.1:{redis_port}")])
+            .args(["--replica", &format!("redis://127.0.0.1:{replica_port}")])
+            .arg("--out")
+            .arg(out),
+    )
+}
+
 /// The heading of BENCHMARKS.md's last section, written by hand and kept by each run.
 const BY_HAND: &str = "\n## Measured by hand";
 
@@ -223,6 +241,9 @@ pub fn all(full: bool) -> Result<(), String> {
     let fronts_table = work.join("fronts.md");
     fronts(&bins, &work, redis_port, front_port, front.id(), &rest_token, &fronts_table)?;
     let fronts_table = std::fs::read_to_string(&fronts_table).map_err(|e| e.to_string())?;
+    let replicas_table = work.join("replicas.md");
+    replicas(&bins, &work, redis_port, &replicas_table)?;
+    let replicas_table = std::fs::read_to_string(&replicas_table).map_err(|e| e.to_string())?;
     let table = std::fs::read_to_string(&table).map_err(|e| e.to_string())?;
     let workers_table = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
     let cold = |v: &[f64]| {
@@ -274,6 +295,10 @@ pub fn all(full: bool) -> Result<(), String> {
          redcount-rest and webdis (Debian's package), each with one worker thread, before the same\n\
          Redis; the load generator sends the same commands through each (`redcount bench fronts`).\n\n\
          {fronts_table}\n\
+         ## Writes of money that wait for a replica\n\n\
+         `redcount serve --redis … --wait-replicas 1` (the front's `--wait-replicas` does the same): `WAIT`\n\
+         after each counter or red-packet script, on the same connection (`redcount bench replicas`).\n\n\
+         {replicas_table}\n\
          ## What the variants are\n\n\
          - **Lua over RESP**: redcount's script, one EVALSHA per operation, straight to Redis.\n\
          - **Lua via redcount-rest**: the same call as an Upstash REST request through the front.\n\

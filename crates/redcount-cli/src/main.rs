@@ -20,6 +20,10 @@ enum Cmd {
         redis: String,
     },
     /// Serve the HTTP API and the demo page (the worker's routes, natively).
+    #[command(after_help = "TLS: rediss:// (Redis over TLS) and an https:// --rest-url trust the system's root \
+                      certificates. To trust a private CA instead, set SSL_CERT_FILE to a PEM file of it (it \
+                      replaces the system's roots): SSL_CERT_FILE=/etc/redcount/redis-ca.pem redcount serve \
+                      --redis rediss://…")]
     Serve(Box<ServeArgs>),
     /// Copy red-packet claims from Redis into SQLite, exactly once (safe to kill and rerun).
     Drain {
@@ -115,6 +119,16 @@ struct ServeArgs {
     /// Longest wait for one Redis or REST call (and for a request body), in ms.
     #[arg(long, env = "REDCOUNT_TIMEOUT_MS", default_value_t = 5_000)]
     timeout_ms: u64,
+    /// With --redis: acknowledge writes of money (counters, red packets) only once this many
+    /// replicas have them (`WAIT` on the same connection, right after the script; on their own
+    /// connections). Fewer within --wait-replicas-ms: 503 with `"durable": false` (the write
+    /// happened on the master and may be lost if it fails over). 0: off. Through a REST front,
+    /// start the front with its own --wait-replicas.
+    #[arg(long, env = "REDCOUNT_WAIT_REPLICAS", default_value_t = 0, conflicts_with = "rest_url")]
+    wait_replicas: u32,
+    /// How long a write of money waits for --wait-replicas, in ms (less than --timeout-ms).
+    #[arg(long, env = "REDCOUNT_WAIT_REPLICAS_MS", default_value_t = 250)]
+    wait_replicas_ms: u64,
     /// Client connections served at once; past it new ones get 503 and are closed.
     #[arg(long, env = "REDCOUNT_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
@@ -204,6 +218,21 @@ enum BenchCmd {
         #[command(flatten)]
         front: FrontLoad,
     },
+    /// Counter adds and red-packet grabs over direct RESP, without and with `--wait-replicas 1`
+    /// (interleaved rounds): throughput, latency and each Redis's CPU time per call.
+    Replicas {
+        /// The master's URL.
+        #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+        /// Its replica's URL (for its CPU time, and to wait until it is in sync).
+        #[arg(long)]
+        replica: String,
+        /// WAIT's timeout, in ms.
+        #[arg(long, default_value_t = 250)]
+        wait_ms: u64,
+        #[command(flatten)]
+        load: Load,
+    },
     /// redcount-rest beside webdis in front of the same Redis: INCR and EVALSHA of the quota
     /// take, interleaved rounds; throughput and each front's CPU time per request (from /proc)
     Fronts {
@@ -230,6 +259,13 @@ struct FrontLoad {
     /// Its token.
     #[arg(long, env = "REDCOUNT_REST_TOKEN", hide_env_values = true)]
     rest_token: String,
+    #[command(flatten)]
+    load: Load,
+}
+
+/// How hard a benchmark loads what it measures.
+#[derive(clap::Args, Debug)]
+struct Load {
     /// Concurrent clients.
     #[arg(long, default_value_t = 50)]
     concurrency: usize,
@@ -382,7 +418,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                     rest_pid,
                     webdis_url,
                     webdis_pid,
-                    front: FrontLoad { rest_url, rest_token, concurrency, ops, out },
+                    front: FrontLoad { rest_url, rest_token, load: Load { concurrency, ops, out } },
                 },
         } => {
             use redcount_bench::{harness::Shape, rest};
@@ -391,8 +427,15 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                 return std::process::ExitCode::FAILURE;
             }
         }
+        Cmd::Bench { which: BenchCmd::Replicas { redis, replica, wait_ms, load: Load { concurrency, ops, out } } } => {
+            use redcount_bench::{harness::Shape, replicas};
+            if !print_table(replicas::run(&redis, &replica, wait_ms, Shape { ops, concurrency }).await, out) {
+                return std::process::ExitCode::FAILURE;
+            }
+        }
         Cmd::Bench {
-            which: BenchCmd::Rest { redis, front: FrontLoad { rest_url, rest_token, concurrency, ops, out } },
+            which:
+                BenchCmd::Rest { redis, front: FrontLoad { rest_url, rest_token, load: Load { concurrency, ops, out } } },
         } => {
             if let Err(e) = bench_rest(&redis, &rest_url, &rest_token, concurrency, ops, out).await {
                 eprintln!("redcount: bench: {e}");
@@ -521,9 +564,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
         (None, Some(url)) => {
             let what = if args.cluster { "the Redis Cluster" } else { "Redis" };
-            let d = redcount::Direct::connect_to(url, args.cluster, timeout)
-                .await
-                .map_err(|e| format!("cannot reach {what}: {e}"))?;
+            let d = match args.wait_replicas {
+                0 => redcount::Direct::connect_to(url, args.cluster, timeout).await,
+                n => {
+                    let wait = redcount::direct::ReplicaWait {
+                        replicas: n,
+                        timeout: std::time::Duration::from_millis(args.wait_replicas_ms),
+                    };
+                    redcount::Direct::connect_waiting(url, args.cluster, timeout, wait).await
+                }
+            }
+            .map_err(|e| format!("cannot reach {what}: {e}"))?;
             if let Some(risk) = d.eviction_risk().await {
                 if !args.allow_eviction {
                     return Err(format!(

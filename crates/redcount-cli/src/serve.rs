@@ -129,6 +129,12 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                 };
                 step = match &s.backend {
                     Backend::Rest(rest) => match bounded(budget, rest.post(exchange.body().to_string())).await {
+                        // The front's --wait-replicas: the call ran, but is not known durable.
+                        Some(Ok((503, body))) if not_durable(&body) => {
+                            metrics::counter!("redcount_backend_errors_total", "kind" => "not_durable").increment(1);
+                            let why = format!("the REST front says: {}", String::from_utf8_lossy(&body));
+                            Step::Respond(exchange.not_durable(&why))
+                        }
                         Some(Ok((status, body))) => exchange.receive(status, &body),
                         Some(Err(e)) => {
                             report_backend_error(&e);
@@ -142,6 +148,11 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                     Backend::Direct(d) => match bounded(budget, d.send(exchange.command())).await {
                         Some(Ok(v)) => exchange.receive_value(Ok(v)),
                         Some(Err(Error::Redis(e))) => exchange.receive_value(Err(e)),
+                        Some(Err(Error::NotDurable(why))) => {
+                            metrics::counter!("redcount_backend_errors_total", "kind" => "not_durable").increment(1);
+                            tracing::warn!("backend: not known durable: {why}");
+                            Step::Respond(exchange.not_durable(&format!("Redis: {why}")))
+                        }
                         Some(Err(e)) => {
                             report_backend_error(&e);
                             Step::Respond(exchange.fail_at("Redis", &e.to_string()))
@@ -155,37 +166,18 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
             }
         }
     };
-    let (route, policy) = labels(&s.config, uri.path());
-    let status = response.status.to_string();
+    // From the route table: a fixed word per route family, and a configured policy's name only.
+    let (route, policy) = api::route::labels(&s.config, method.as_str(), uri.path());
+    let (status, policy) = (response.status.to_string(), policy.to_owned());
     metrics::counter!("redcount_requests_total", "route" => route, "policy" => policy, "status" => status).increment(1);
     metrics::histogram!("redcount_request_duration_seconds", "route" => route).record(started.elapsed().as_secs_f64());
     tracing::debug!(method = %method, route, status = response.status, "request");
     to_response(response)
 }
 
-/// The metrics labels of an API path: its route (the first segment, from a fixed list) and
-/// its policy (only a configured name, so a client cannot add label values).
-fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
-    // Decoded as routing decodes them: `/api/quot%61s/…` is counted as `quotas`.
-    let mut parts = path.strip_prefix("/api/").unwrap_or("").split('/').map(|raw| {
-        redcount_core::text::percent_decode(raw).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
-    });
-    let route = match parts.next().unwrap_or_default().as_str() {
-        "health" => "health",
-        "policies" => "policies",
-        "counters" => "counters",
-        "claims" => "claims",
-        "quotas" => "quotas",
-        "semaphores" => "semaphores",
-        "decisions" => "decisions",
-        "overrides" => "overrides",
-        "inbox" => "inbox",
-        "redpackets" => "redpackets",
-        _ => "other",
-    };
-    let named = matches!(route, "counters" | "claims" | "quotas" | "semaphores");
-    let policy = parts.next().filter(|p| named && config.policy(p).is_some()).unwrap_or_else(|| String::from("-"));
-    (route, policy)
+/// Whether a REST front's 503 says a call ran but is not known durable (`"durable": false`).
+fn not_durable(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["durable"] == serde_json::Value::Bool(false))
 }
 
 /// `call`, given up after `budget` when there is one (`None` then).

@@ -6,10 +6,11 @@
 //!
 //! - at most [`Limits::max_connections`] at once, and [`Limits::max_per_ip`] from one client
 //!   address; past either a connection gets `503` with a JSON error and is closed, so
-//!   clients see why. At the cap, the connection that has had no request at work for
-//!   longest (a second at least: still sending its head, trickling its body, or parked
-//!   between requests) is closed to make room, so a flood of such connections cannot keep
-//!   a working client out; a request at work is never cut off;
+//!   clients see why. At either cap, the connection that has had no request at work for
+//!   longest (a second at least: still shaking hands, sending its head, trickling its body,
+//!   or parked between requests; at the per-address cap, of that address) is closed to make
+//!   room, so a flood of such connections cannot keep a working client out, nor one user
+//!   behind a shared address (a NAT, a proxy) the others; a request at work is never cut off;
 //! - a `401` response closes its connection: a client without a valid token cannot keep one
 //!   open by sending requests;
 //! - [`Limits::header_timeout`]: a connection must deliver a complete request head within
@@ -126,11 +127,13 @@ pub async fn serve_tls(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let cap = effective_max_connections(limits.max_connections);
-    let slots = Arc::new(Semaphore::new(cap));
-    let per_ip = Arc::new(PerIp { limit: limits.max_per_ip, held: Mutex::new(HashMap::new()) });
+    let caps = Arc::new(Caps {
+        slots: Arc::new(Semaphore::new(cap)),
+        cap,
+        per_ip: Arc::new(PerIp::new(limits.max_per_ip)),
+        refusing: AtomicUsize::new(0),
+    });
     let app = app.layer(axum::middleware::map_response(close_after_unauthorized));
-    // Refusals write a few hundred bytes; bound how many may be in flight too.
-    let refusing = Arc::new(AtomicUsize::new(0));
     let idle = Arc::new(Idle::default());
     let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
     tokio::pin!(shutdown);
@@ -148,11 +151,6 @@ pub async fn serve_tls(
         };
         // Small request/response exchanges: never let Nagle hold a reply back.
         let _ = tcp.set_nodelay(true);
-        let Some(ip_slot) = per_ip.clone().enter(peer.ip()) else {
-            let why = format!("this server holds at most {} connections from one address at once", per_ip.limit);
-            refuse_bounded(&refusing, tcp, why, tls.is_some());
-            continue;
-        };
         let conn = Conn {
             app: app.clone(),
             limits,
@@ -160,23 +158,13 @@ pub async fn serve_tls(
             graceful: graceful.clone(),
             tls: tls.as_ref().map(Tls::acceptor),
         };
-        match slots.clone().try_acquire_owned() {
-            Ok(permit) => conn.start(tcp, permit, ip_slot),
-            Err(_) => {
-                // Full: make room by closing the connection that has had no request at work
-                // for longest, if that is a second or more (a flood of slow headers, slow
-                // bodies or parked keep-alive connections is made of those; a client at work
-                // is never cut off), then wait briefly for its place.
-                idle.evict_oldest(Duration::from_secs(1));
-                let slots = slots.clone();
-                let refusing = refusing.clone();
-                let tls = tls.is_some();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(Duration::from_millis(300), slots.acquire_owned()).await {
-                        Ok(Ok(permit)) => conn.start(tcp, permit, ip_slot),
-                        _ => refuse_bounded(&refusing, tcp, format!("this server holds at most {cap} at once"), tls),
-                    }
-                });
+        // Both places at once, or the slower way (a cap is full).
+        let ip_slot = caps.per_ip.clone().enter(peer.ip());
+        let permit = ip_slot.as_ref().and_then(|_| caps.slots.clone().try_acquire_owned().ok());
+        match (ip_slot, permit) {
+            (Some(ip_slot), Some(permit)) => conn.start(tcp, permit, ip_slot),
+            (ip_slot, _) => {
+                tokio::spawn(admit(conn, tcp, ip_slot, peer.ip(), caps.clone()));
             }
         }
     }
@@ -187,23 +175,75 @@ pub async fn serve_tls(
     Ok(())
 }
 
+/// Finds `tcp` its places at a full cap: closes the connection that has had no request at
+/// work for longest, if that is a second or more (a flood of slow handshakes, heads or bodies
+/// and of parked keep-alive connections is made of those; a client at work is never cut off),
+/// of its address when that address holds its limit, then waits briefly for the place it
+/// gave back; refuses with 503 when none comes.
+async fn admit(conn: Conn, tcp: TcpStream, ip_slot: Option<IpSlot>, ip: IpAddr, caps: Arc<Caps>) {
+    let tls = conn.tls.is_some();
+    let wait = Duration::from_millis(300);
+    let ip_slot = match ip_slot {
+        Some(s) => s,
+        None => {
+            // Waiting only for a place given back by an eviction: a flood past its address's
+            // limit with nothing to evict is refused at once, holding nothing.
+            let freed = conn.idle.evict_oldest(EVICTABLE, Some(ip));
+            let entered = match freed {
+                true => tokio::time::timeout(wait, caps.per_ip.clone().enter_when_free(ip)).await.ok(),
+                false => caps.per_ip.clone().enter(ip),
+            };
+            match entered {
+                Some(s) => s,
+                None => {
+                    let limit = caps.per_ip.limit;
+                    let why = format!("this server holds at most {limit} connections from one address at once");
+                    return refuse_bounded(&caps.refusing, tcp, why, tls).await;
+                }
+            }
+        }
+    };
+    let permit = match caps.slots.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            conn.idle.evict_oldest(EVICTABLE, None);
+            match tokio::time::timeout(wait, caps.slots.clone().acquire_owned()).await {
+                Ok(Ok(p)) => p,
+                _ => {
+                    let why = format!("this server holds at most {} at once", caps.cap);
+                    return refuse_bounded(&caps.refusing, tcp, why, tls).await;
+                }
+            }
+        }
+    };
+    conn.start(tcp, permit, ip_slot);
+}
+
+/// The server's connection caps.
+struct Caps {
+    slots: Arc<Semaphore>,
+    cap: usize,
+    per_ip: Arc<PerIp>,
+    /// Refusals write a few hundred bytes; how many are in flight (bounded too).
+    refusing: AtomicUsize,
+}
+
+/// How long a connection must have had no request at work before a newcomer at a full cap
+/// may take its place.
+const EVICTABLE: Duration = Duration::from_secs(1);
+
 /// Writes a refusal, unless 256 are being written already (then just closes). Over TLS it
 /// only closes: a plain-text answer would mean nothing to a client expecting a handshake, and
 /// a handshake is what the cap saves.
-fn refuse_bounded(refusing: &Arc<AtomicUsize>, tcp: TcpStream, why: String, tls: bool) {
+async fn refuse_bounded(refusing: &AtomicUsize, tcp: TcpStream, why: String, tls: bool) {
     metrics::counter!("redcount_http_refused_connections_total").increment(1);
     if tls {
         return;
     }
     if refusing.fetch_add(1, Ordering::Relaxed) < 256 {
-        let refusing = refusing.clone();
-        tokio::spawn(async move {
-            refuse(tcp, &why).await;
-            refusing.fetch_sub(1, Ordering::Relaxed);
-        });
-    } else {
-        refusing.fetch_sub(1, Ordering::Relaxed);
+        refuse(tcp, &why).await;
     }
+    refusing.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// What starting a connection needs.
@@ -221,7 +261,7 @@ impl Conn {
     /// while it has no request at work (before its first request, between requests, and
     /// while a request's body is still arriving) and closed if evicted meanwhile.
     fn start(self, tcp: TcpStream, permit: tokio::sync::OwnedSemaphorePermit, ip_slot: IpSlot) {
-        let slot = Arc::new(Slot { key: AtomicU64::new(UNLISTED), close: tokio::sync::Notify::new() });
+        let slot = Arc::new(Slot { key: AtomicU64::new(UNLISTED), ip: ip_slot.ip, close: tokio::sync::Notify::new() });
         self.idle.list(&slot);
         let app = self.app;
         let (idle, watched) = (self.idle.clone(), slot.clone());
@@ -410,6 +450,8 @@ const UNLISTED: u64 = u64::MAX;
 struct Slot {
     /// Its key in [`Idle::list`], or [`UNLISTED`]; changed only under that list's lock.
     key: AtomicU64,
+    /// The client's address.
+    ip: IpAddr,
     /// Told when the connection is evicted.
     close: tokio::sync::Notify,
 }
@@ -426,11 +468,15 @@ struct Idle {
 
 impl Idle {
     fn list(&self, slot: &Arc<Slot>) {
+        self.list_at(slot, std::time::Instant::now());
+    }
+
+    fn list_at(&self, slot: &Arc<Slot>, since: std::time::Instant) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         if slot.key.load(Ordering::Relaxed) == UNLISTED {
             let key = self.next.fetch_add(1, Ordering::Relaxed);
             slot.key.store(key, Ordering::Relaxed);
-            list.insert(key, (std::time::Instant::now(), slot.clone()));
+            list.insert(key, (since, slot.clone()));
         }
     }
 
@@ -448,19 +494,31 @@ impl Idle {
         }
     }
 
-    /// Closes the connection idle longest, if it has been idle at least `age`.
-    fn evict_oldest(&self, age: Duration) {
+    /// Closes the connection idle longest (of address `of`, when given), if it has been idle at
+    /// least `age`; true when one was.
+    fn evict_oldest(&self, age: Duration, of: Option<IpAddr>) -> bool {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(entry) = list.first_entry() else { return };
-        if entry.get().0.elapsed() < age {
-            return;
-        }
-        let (_, slot) = entry.remove();
+        let Some(key) = oldest(&list, std::time::Instant::now(), age, of) else { return false };
+        let Some((_, slot)) = list.remove(&key) else { return false };
         slot.key.store(UNLISTED, Ordering::Relaxed);
         metrics::counter!("redcount_http_evicted_connections_total").increment(1);
         // Stores a permit if the task is not waiting yet: it closes when it next looks.
         slot.close.notify_one();
+        true
     }
+}
+
+/// The key of the connection listed longest (of address `of`, when given), if it has been
+/// listed at least `age` at `now`. The list is in listing order, so the first one found is
+/// the oldest; a scan at the per-address cap only, which few connections meet.
+fn oldest(
+    list: &std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>,
+    now: std::time::Instant,
+    age: Duration,
+    of: Option<IpAddr>,
+) -> Option<u64> {
+    let (key, (since, _)) = list.iter().find(|(_, (_, slot))| of.is_none_or(|ip| slot.ip == ip))?;
+    (now.saturating_duration_since(*since) >= age).then_some(*key)
 }
 
 /// What a [`Watched`] body does to its connection's listing when it ends.
@@ -524,6 +582,8 @@ impl<B> Drop for Watched<B> {
 struct PerIp {
     limit: usize,
     held: Mutex<HashMap<IpAddr, usize>>,
+    /// Told when an address that held its limit gives a place back.
+    freed: tokio::sync::Notify,
 }
 
 /// One connection's place in [`PerIp`], given back when dropped.
@@ -533,6 +593,24 @@ struct IpSlot {
 }
 
 impl PerIp {
+    fn new(limit: usize) -> Self {
+        PerIp { limit, held: Mutex::new(HashMap::new()), freed: tokio::sync::Notify::new() }
+    }
+
+    /// A place for one more connection from `ip`, once it has one.
+    async fn enter_when_free(self: Arc<Self>, ip: IpAddr) -> IpSlot {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before trying, so a place given back in between is not missed.
+            freed.as_mut().enable();
+            if let Some(slot) = self.clone().enter(ip) {
+                return slot;
+            }
+            freed.await;
+        }
+    }
+
     /// A place for one more connection from `ip`, or `None` when it holds its limit.
     fn enter(self: Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
         if self.limit == 0 {
@@ -557,6 +635,9 @@ impl Drop for IpSlot {
         }
         let mut held = self.of.held.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = held.get_mut(&self.ip) {
+            if *n == self.of.limit {
+                self.of.freed.notify_waiters();
+            }
             *n -= 1;
             if *n == 0 {
                 held.remove(&self.ip);
@@ -658,5 +739,112 @@ impl AsyncWrite for Stalling {
 
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::time::Instant;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    fn slot(ip: [u8; 4]) -> Arc<Slot> {
+        Arc::new(Slot { key: AtomicU64::new(UNLISTED), ip: IpAddr::from(ip), close: tokio::sync::Notify::new() })
+    }
+
+    #[test]
+    fn the_oldest_connection_of_the_address_is_chosen_once_a_second_old() {
+        let idle = Idle::default();
+        let t0 = Instant::now();
+        let (a1, b1, a2) = (slot([10, 0, 0, 1]), slot([10, 0, 0, 2]), slot([10, 0, 0, 1]));
+        idle.list_at(&a1, t0);
+        idle.list_at(&b1, t0 + Duration::from_millis(200));
+        idle.list_at(&a2, t0 + Duration::from_millis(500));
+        let key = |s: &Arc<Slot>| Some(s.key.load(Ordering::Relaxed));
+        let list = idle.list.lock().unwrap();
+        let (a, b, c) = (Some(a1.ip), Some(b1.ip), Some(IpAddr::from([10, 0, 0, 3])));
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let second = Duration::from_secs(1);
+        assert_eq!(oldest(&list, at(1_000), second, None), key(&a1), "the oldest of all");
+        assert_eq!(oldest(&list, at(999), second, None), None, "none a second old yet");
+        assert_eq!(oldest(&list, at(1_200), second, b), key(&b1), "the oldest of that address");
+        assert_eq!(oldest(&list, at(1_100), second, b), None, "that address's own are younger");
+        assert_eq!(oldest(&list, at(5_000), second, c), None, "an address with none listed");
+        drop(list);
+        // Evicted: unlisted and told to close; the next choice of that address is the next one.
+        assert!(idle.evict_oldest(Duration::ZERO, a));
+        assert_eq!(a1.key.load(Ordering::Relaxed), UNLISTED);
+        let list = idle.list.lock().unwrap();
+        assert_eq!(oldest(&list, Instant::now(), Duration::ZERO, a), key(&a2));
+        drop(list);
+        // A connection back at work is never chosen.
+        idle.unlist(&a2);
+        assert!(!idle.evict_oldest(Duration::ZERO, a));
+        // Listed again (a new idle spell): at the back of the line.
+        idle.relist(&b1);
+        assert_eq!(oldest(&idle.list.lock().unwrap(), Instant::now(), Duration::ZERO, None), key(&b1));
+    }
+
+    #[tokio::test]
+    async fn an_address_at_its_limit_gets_a_place_given_back() {
+        let per_ip = Arc::new(PerIp::new(2));
+        let ip = IpAddr::from(Ipv4Addr::new(10, 0, 0, 1));
+        let held = [per_ip.clone().enter(ip).unwrap(), per_ip.clone().enter(ip).unwrap()];
+        assert!(per_ip.clone().enter(ip).is_none(), "past the limit");
+        assert!(per_ip.clone().enter(IpAddr::from([10, 0, 0, 2])).is_some(), "another address");
+        let waiting = tokio::spawn(per_ip.clone().enter_when_free(ip));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        drop(held);
+        let place = tokio::time::timeout(Duration::from_secs(1), waiting).await.expect("woken").unwrap();
+        assert_eq!(place.ip, ip);
+        assert_eq!(per_ip.held.lock().unwrap().get(&ip), Some(&1));
+    }
+
+    /// A server whose one address holds its limit in half-sent heads serves a newcomer of that
+    /// address once they are a second old, closing the oldest; before that it refuses.
+    #[tokio::test]
+    async fn at_the_per_address_cap_a_newcomer_takes_the_oldest_heads_place() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(|| async { "hello" });
+        let limits = Limits { max_per_ip: 3, ..Limits::default() };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, limits, async {
+            let _ = stopped.await;
+        }));
+        let ask = || async move {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+            let mut answer = String::new();
+            let _ = c.read_to_string(&mut answer).await;
+            answer
+        };
+        let mut heads = Vec::new();
+        for _ in 0..3 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET / HT").await.unwrap();
+            heads.push(c);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let young = ask().await;
+        assert!(young.starts_with("HTTP/1.1 503") && young.contains("from one address"), "{young}");
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let answer = ask().await;
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"), "{answer}");
+        let mut closed = Vec::new();
+        for h in &mut heads {
+            let mut b = [0u8; 1];
+            closed.push(matches!(
+                tokio::time::timeout(Duration::from_millis(100), h.read(&mut b)).await,
+                Ok(Ok(0) | Err(_))
+            ));
+        }
+        assert_eq!(closed, [true, false, false], "the oldest head made room");
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
     }
 }

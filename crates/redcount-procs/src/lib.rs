@@ -153,11 +153,77 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// `redis-server` on `port` (loopback only), data in `dir`, no persistence unless `extra`
-/// asks for it (`--appendonly yes`, `--save ...`). The binary is `REDIS_SERVER` if set.
+/// Which server the tests and `cargo xtask` start: Redis, or Valkey (the fork most managed
+/// "Redis" now runs). `REDCOUNT_TEST_SERVER=valkey|redis` picks one (default redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// `redis-server` (`REDIS_SERVER` names another binary).
+    Redis,
+    /// `valkey-server`: `REDCOUNT_VALKEY_SERVER`, else the one `cargo xtask setup` installs
+    /// under `target/valkey/bin/`, else the one on PATH.
+    Valkey,
+}
+
+impl Server {
+    /// The server `REDCOUNT_TEST_SERVER` names (`redis` when unset); any other value panics,
+    /// naming the variable (a typo must not quietly test Redis instead).
+    pub fn from_env() -> Server {
+        match std::env::var("REDCOUNT_TEST_SERVER").as_deref() {
+            Err(_) | Ok("" | "redis") => Server::Redis,
+            Ok("valkey") => Server::Valkey,
+            Ok(other) => panic!("REDCOUNT_TEST_SERVER must be `redis` or `valkey`, not `{other}`"),
+        }
+    }
+
+    /// `redis` or `valkey`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Server::Redis => "redis",
+            Server::Valkey => "valkey",
+        }
+    }
+
+    /// The server binary to run.
+    pub fn binary(self) -> PathBuf {
+        match self {
+            Server::Redis => {
+                std::env::var_os("REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+            }
+            Server::Valkey => std::env::var_os("REDCOUNT_VALKEY_SERVER").map(PathBuf::from).unwrap_or_else(|| {
+                let installed = valkey_dir().join("bin/valkey-server");
+                if installed.exists() { installed } else { PathBuf::from("valkey-server") }
+            }),
+        }
+    }
+
+    /// Its command-line client (`redis-cli`, `valkey-cli`), beside the server binary when
+    /// that is a path.
+    pub fn cli(self) -> PathBuf {
+        let name = match self {
+            Server::Redis => "redis-cli",
+            Server::Valkey => "valkey-cli",
+        };
+        let server = self.binary();
+        match server.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && dir.join(name).exists() => dir.join(name),
+            _ => PathBuf::from(name),
+        }
+    }
+}
+
+/// Where `cargo xtask setup` installs Valkey (`bin/valkey-server`, `bin/valkey-cli`, and the
+/// venv they came from): `valkey/` in the cargo target directory (`CARGO_TARGET_DIR`, else
+/// this workspace's `target/`).
+pub fn valkey_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"), PathBuf::from)
+        .join("valkey")
+}
+
+/// The server of [`Server::from_env`] on `port` (loopback only), data in `dir`, no
+/// persistence unless `extra` asks for it (`--appendonly yes`, `--save ...`).
 pub fn redis_command(port: u16, dir: &Path, extra: &[&str]) -> Command {
-    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(Server::from_env().binary());
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .arg("--dir")
         .arg(dir)
@@ -170,11 +236,52 @@ pub fn redis_command(port: u16, dir: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
+/// Starts the server of [`Server::from_env`] on a free port with `extra` arguments (see
+/// [`redis_command`]), data in `dir`, and waits until it answers PING (accepting connections
+/// is not enough: it may still be loading). A port taken between choosing and binding it
+/// is retried with another, a few times. Returns the process and its port.
+pub fn start_server(dir: &Path, extra: &[&str]) -> Result<(Proc, u16), String> {
+    let server = Server::from_env();
+    let mut last = String::new();
+    for _ in 0..4 {
+        let port = free_port();
+        let mut proc = Proc::spawn(server.name(), &mut redis_command(port, dir, extra))
+            .map_err(|e| format!("{e} (`cargo xtask setup` installs redis-server and valkey-server)"))?;
+        match wait_port(port, Duration::from_secs(10), &mut proc).and_then(|()| wait_ping(port)) {
+            Ok(()) => return Ok((proc, port)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Waits up to 10 s until the server on `port` answers PING with PONG.
+pub fn wait_ping(port: u16) -> Result<(), String> {
+    use std::io::Write;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pong = TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(1)))?;
+            s.write_all(b"PING\r\n")?;
+            let mut buf = [0u8; 7];
+            s.read_exact(&mut buf)?;
+            Ok(&buf == b"+PONG\r\n")
+        });
+        if pong.is_ok_and(|p| p) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the server on port {port} did not answer PING within 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The `redis-server` arguments of a Cluster node.
 pub const CLUSTER_NODE: [&str; 4] = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
 
 /// Joins the nodes listening on `ports` into a Cluster of masters (`redis-cli --cluster
-/// create`); the caller waits for `cluster_state:ok`.
+/// create`, or `valkey-cli`'s); the caller waits for `cluster_state:ok`.
 pub fn cluster_create(ports: &[u16]) -> Result<(), String> {
     cluster_create_with(ports, &[])
 }
@@ -182,7 +289,7 @@ pub fn cluster_create(ports: &[u16]) -> Result<(), String> {
 /// [`cluster_create`] with more `redis-cli` arguments (`--tls --cacert ca.pem` for nodes
 /// reached on their TLS ports).
 pub fn cluster_create_with(ports: &[u16], cli: &[&str]) -> Result<(), String> {
-    let mut cmd = Command::new("redis-cli");
+    let mut cmd = Command::new(Server::from_env().cli());
     cmd.args(cli).args(["--cluster", "create"]);
     for p in ports {
         cmd.arg(format!("127.0.0.1:{p}"));

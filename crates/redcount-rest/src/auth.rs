@@ -1,6 +1,7 @@
 //! Bearer token checks, in constant time.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 // The core's constant-time comparison, so the API and the front check tokens alike.
 use redcount_core::text::same_secret as same;
@@ -24,6 +25,9 @@ pub enum Access {
         /// Cancelled when a reload removes the token (or changes its login): its open
         /// subscriptions end.
         revoked: tokio_util::sync::CancellationToken,
+        /// False while the front cannot keep its rules on the token's Redis user: its
+        /// requests are refused.
+        guarded: Arc<AtomicBool>,
     },
 }
 
@@ -57,6 +61,8 @@ pub struct Scoped {
     pub backend: Arc<Backend>,
     /// See [`Access::Scoped`].
     pub revoked: tokio_util::sync::CancellationToken,
+    /// See [`Access::Scoped`].
+    pub guarded: Arc<AtomicBool>,
 }
 
 /// Checks the `Authorization` header against every token. Each is compared in full, whatever
@@ -69,8 +75,12 @@ pub fn check(header: Option<&str>, token: &str, readonly: Option<&str>, scoped: 
     let mut found = None;
     for s in scoped {
         if same(given.as_bytes(), s.token.as_bytes()) && found.is_none() {
-            found =
-                Some(Access::Scoped { readonly: s.readonly, backend: s.backend.clone(), revoked: s.revoked.clone() });
+            found = Some(Access::Scoped {
+                readonly: s.readonly,
+                backend: s.backend.clone(),
+                revoked: s.revoked.clone(),
+                guarded: s.guarded.clone(),
+            });
         }
     }
     if full {

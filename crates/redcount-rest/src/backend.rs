@@ -11,11 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use redcount::direct::ClusterLink;
+use redcount::direct::{ClusterLink, Lanes, ReplicaWait};
+use redis::aio::ConnectionLike;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
-use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Who a backend logs in as; `None` is the URL's own user.
@@ -33,6 +35,16 @@ pub struct Backend {
     /// the URL-user connections to send it on. A restarted Redis has forgotten the user
     /// (unless it saved its ACL), so a refused login is answered by making it again.
     restore: Option<(Cmd, Conns)>,
+    /// `--wait-replicas`: money calls wait for replicas.
+    waits: Option<Waits>,
+}
+
+/// How money calls wait for replicas, and on a Cluster the connections of their own they run
+/// on (a WAIT holds its node connection until the replicas answer; elsewhere they run on the
+/// pool, whose connections serve one request at a time).
+struct Waits {
+    wait: ReplicaWait,
+    lanes: Option<Arc<Lanes<ClusterLink>>>,
 }
 
 #[derive(Clone)]
@@ -173,6 +185,13 @@ impl Charge {
 /// A Cluster call given up because its master does not accept connections (the text that
 /// follows names it).
 pub const NODE_DOWN: &str = "Redis Cluster node unreachable";
+
+/// A Cluster call still redirected (MOVED, ASK) when its time ran out: it did not run.
+pub const REDIRECTED: &str = "Redis Cluster: still redirected at the time limit";
+
+/// A money call whose write fewer replicas than `--wait-replicas` acknowledged in time (the
+/// text that follows says how many).
+pub const NOT_DURABLE: &str = "NOTDURABLE";
 
 /// A request refused because the budget of large replies in flight is spent.
 pub const BUDGET_SPENT: &str = "too many large replies in flight (--max-inflight-response-bytes); retry shortly";
@@ -503,8 +522,14 @@ impl Backend {
         self.query_in(cmd, Lane::Bounded).await
     }
 
-    /// [`Backend::query`] on the connections of `lane`.
+    /// [`Backend::query`] on the connections of `lane` (a money call that waits for replicas
+    /// on connections of its own whatever the lane).
     pub async fn query_in(&self, cmd: &Cmd, lane: Lane) -> RedisResult<Value> {
+        if let Some(waits) = &self.waits
+            && redcount::direct::waits_for_replicas(cmd)
+        {
+            return retried!(self, self.conns.query_waited(cmd, waits));
+        }
         retried!(self, self.conns.query(cmd, lane))
     }
 
@@ -563,10 +588,12 @@ impl Backend {
         login: Option<&Login>,
         connections: usize,
         max_reply: usize,
+        wait: Option<ReplicaWait>,
     ) -> RedisResult<Self> {
         // A connection made for a request (the shared ones are made on first use) may take as
         // long as the request may: a short stall of Redis is waited out, not a failure.
         let connect_timeout = timeout.max(Duration::from_secs(2));
+        let waits;
         let backend = if cluster {
             let seeds = url
                 .split(',')
@@ -588,8 +615,14 @@ impl Backend {
                     None => builder,
                 }
             };
+            let mut lanes = Vec::new();
+            for _ in wait.iter().flat_map(|_| 0..redcount::direct::WAIT_LANES) {
+                lanes.push(ClusterLink::connect(seeds.clone(), builder.clone()).await?);
+            }
+            waits = wait.map(|wait| Waits { wait, lanes: Some(Arc::new(Lanes::new(lanes))) });
             Conns::Cluster(ClusterLink::connect(seeds, builder).await?, timeout)
         } else {
+            waits = wait.map(|wait| Waits { wait, lanes: None });
             let mut info = url.into_connection_info()?;
             if let Some(l) = login {
                 let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
@@ -600,7 +633,7 @@ impl Backend {
             Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)), Arc::new(shared))
         };
         backend.query(&redis::cmd("PING"), Lane::Bounded).await?;
-        Ok(Backend { conns: backend, login: login.cloned(), restore: None })
+        Ok(Backend { conns: backend, login: login.cloned(), restore: None, waits })
     }
 }
 
@@ -613,13 +646,101 @@ impl Conns {
         }
     }
 
+    /// A money call, then `WAIT` on the same connection: its reply when enough replicas have
+    /// its write, else an error saying [`NOT_DURABLE`] (an error reply is the answer as is).
+    async fn query_waited(&self, cmd: &Cmd, waits: &Waits) -> RedisResult<Value> {
+        let not_durable = |why: String| RedisError::from(io::Error::other(format!("{NOT_DURABLE} {why}")));
+        match (self, &waits.lanes) {
+            (Conns::Cluster(_, timeout), Some(lanes)) => {
+                let Ok(lane) = tokio::time::timeout(*timeout, lanes.lease()).await else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no connection for calls that wait for replicas came free in time",
+                    )
+                    .into());
+                };
+                match redcount::direct::cluster_call_waited(&lane, cmd, &waits.wait, inside(*timeout)).await {
+                    Err(redcount::direct::Stop::NotDurable(why)) => Err(not_durable(why)),
+                    other => stopped(other),
+                }
+            }
+            (Conns::Single(pool, _), _) => {
+                let pipe = waits.wait.pipeline(cmd);
+                let replies = pool.run(async |c| pipe.query_async::<Value>(c).await).await?;
+                let (reply, waited) = waits.wait.split(replies).map_err(|e| RedisError::from(io::Error::other(e)))?;
+                if let Value::ServerError(e) = reply {
+                    return Err(e.into());
+                }
+                waits.wait.check(&waited).map_err(not_durable)?;
+                Ok(reply)
+            }
+            (Conns::Cluster(..), None) => self.query(cmd, Lane::Bounded).await,
+        }
+    }
+
     async fn pipeline(&self, pipe: &Pipeline, lane: Lane) -> RedisResult<Value> {
         match (self, lane) {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(async |c| pipe.query_async(c).await).await,
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
             // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
             // a pipeline's entries go one by one (`Backend::is_cluster`).
-            (Conns::Cluster(c, _), _) => Box::pin(c.with(async |mut c| pipe.query_async(&mut c).await)).await,
+            (Conns::Cluster(c, _), _) => Box::pin(cluster_transaction(c, pipe)).await,
+        }
+    }
+}
+
+/// A transaction on a Cluster, to the master of its keys. Redis discards it whole (EXECABORT,
+/// nothing ran) when its slot is being migrated and its keys have left for the importing node:
+/// each queued command was answered ASK. Then it is sent once to that node, after ASKING, in
+/// the same write (ASKING holds through MULTI … EXEC), where Redis runs it if it has every key
+/// it names, and otherwise refuses it whole again (TRYAGAIN). When that second try ran nothing
+/// either, the first EXECABORT is the answer (the caller sends it again within its limit).
+async fn cluster_transaction(link: &ClusterLink, pipe: &Pipeline) -> RedisResult<Value> {
+    let first = link.with(async |mut c| pipe.query_async::<Value>(&mut c).await).await;
+    let Err(aborted) = &first else { return first };
+    if aborted.code() != Some("EXECABORT") {
+        return first;
+    }
+    // Where the first key is now: its master answers ASK with the importing node while the
+    // key has left, a plain answer while it is still there.
+    let Some(key) = async {
+        let getkeys = redcount::direct::getkeys(pipe.cmd_iter().next()?)?;
+        let keys = link.with(async |mut c| c.req_packed_command(&getkeys).await).await.ok()?;
+        redcount::direct::first_key(keys)
+    }
+    .await
+    else {
+        return first;
+    };
+    let exists = redis::cmd("EXISTS").arg(&key).to_owned();
+    let Err(asked) = link.with(async |mut c| c.req_packed_command(&exists).await).await else { return first };
+    let Some((host, port)) = asked
+        .redirect_node()
+        .filter(|_| asked.kind() == ErrorKind::Server(ServerErrorKind::Ask))
+        .and_then(|(addr, _)| addr.rsplit_once(':'))
+        .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+    else {
+        return first;
+    };
+    let mut there = redis::pipe();
+    there.cmd("ASKING").cmd("MULTI");
+    for c in pipe.cmd_iter() {
+        there.add_command(c.clone());
+    }
+    there.cmd("EXEC");
+    let n = pipe.cmd_iter().count();
+    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+    let exec = link.with(async |mut c| c.route_pipeline(there, n + 2, 1, route).await).await;
+    match exec.map(|mut v| v.pop()) {
+        Ok(Some(Value::Array(items))) => Ok(Value::Array(items)),
+        // Refused whole there too (a key still on the other node: TRYAGAIN; a command refused
+        // when queued: EXECABORT): nothing ran.
+        Ok(Some(Value::ServerError(_))) => first,
+        Err(e) if e.code().is_some() => first,
+        // The answer was lost: it may have run, so it is not sent again.
+        Err(e) => Err(e),
+        Ok(other) => {
+            Err(RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected EXEC reply", format!("{other:?}"))))
         }
     }
 }
@@ -628,16 +749,28 @@ impl Conns {
 /// ends a moment before the front's own limit, so a Cluster that answered only CLUSTERDOWN or
 /// TRYAGAIN all along is answered as such (503), not as no answer (504).
 async fn cluster_call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+    stopped(redcount::direct::cluster_call(conn, cmd, inside(timeout)).await)
+}
+
+/// A Cluster call's limit inside the front's own (see [`cluster_call`]).
+fn inside(timeout: Duration) -> Duration {
+    timeout.saturating_sub(Duration::from_millis(50)).max(timeout / 2)
+}
+
+/// A Cluster call's outcome as a redis-rs result.
+fn stopped(outcome: Result<Value, redcount::direct::Stop>) -> RedisResult<Value> {
     use redcount::direct::Stop;
-    let limit = timeout.saturating_sub(Duration::from_millis(50)).max(timeout / 2);
-    match redcount::direct::cluster_call(conn, cmd, limit).await {
+    match outcome {
         Ok(v) => Ok(v),
-        Err(Stop::Failed(e) | Stop::Redirected(e)) => Err(e),
+        Err(Stop::Failed(e)) => Err(e),
+        // Not Redis's MOVED as the client's error (400): the Cluster could not serve it in time.
+        Err(Stop::Redirected(e)) => Err(io::Error::other(format!("{REDIRECTED} ({e})")).into()),
         Err(Stop::TimedOut) => {
             Err(io::Error::new(io::ErrorKind::TimedOut, "Redis Cluster: no answer within the time limit").into())
         }
         // Not a refusal: that would be sent again (`known_dead`), and this one may have run.
         Err(Stop::Unreachable(why)) => Err(io::Error::other(format!("{NODE_DOWN}: {why}")).into()),
+        Err(Stop::NotDurable(why)) => Err(io::Error::other(format!("{NOT_DURABLE} {why}")).into()),
     }
 }
 

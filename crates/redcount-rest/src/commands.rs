@@ -7,20 +7,53 @@ use redis::Value;
 
 use crate::backend::Backend;
 
-/// What the front needs to know of one command, from its COMMAND flags.
+/// What the front needs to know of one command, from its COMMAND entry ([`Table::flags`]);
+/// an unknown command has none of them.
 #[derive(Clone, Copy, Default)]
-struct Flags {
+pub struct Flags {
     /// `readonly`, and neither `write` nor `may_replicate` (PFCOUNT rewrites the cached
     /// cardinality in its value: Redis propagates it as a write).
-    readonly: bool,
+    pub readonly: bool,
     /// Flag `admin` or ACL category `@admin`: changes or inspects the server rather than the
     /// data (CONFIG SET, SHUTDOWN, DEBUG, ROLE, LASTSAVE...); or moves data off this server
-    /// (MIGRATE).
-    admin: bool,
+    /// (MIGRATE). For a container without its subcommand, the container's.
+    pub admin: bool,
     /// COMMAND's arity: the number of arguments with the name, at least its absolute value
     /// when negative; 0 for an unknown command.
     arity: i64,
+    /// Reaches beyond the keys an ACL key pattern names, so that one app's token must not
+    /// run it, even inside a script: it names no key yet reaches every key or the server
+    /// (`@keyspace` reads and writes, `@dangerous`, administration: KEYS, SCAN, RANDOMKEY,
+    /// DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), replaces every app's functions
+    /// (`@scripting` writes naming no key: FUNCTION LOAD, FLUSH, DELETE, RESTORE), or is one of
+    /// [`BEYOND_ONE_APP`].
+    pub beyond_one_app: bool,
+    /// Changes the connection it runs on (category `@connection`, but for the few that only
+    /// read it, [`READS_THE_CONNECTION`]): on the front's shared connections it would change
+    /// them for every later request.
+    pub changes_connection: bool,
 }
+
+/// What Redis's table cannot tell about reaching beyond one app's keys: SCRIPT FLUSH (every
+/// app's scripts), SELECT, MOVE and COPY (another database: MOVE always, COPY with `DB`, which
+/// an ACL rule cannot tell apart), CLUSTER GETKEYSINSLOT and COUNTKEYSINSLOT (any app's keys of
+/// a slot), MEMORY STATS (every database's key count). Their entries flag none of that.
+const BEYOND_ONE_APP: &[&str] =
+    &["script|flush", "select", "move", "copy", "cluster|getkeysinslot", "cluster|countkeysinslot", "memory|stats"];
+
+/// Commands of category `@connection` that only read the connection (or the command table);
+/// every other one, a newer server's new CLIENT subcommand included, changes it.
+const READS_THE_CONNECTION: &[&str] = &[
+    "ping",
+    "echo",
+    "client|id",
+    "client|info",
+    "client|getname",
+    "client|getredir",
+    "client|trackinginfo",
+    "client|help",
+    "client|list",
+];
 
 /// Command name (lower case, `container|sub` for subcommands) → its flags.
 pub struct Table {
@@ -62,13 +95,25 @@ impl Table {
         let flags: Vec<String> = e.get(2).map(items).unwrap_or(&[]).iter().filter_map(text).collect();
         let categories: Vec<String> = e.get(6).map(items).unwrap_or(&[]).iter().filter_map(text).collect();
         let has = |name: &str| flags.iter().any(|f| f == name);
+        let category = |c: &str| categories.iter().any(|x| x == c);
+        let admin = has("admin") || category("@admin") || name == "migrate";
+        // No first key and no key specs (Redis 7): an ACL key pattern has nothing to check.
+        let keyless = matches!(e.get(3), Some(Value::Int(0))) && e.get(8).map(items).unwrap_or(&[]).is_empty();
+        let data = has("readonly") || has("write");
         let entry_flags = Flags {
             readonly: has("readonly") && !has("write") && !has("may_replicate"),
-            admin: has("admin") || categories.iter().any(|c| c == "@admin") || name == "migrate",
+            admin,
             arity: match e.get(1) {
                 Some(Value::Int(n)) => *n,
                 _ => 0,
             },
+            beyond_one_app: (keyless && ((category("@keyspace") && data) || category("@dangerous") || admin))
+                || (keyless && category("@scripting") && has("write"))
+                || BEYOND_ONE_APP.contains(&name.as_str()),
+            changes_connection: category("@connection")
+                && !READS_THE_CONNECTION.contains(&name.as_str())
+                && name != "command"
+                && !name.starts_with("command|"),
         };
         // Redis 7: element 9 lists subcommands, each a full entry named `container|sub`.
         let subs = e.get(9).map(items).unwrap_or(&[]);
@@ -83,7 +128,7 @@ impl Table {
 
     /// The flags of a command (its subcommand's for a container); unknown commands have
     /// none, so they are never read-only.
-    fn lookup(&self, name: &str, args: &[Vec<u8>]) -> Flags {
+    pub fn flags(&self, name: &str, args: &[Vec<u8>]) -> Flags {
         let name = name.to_lowercase();
         if self.containers.contains_key(&name)
             && let Some(sub) = args.first()
@@ -94,26 +139,56 @@ impl Table {
         self.flags.get(&name).copied().unwrap_or_default()
     }
 
-    /// True when `args` is a read-only command.
-    pub fn is_readonly(&self, name: &str, args: &[Vec<u8>]) -> bool {
-        self.lookup(name, args).readonly
-    }
-
     /// True when the command is one Redis knows, with as many arguments as it takes (so
     /// Redis will not refuse it for its name or its argument count).
     pub fn is_well_formed(&self, name: &str, args: &[Vec<u8>]) -> bool {
         let n = i64::try_from(args.len()).unwrap_or(i64::MAX).saturating_add(1);
-        match self.lookup(name, args).arity {
+        match self.flags(name, args).arity {
             0 => false,
             a if a > 0 => n == a,
             a => n >= -a,
         }
     }
 
-    /// True when `args` is an administrative command (or a container with an administrative
-    /// subcommand and no subcommand given).
-    pub fn is_admin(&self, name: &str, args: &[Vec<u8>]) -> bool {
-        self.lookup(name, args).admin
+    /// The ACL rules that deny a Redis user every command that reaches beyond one app
+    /// ([`Flags::beyond_one_app`])
+    /// (each command or subcommand by name, `-keys`, `-config|set`…), the front's database
+    /// `db` excepted for SELECT (its connections select it when it is not 0).
+    pub fn one_app_rules(&self, db: i64) -> Vec<String> {
+        let mut names: Vec<&String> = self
+            .flags
+            .iter()
+            .filter(|(name, f)| f.beyond_one_app && !self.containers.contains_key(*name))
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        let mut rules: Vec<String> = names.into_iter().map(|n| format!("-{n}")).collect();
+        if db != 0 && self.flags.contains_key("select") {
+            rules.push(format!("+select|{db}"));
+        }
+        rules
+    }
+
+    /// One call of each command [`Table::one_app_rules`] denies, its arguments as many `0`s as
+    /// its arity asks (SELECT 0 for a front on another database): what `ACL DRYRUN` must
+    /// refuse once the rules are on a user.
+    pub fn one_app_probes(&self, db: i64) -> Vec<Vec<String>> {
+        let mut probes: Vec<Vec<String>> = self
+            .flags
+            .iter()
+            .filter(|(name, f)| f.beyond_one_app && !self.containers.contains_key(*name))
+            .map(|(name, f)| {
+                let mut words: Vec<String> = name.split('|').map(str::to_string).collect();
+                let least = usize::try_from(f.arity.unsigned_abs()).unwrap_or(1).max(1);
+                let zero = if name == "select" && db == 0 { "1" } else { "0" };
+                while words.len() < least {
+                    words.push(zero.to_string());
+                }
+                words
+            })
+            .collect();
+        probes.sort();
+        probes
     }
 }
 
@@ -135,7 +210,6 @@ pub fn readonly_refusal(name: &str) -> Option<String> {
     }
 }
 
-/// Why a command cannot run over REST, if it cannot.
 /// Why a command whose reply is certain to exceed `max_response` bytes is refused before it
 /// is sent: SRANDMEMBER, ZRANDMEMBER and HRANDFIELD with a negative count reply `|count|`
 /// elements (repeats allowed) of at least 4 bytes each, however small the key; Redis would
@@ -179,6 +253,7 @@ pub fn repeated_keys(name: &str, args: &[Vec<u8>]) -> Option<String> {
     })
 }
 
+/// Why a command cannot run over REST, if it cannot.
 pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
     let upper = name.to_ascii_uppercase();
     let arg = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
@@ -206,14 +281,6 @@ pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
             "ERR SCRIPT DEBUG is not available over REST: the debugger holds the connection (and in SYNC mode all of Redis)"
                 .into(),
         ),
-        "CLIENT"
-            if matches!(
-                arg(0).as_deref(),
-                Some("REPLY" | "PAUSE" | "KILL" | "SETNAME" | "TRACKING" | "NO-EVICT" | "NO-TOUCH")
-            ) =>
-        {
-            Some(format!("ERR CLIENT {} is not available over REST", arg(0).unwrap_or_default()))
-        }
         "BLPOP" | "BRPOP" | "BRPOPLPUSH" | "BLMOVE" | "BLMPOP" | "BZPOPMIN" | "BZPOPMAX" | "BZMPOP" | "WAIT"
         | "WAITAOF" => Some(format!(
             "ERR blocking command {upper} is not available over REST: it would stall every other request; use its non-blocking form and poll"
@@ -232,19 +299,105 @@ mod tests {
     use super::Table;
 
     fn entry(name: &str, arity: i64, subs: Vec<Value>) -> Value {
+        described(name, arity, &[], &[], true, subs)
+    }
+
+    /// A COMMAND entry as Redis 7 gives it: flags, first key (1 when `keyed`, with a key spec),
+    /// ACL categories.
+    fn described(name: &str, arity: i64, flags: &[&str], categories: &[&str], keyed: bool, subs: Vec<Value>) -> Value {
         let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let texts = |l: &[&str]| Value::Array(l.iter().map(|s| text(s)).collect());
+        let first = Value::Int(i64::from(keyed));
+        let specs = if keyed { vec![Value::Array(vec![text("flags")])] } else { vec![] };
         Value::Array(vec![
             text(name),
             Value::Int(arity),
+            texts(flags),
+            first.clone(),
+            first.clone(),
+            first,
+            texts(categories),
             Value::Array(vec![]),
-            Value::Int(1),
-            Value::Int(1),
-            Value::Int(1),
-            Value::Array(vec![]),
-            Value::Array(vec![]),
-            Value::Array(vec![]),
+            Value::Array(specs),
             Value::Array(subs),
         ])
+    }
+
+    #[test]
+    fn connection_changes_and_reaching_beyond_one_app_follow_the_table() {
+        let mut t = Table { flags: Default::default(), containers: Default::default() };
+        let client = |sub: &str| {
+            described(&format!("client|{sub}"), -3, &["noscript"], &["@slow", "@connection"], false, vec![])
+        };
+        // A newer server's CLIENT subcommands (SETINFO, CAPA) are in `@connection`, as are
+        // the ones Redis 7.0 knows: they change the connection unless they only read it.
+        t.add(&described(
+            "client",
+            -2,
+            &[],
+            &["@slow"],
+            false,
+            vec![
+                client("setname"),
+                client("setinfo"),
+                client("capa"),
+                client("no-touch"),
+                client("id"),
+                client("info"),
+            ],
+        ));
+        t.add(&described("ping", -1, &["fast"], &["@fast", "@connection"], false, vec![]));
+        t.add(&described("select", 2, &["fast"], &["@fast", "@connection"], false, vec![]));
+        t.add(&described("keys", 2, &["readonly"], &["@keyspace", "@read", "@slow", "@dangerous"], false, vec![]));
+        t.add(&described("dbsize", 1, &["readonly", "fast"], &["@keyspace", "@read", "@fast"], false, vec![]));
+        t.add(&described("get", 2, &["readonly", "fast"], &["@read", "@string", "@fast"], true, vec![]));
+        t.add(&described("move", 3, &["write", "fast"], &["@keyspace", "@write", "@fast"], true, vec![]));
+        t.add(&described("lolwut", -1, &["readonly", "fast"], &["@read", "@fast"], false, vec![]));
+        t.add(&described("info", -1, &[], &["@slow", "@dangerous"], false, vec![]));
+        t.add(&described(
+            "function",
+            -2,
+            &[],
+            &["@slow"],
+            false,
+            vec![
+                described(
+                    "function|load",
+                    -3,
+                    &["write", "noscript"],
+                    &["@write", "@slow", "@scripting"],
+                    false,
+                    vec![],
+                ),
+                described("function|list", -2, &["noscript"], &["@slow", "@scripting"], false, vec![]),
+            ],
+        ));
+        let args = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        for sub in ["SETNAME", "setinfo", "CAPA", "no-touch"] {
+            assert!(t.flags("CLIENT", &args(&[sub, "x"])).changes_connection, "CLIENT {sub}");
+        }
+        for (name, a) in [("client", &["ID"][..]), ("CLIENT", &["info"]), ("ping", &[]), ("get", &["k"])] {
+            assert!(!t.flags(name, &args(a)).changes_connection, "{name} {a:?}");
+        }
+        assert!(t.flags("select", &args(&["1"])).changes_connection);
+        let beyond = ["keys", "dbsize", "move", "info", "select", "function|load"];
+        for name in beyond {
+            let mut words = name.split('|');
+            let (cmd, sub) = (words.next().unwrap(), words.next());
+            assert!(t.flags(cmd, &args(&sub.into_iter().collect::<Vec<_>>())).beyond_one_app, "{name}");
+        }
+        for (name, a) in [("get", &["k"][..]), ("lolwut", &[]), ("function", &["list"]), ("ping", &[])] {
+            assert!(!t.flags(name, &args(a)).beyond_one_app, "{name}");
+        }
+        // The ACL rules name each one (never a container), the front's own database excepted.
+        let mut rules = t.one_app_rules(0);
+        rules.sort();
+        assert_eq!(rules, ["-dbsize", "-function|load", "-info", "-keys", "-move", "-select"]);
+        assert_eq!(t.one_app_rules(3).last().map(String::as_str), Some("+select|3"));
+        let probes = t.one_app_probes(0);
+        assert!(probes.contains(&vec!["function".to_string(), "load".into(), "0".into()]), "{probes:?}");
+        assert!(probes.contains(&vec!["select".to_string(), "1".into()]), "{probes:?}");
+        assert!(t.one_app_probes(3).contains(&vec!["select".to_string(), "0".into()]));
     }
 
     #[test]

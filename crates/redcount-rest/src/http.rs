@@ -49,6 +49,8 @@ enum Cause {
     Reply(redcount_core::ErrorKind),
     /// The connection ended after the command was sent, before its answer.
     Lost,
+    /// A money call ran, but fewer replicas than `--wait-replicas` acknowledged its write.
+    NotDurable,
     /// Anything else (refused input, timeouts, limits).
     Other,
 }
@@ -124,8 +126,12 @@ fn reply_failure(text: String) -> Failure {
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        (self.status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": self.message }).to_string())
-            .into_response()
+        let body = match self.cause {
+            // Distinct from "not now": it ran, and the client must not take it as durable.
+            Cause::NotDurable => json!({ "error": self.message, "durable": false, "may_have_run": true }),
+            _ => json!({ "error": self.message }),
+        };
+        (self.status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
     }
 }
 
@@ -266,6 +272,17 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
             none(),
         ));
     };
+    if let Access::Scoped { guarded, .. } = &access
+        && !guarded.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Err((
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ERR the front cannot keep its rules on this token's Redis user (its scripts could reach beyond its app): refused until it can; the front's log says why",
+            ),
+            none(),
+        ));
+    }
     // Bodies being received count against --max-inflight-body-bytes (their declared length,
     // else the largest allowed) until the response: thousands of slow 1 MB bodies cannot add
     // up to gigabytes.
@@ -554,7 +571,9 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
     if let Some(why) = commands::repeated_keys(&cmd.name, &cmd.args) {
         return Err(error(StatusCode::BAD_REQUEST, why));
     }
-    if !st.allow_admin && st.commands.is_admin(&cmd.name, &cmd.args) {
+    // One look-up in the command table for every rule below.
+    let flags = st.commands.flags(&cmd.name, &cmd.args);
+    if !st.allow_admin && flags.admin {
         return Err(error(
             StatusCode::FORBIDDEN,
             format!(
@@ -563,21 +582,24 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
             ),
         ));
     }
-    if matches!(access, Access::Scoped { .. }) {
-        // A token of one app among several: commands that reach every app's keys at once
-        // are refused whatever its Redis user may do (an ACL's key patterns do not stop them).
-        let upper = cmd.name.to_ascii_uppercase();
-        let sub = cmd.args.first().map(|a| String::from_utf8_lossy(a).to_ascii_uppercase()).unwrap_or_default();
-        let wide =
-            matches!(upper.as_str(), "FLUSHALL" | "FLUSHDB" | "KEYS" | "SCAN" | "RANDOMKEY" | "DBSIZE" | "SWAPDB")
-                || (upper == "SCRIPT" && sub == "FLUSH")
-                || (upper == "FUNCTION" && matches!(sub.as_str(), "FLUSH" | "DELETE" | "RESTORE" | "LOAD"));
-        if wide {
-            return Err(error(
-                StatusCode::FORBIDDEN,
-                format!("NOPERM {} reaches every app's keys; a --tokens token may not run it", display_name(cmd)),
-            ));
-        }
+    // After the administrative check: CLIENT KILL, PAUSE… keep saying what allows them.
+    if flags.changes_connection {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("ERR {} would change the shared connection and is not available over REST", display_name(cmd)),
+        ));
+    }
+    // A token of one app among several: what reaches beyond the keys its ACL user names is
+    // refused whatever that user may do (Redis refuses it inside scripts: the front denies it
+    // to the user, see `Table::one_app_rules`).
+    if matches!(access, Access::Scoped { .. }) && flags.beyond_one_app {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "NOPERM {} reaches beyond one app's keys (every key, another database, every app's scripts, or the server); a --tokens token may not run it",
+                display_name(cmd)
+            ),
+        ));
     }
     if !access.readonly() {
         return Ok(());
@@ -596,7 +618,7 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
     }
     // PING and ECHO touch no data (Redis does not flag them read-only; clients probe with PING).
     let harmless = matches!(upper.as_str(), "PING" | "ECHO");
-    if !harmless && !st.commands.is_readonly(&cmd.name, &cmd.args) {
+    if !harmless && !flags.readonly {
         let hint = match upper.as_str() {
             "EVAL" => " (use EVAL_RO)",
             "EVALSHA" => " (use EVALSHA_RO)",
@@ -790,6 +812,19 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
                 "ERR {e}: ask for less at once (GETRANGE, LRANGE/ZRANGE with a range, HSCAN, fewer commands per pipeline)"
             ),
         );
+    }
+    // The front's own errors (no Redis error code), not a reply that happens to hold the words.
+    let own = |what: &str| e.code().is_none() && e.to_string().contains(what);
+    if own(crate::backend::NOT_DURABLE) {
+        let text = e.to_string();
+        let why = text.split_once(crate::backend::NOT_DURABLE).map_or("", |(_, why)| why.trim());
+        count_redis_error("not_durable");
+        let message = format!("{} not known durable: {why} (--wait-replicas)", crate::backend::NOT_DURABLE);
+        return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::NotDurable };
+    }
+    if own(crate::backend::REDIRECTED) {
+        count_redis_error("redirect");
+        return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {e}: nothing ran; retry"));
     }
     if e.to_string().contains(crate::backend::NODE_DOWN) {
         tracing::error!("redis unreachable: {e}");

@@ -82,9 +82,25 @@ pub fn fuzz_parse(path: &str, body: &[u8]) {
     http::fuzz_parse(path, body)
 }
 
+/// What `--help` says of the servers behind the front (which are tested, and what differs) and
+/// of trusting a private CA.
+const SERVERS: &str = "\
+Servers: tested with Redis 7.0 and Valkey 8.1 (also as a Cluster). The front reads what a \
+command may do from the server's own COMMAND table, so each server's commands are treated \
+by their flags. On Valkey, for a client: SCRIPT SHOW gives the full token (and a --tokens \
+user allowed to script) the source of any cached script (read-only tokens are refused it); \
+a blocking command inside a script (BLPOP...) answers at once instead of being refused; \
+COMMANDLOG is refused as administrative, like SLOWLOG; and error texts differ after their \
+first word (NOSCRIPT, an ACL refusal inside a script), which clients should read alone.
+
+TLS: rediss:// (Redis over TLS) trusts the system's root certificates. To trust a private CA \
+instead, set SSL_CERT_FILE to a PEM file of it (it replaces the system's roots): \
+SSL_CERT_FILE=/etc/redcount/redis-ca.pem redcount-rest --redis rediss://… \
+(rediss://…#insecure is refused).";
+
 /// Command-line configuration; every flag has an environment variable.
 #[derive(Parser, Clone)]
-#[command(version, about = "An Upstash-compatible REST front for Redis and Redis Cluster")]
+#[command(version, about = "An Upstash-compatible REST front for Redis and Redis Cluster", after_help = SERVERS)]
 pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "REDCOUNT_REST_LISTEN", default_value = "127.0.0.1:8079")]
@@ -151,6 +167,18 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_TIMEOUT_MS", default_value_t = 5_000)]
     pub timeout_ms: u64,
 
+    /// Acknowledge redcount's money calls (counters, red packets: EVALSHA of their scripts as a
+    /// single command, as the worker and `redcount serve --rest-url` send them) only once this
+    /// many replicas have the write: `WAIT` on the same Redis connection, right after the
+    /// script. Fewer within --wait-replicas-ms: 503 with `"durable": false` (the write
+    /// happened on the master and may be lost if it fails over). 0: off.
+    #[arg(long, env = "REDCOUNT_REST_WAIT_REPLICAS", default_value_t = 0)]
+    pub wait_replicas: u32,
+
+    /// How long a money call waits for --wait-replicas, in ms (less than --timeout-ms).
+    #[arg(long, env = "REDCOUNT_REST_WAIT_REPLICAS_MS", default_value_t = 250)]
+    pub wait_replicas_ms: u64,
+
     /// Worker threads (0: one per core). One thread is often fastest when Redis shares the
     /// machine: the front then never competes with itself.
     #[arg(long, env = "REDCOUNT_REST_THREADS", default_value_t = 0)]
@@ -196,8 +224,23 @@ pub struct Config {
     /// --max-subscribers times this for subscribers.
     #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBER_BACKLOG_BYTES", default_value_t = 1 << 20)]
     pub max_subscriber_backlog_bytes: usize,
-    /// More tokens, each logged in to Redis as its own ACL user (a JSON array of
+    /// More tokens, one per app, each logged in to Redis as its own ACL user (a JSON array of
     /// `{"token", "user", "password", "readonly"}`; see the README). Reloaded on SIGHUP.
+    ///
+    /// Redis's key patterns (`~app1:*`) do not stop commands that name no key, so the front
+    /// adds its own rules to each user (ACL SETUSER, also in each of its selectors; at start,
+    /// on SIGHUP, on one Redis before each new connection, and within 2 s of any change to the
+    /// user or of a node's restart, on every Cluster node) and checks with ACL DRYRUN that Redis then refuses them: every
+    /// command or subcommand that names no key yet reaches every key or the server (Redis's
+    /// COMMAND table: reads and writes of @keyspace, @dangerous, administration: KEYS, SCAN,
+    /// RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), that replaces every app's
+    /// functions (FUNCTION LOAD/FLUSH/DELETE/RESTORE), and SCRIPT FLUSH, SELECT, MOVE, COPY
+    /// (another database), CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT, MEMORY STATS. So a file
+    /// token may not run them as commands nor inside scripts, whatever its user allows. The
+    /// --redis URL's user needs the right to run ACL SETUSER, GETUSER and DRYRUN; where the
+    /// front cannot put its rules on a user it refuses to start (on SIGHUP: keeps the tokens
+    /// in force; later: refuses that user's tokens with 503 until it can). A user must be the
+    /// app's own: the rules apply to every client that logs in as it.
     #[arg(long, env = "REDCOUNT_REST_TOKENS_FILE")]
     pub tokens: Option<std::path::PathBuf>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Reloaded, with the
@@ -284,14 +327,15 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     let timeout = Duration::from_millis(config.timeout_ms.max(1));
     let script_timeout = Duration::from_millis(config.script_timeout_ms.max(1));
+    let wait = replica_wait(&config)?;
     let unreachable = |e: redis::RedisError| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
-    let connect = |login: Option<backend::Login>, n: usize| {
+    let connect = |login: Option<backend::Login>, n: usize, wait: Option<redcount::direct::ReplicaWait>| {
         let url = config.redis.clone();
         let max_reply = config.max_response_bytes.max(1024);
-        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n, max_reply).await }
+        async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n, max_reply, wait).await }
     };
     // The URL's own user: the front's set-up and its SCRIPT KILLs, never a client's request.
-    let killer = connect(None, 1).await.map_err(unreachable)?;
+    let killer = connect(None, 1, None).await.map_err(unreachable)?;
     let commands = commands::Table::load(&killer).await.map_err(|e| format!("cannot read COMMAND from Redis: {e}"))?;
     let kill_setting = allow_script_kill(&killer, script_timeout).await;
     let full_login = if config.allow_admin_commands {
@@ -309,23 +353,24 @@ pub async fn run(config: Config) -> Result<(), String> {
     };
     // Connections logged in as a front-made user make it again whenever Redis forgot it (a
     // restart without a saved ACL).
-    // The users the front made, for a Cluster's nodes that lack them later (cluster_users).
+    // The users the front made, for the nodes that lack or changed them later (cluster_users).
     let mut made_users: Vec<(String, redis::Cmd)> = Vec::new();
     if let Some((login, setuser)) = &full_login {
         made_users.push((login.user.clone(), setuser.clone()));
     }
     let backend = match full_login {
-        None => connect(None, config.redis_connections).await.map_err(unreachable)?,
-        Some((login, setuser)) => {
-            connect(Some(login), config.redis_connections).await.map_err(unreachable)?.restore_with(setuser, &killer)
-        }
+        None => connect(None, config.redis_connections, wait).await.map_err(unreachable)?,
+        Some((login, setuser)) => connect(Some(login), config.redis_connections, wait)
+            .await
+            .map_err(unreachable)?
+            .restore_with(setuser, &killer),
     };
     let readonly_backend = match &config.readonly_token {
         None => None,
         Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
             Ok((login, setuser)) => Some({
                 made_users.push((login.user.clone(), setuser.clone()));
-                connect(Some(login), config.redis_connections)
+                connect(Some(login), config.redis_connections, None)
                     .await
                     .map_err(unreachable)?
                     .restore_with(setuser, &killer)
@@ -345,8 +390,18 @@ pub async fn run(config: Config) -> Result<(), String> {
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
     let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
-    if config.cluster && !made_users.is_empty() {
-        tokio::spawn(cluster_users::run(config.redis.clone(), made_users, settings.clone(), timeout));
+    let made_users_empty = made_users.is_empty();
+    let keeper = Arc::new(cluster_users::Keeper::new(
+        &config.redis,
+        config.cluster,
+        made_users,
+        settings.clone(),
+        &commands,
+        timeout,
+    )?);
+    // On one Redis only when there is something to keep (a managed Redis may refuse ACL).
+    if config.cluster || !made_users_empty || config.tokens.is_some() {
+        tokio::spawn(keeper.clone().run());
     }
     if !settings.is_empty() {
         killer.on_connect(settings.clone(), None);
@@ -365,7 +420,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     // Its own connection: a SCRIPT KILL may wait for a script to reach its bound. Where the
     // threshold could not be lowered it still kills, once Redis's own threshold has passed.
-    tokio::spawn(watchdog::run(connect(None, 1).await.map_err(unreachable)?, script_timeout));
+    tokio::spawn(watchdog::run(connect(None, 1, None).await.map_err(unreachable)?, script_timeout));
     let state = Arc::new(State {
         backend,
         readonly_backend,
@@ -391,7 +446,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         run_id: std::sync::Mutex::new(run_id),
     });
     if let Some(path) = &config.tokens {
-        scoped_tokens(&state, &config, path.clone(), settings).await?;
+        scoped_tokens(&state, &config, path.clone(), settings, wait, keeper).await?;
     }
     let tls = redcount_http::Tls::from_flags(config.tls_cert.as_deref(), config.tls_key.as_deref())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -411,6 +466,24 @@ pub async fn run(config: Config) -> Result<(), String> {
         stall_timeout: timeout.max(Duration::from_secs(1)),
     };
     redcount_http::serve_tls(listener, router(state), limits, tls, shutdown()).await.map_err(|e| e.to_string())
+}
+
+/// `--wait-replicas` and `--wait-replicas-ms`, checked: the wait must end inside the request's
+/// own time limit.
+fn replica_wait(config: &Config) -> Result<Option<redcount::direct::ReplicaWait>, String> {
+    if config.wait_replicas == 0 {
+        return Ok(None);
+    }
+    if config.wait_replicas_ms == 0 || config.wait_replicas_ms >= config.timeout_ms {
+        return Err(format!(
+            "--wait-replicas-ms must be between 1 and --timeout-ms ({}), not {}: the wait must end inside the request's time limit",
+            config.timeout_ms, config.wait_replicas_ms
+        ));
+    }
+    Ok(Some(redcount::direct::ReplicaWait {
+        replicas: config.wait_replicas,
+        timeout: Duration::from_millis(config.wait_replicas_ms),
+    }))
 }
 
 /// Logs a warning when Redis may evict keys: redcount's counting primitives (through the
@@ -540,6 +613,8 @@ async fn scoped_tokens(
     config: &Config,
     path: std::path::PathBuf,
     settings: Vec<redis::Cmd>,
+    wait: Option<redcount::direct::ReplicaWait>,
+    keeper: Arc<cluster_users::Keeper>,
 ) -> Result<(), String> {
     let (url, cluster, timeout) =
         (config.redis.clone(), config.cluster, Duration::from_millis(config.timeout_ms.max(1)));
@@ -549,25 +624,28 @@ async fn scoped_tokens(
     let load = {
         let state = state.clone();
         move |logins: HashMap<String, (String, String)>| {
-            let (state, url, path, settings, reserved) =
-                (state.clone(), url.clone(), path.clone(), settings.clone(), reserved.clone());
+            let (state, url, path, settings, reserved, keeper) =
+                (state.clone(), url.clone(), path.clone(), settings.clone(), reserved.clone(), keeper.clone());
             async move {
                 let connect = |login: backend::Login| {
-                    let (url, state, settings) = (url.clone(), state.clone(), settings.clone());
+                    // Before each new connection the front's rules go on the user again: a
+                    // restarted Redis may have made it from its own files without them.
+                    let mut on_connect = settings.clone();
+                    on_connect.push(keeper.root_rules(&login.user));
+                    let (url, state) = (url.clone(), state.clone());
                     async move {
-                        let b = backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        if !settings.is_empty() {
-                            b.on_connect(settings, Some(&state.killer));
-                        }
+                        let b =
+                            backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply, wait)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        b.on_connect(on_connect, Some(&state.killer));
                         b.charge_replies(&state.response_budget);
                         Ok(b)
                     }
                 };
                 let previous = state.scoped.read().unwrap_or_else(|e| e.into_inner()).clone();
                 let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
-                let (scoped, logins) = tokens::load(&path, &reserved, &previous, &logins, connect).await?;
+                let (scoped, logins) = tokens::load(&path, &reserved, &previous, &logins, &keeper, connect).await?;
                 let n = scoped.len();
                 tokens::revoke_dropped(&previous, &scoped);
                 *state.scoped.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(scoped);

@@ -10,9 +10,12 @@
 //! ]
 //! ```
 //!
-//! The users are the operator's (`ACL SETUSER app1 on >… ~app1:* +@all -@admin`); the front
-//! only logs in as them. It is read at start and again on SIGHUP; a file that cannot be read
-//! or a user that cannot log in keeps the tokens in force.
+//! The users are the operator's (`ACL SETUSER app1 on >… ~app1:* +@all -@admin`). Before it
+//! logs in as them, the front appends its own rules to each (the commands that reach beyond
+//! one app's keys, which key patterns do not stop: `Table::one_app_rules`), and keeps them
+//! there (`cluster_users::Keeper`). It is read at start and again on SIGHUP; a file that
+//! cannot be read, a user that cannot log in or that the front cannot put its rules on keeps
+//! the tokens in force.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,6 +23,7 @@ use std::sync::Arc;
 
 use crate::auth::Scoped;
 use crate::backend::{Backend, Login};
+use crate::cluster_users::Keeper;
 
 /// Shortest token accepted in the file.
 const MIN_TOKEN_LEN: usize = 16;
@@ -35,7 +39,7 @@ struct Entry {
 }
 
 /// Reads and checks the file. Errors name the entry by position and user, never the token.
-fn read(path: &Path, reserved: &[&str]) -> Result<Vec<Entry>, String> {
+fn read(path: &Path, reserved: &[&str], own_user: &str) -> Result<Vec<Entry>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let entries: Vec<Entry> =
         serde_json::from_str(&text).map_err(|e| format!("{}: not a JSON array of tokens: {e}", path.display()))?;
@@ -47,6 +51,12 @@ fn read(path: &Path, reserved: &[&str]) -> Result<Vec<Entry>, String> {
         }
         if e.user.is_empty() {
             return Err(format!("{at}: no user"));
+        }
+        // The front appends its rules to the user: its own set-up user must keep its rights.
+        if e.user == own_user || e.user.starts_with("redcount-rest-") {
+            return Err(format!(
+                "{at}: the user is the front's own (the --redis URL's, or one it makes): give the app a Redis user of its own"
+            ));
         }
         if !seen.insert(e.token.as_str()) || reserved.contains(&e.token.as_str()) {
             return Err(format!("{at}: the token is used twice (in the file, or as --token / --readonly-token)"));
@@ -64,13 +74,20 @@ pub(crate) async fn load<F, Fut>(
     reserved: &[&str],
     previous: &[Scoped],
     logins: &HashMap<String, (String, String)>,
+    keeper: &Keeper,
     connect: F,
 ) -> Result<(Vec<Scoped>, HashMap<String, (String, String)>), String>
 where
     F: Fn(Login) -> Fut,
     Fut: std::future::Future<Output = Result<Backend, String>>,
 {
-    let entries = read(path, reserved)?;
+    let entries = read(path, reserved, keeper.own_user())?;
+    // The rules on every user first (those kept as well: the operator may have edited them
+    // before the reload), so that no connection of a token runs before them.
+    let mut users: Vec<String> = entries.iter().map(|e| e.user.clone()).collect();
+    users.sort();
+    users.dedup();
+    keeper.keep_tenants(&users).await.map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = Vec::with_capacity(entries.len());
     let mut new_logins = HashMap::new();
     for (i, e) in entries.into_iter().enumerate() {
@@ -87,9 +104,11 @@ where
                 (Arc::new(b), tokio_util::sync::CancellationToken::new())
             }
         };
+        let guarded = keeper.guard(&e.user);
         new_logins.insert(e.token.clone(), (e.user, e.password));
-        out.push(Scoped { token: e.token, readonly: e.readonly, backend, revoked });
+        out.push(Scoped { token: e.token, readonly: e.readonly, backend, revoked, guarded });
     }
+    keeper.retain_tenants(&users);
     Ok((out, new_logins))
 }
 

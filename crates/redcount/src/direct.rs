@@ -7,6 +7,10 @@
 //! command again only when Redis itself answered that it did not run it: `MOVED` (after the
 //! slot map is refreshed), `ASK` (`ASKING` and the command to the node named), `TRYAGAIN` and
 //! `CLUSTERDOWN` (waited out with short pauses), all within the call's time limit.
+//!
+//! With a [`ReplicaWait`] ([`Direct::connect_waiting`]), a call of one of redcount's money
+//! scripts is acknowledged only once that many replicas have its write (`WAIT` on the same
+//! connection, in the same write), else it ends [`Error::NotDurable`].
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +32,14 @@ pub struct Direct {
     conn: Conn,
     /// The longest a call may take, redirections and waits included.
     timeout: Duration,
+    /// Calls that wait for replicas, and the connections of their own they run on.
+    waits: Option<Arc<Waits>>,
+}
+
+/// [`Direct`]'s replica wait and its lanes.
+struct Waits {
+    wait: ReplicaWait,
+    lanes: Lanes<Conn>,
 }
 
 #[derive(Clone)]
@@ -88,23 +100,7 @@ impl Direct {
 
     /// Connects to `url`; a call waits at most `timeout` for its reply.
     pub async fn connect_with(url: &str, timeout: Duration) -> Result<Self, Error> {
-        // RESP3: the manager is told when its connection ends and reconnects at once, so a
-        // command is never sent on a connection that died with an old Redis process.
-        let mut info = redis::IntoConnectionInfo::into_connection_info(url)
-            .map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
-        let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
-        info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            // A reconnect may take as long as a call may: a short stall is waited out.
-            .set_connection_timeout(Some(timeout.max(Duration::from_secs(2))))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = redis::aio::ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| Error::Transport(transport(&e)))?;
-        Ok(Direct { conn: Conn::One(conn), timeout })
+        Ok(Direct { conn: Conn::One(manager(url, timeout).await?), timeout, waits: None })
     }
 
     /// Connects to a Redis Cluster through `seeds` (`redis://host:port` URLs of some of its
@@ -119,31 +115,7 @@ impl Direct {
     /// # Ok(()) }
     /// ```
     pub async fn connect_cluster<S: AsRef<str>>(seeds: &[S], timeout: Duration) -> Result<Self, Error> {
-        let mut infos = Vec::new();
-        for (i, seed) in seeds.iter().enumerate() {
-            let seed = seed.as_ref().trim();
-            let info = redis::IntoConnectionInfo::into_connection_info(seed)
-                .map_err(|e| Error::Config(format!("Redis Cluster seed {} ({}): {e}", i + 1, redact(seed))))?;
-            infos.push(info);
-        }
-        if infos.is_empty() {
-            return Err(Error::Config("Redis Cluster: no seed node given".into()));
-        }
-        let builder = move |nodes: Vec<redis::ConnectionInfo>| {
-            redis::cluster::ClusterClientBuilder::new(nodes)
-                // RESP3: a node's connection that ends is replaced at once (as for one server).
-                .use_protocol(redis::ProtocolVersion::RESP3)
-                .connection_timeout(timeout.max(Duration::from_secs(2)))
-                .response_timeout(timeout)
-                // No resending by redis-rs: see the module's documentation.
-                .retries(0)
-        };
-        let conn = ClusterLink::connect(infos, builder).await.map_err(|e| match server_error(&e) {
-            Some(reply) => Error::Redis(reply),
-            None if e.kind() == ErrorKind::InvalidClientConfig => Error::Config(format!("Redis Cluster seeds: {e}")),
-            None => Error::Transport(transport(&e)),
-        })?;
-        Ok(Direct { conn: Conn::Cluster(conn), timeout })
+        Ok(Direct { conn: Conn::Cluster(link(seeds, timeout).await?), timeout, waits: None })
     }
 
     /// Connects as `redcount serve --redis URLS [--cluster]` does: with `cluster`, `urls` is a
@@ -151,11 +123,51 @@ impl Direct {
     /// without, one URL ([`connect_with`](Self::connect_with)).
     pub async fn connect_to(urls: &str, cluster: bool, timeout: Duration) -> Result<Self, Error> {
         if cluster {
-            let seeds: Vec<&str> = urls.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-            Self::connect_cluster(&seeds, timeout).await
+            Self::connect_cluster(&seeds(urls), timeout).await
         } else {
             Self::connect_with(urls, timeout).await
         }
+    }
+
+    /// Connects as [`connect_to`](Self::connect_to), with writes of money acknowledged only once
+    /// `wait.replicas` replicas have them ([`ReplicaWait`]). Such calls run on [`WAIT_LANES`]
+    /// connections of their own (Cluster connections on a Cluster), one call each at a time: a
+    /// `WAIT` holds its connection until the replicas answer, and every call sent behind it on
+    /// a shared one would wait as long. `wait.timeout` must be shorter than `timeout`, so the
+    /// wait ends inside the call's time limit.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redcount::Error> {
+    /// use redcount::direct::ReplicaWait;
+    /// let wait = ReplicaWait { replicas: 1, timeout: std::time::Duration::from_millis(250) };
+    /// let redis = redcount::Direct::connect_waiting("redis://10.0.0.1:6379", false, std::time::Duration::from_secs(5), wait).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_waiting(
+        urls: &str,
+        cluster: bool,
+        timeout: Duration,
+        wait: ReplicaWait,
+    ) -> Result<Self, Error> {
+        if wait.replicas == 0 || wait.timeout.is_zero() || wait.timeout >= timeout {
+            return Err(Error::Config(format!(
+                "waiting for {} replicas up to {} ms: give at least one replica and a wait between 1 ms and the call's time limit ({} ms)",
+                wait.replicas,
+                wait.timeout.as_millis(),
+                timeout.as_millis()
+            )));
+        }
+        let mut direct = Self::connect_to(urls, cluster, timeout).await?;
+        let mut lanes = Vec::with_capacity(WAIT_LANES);
+        for _ in 0..WAIT_LANES {
+            lanes.push(if cluster {
+                Conn::Cluster(link(&seeds(urls), timeout).await?)
+            } else {
+                Conn::One(manager(urls, timeout).await?)
+            });
+        }
+        direct.waits = Some(Arc::new(Waits { wait, lanes: Lanes::new(lanes) }));
+        Ok(direct)
     }
 
     /// Whether this is a Redis Cluster connection ([`connect_cluster`](Self::connect_cluster)).
@@ -168,6 +180,11 @@ impl Direct {
     /// redirections.
     pub async fn send(&self, command: &Command) -> Result<Value, Error> {
         let cmd = to_cmd(command);
+        if let Some(waits) = &self.waits
+            && waits_for_replicas(&cmd)
+        {
+            return self.send_waited(waits, &cmd).await;
+        }
         match &self.conn {
             Conn::One(manager) => {
                 let mut conn = manager.clone();
@@ -193,11 +210,54 @@ impl Direct {
         }
     }
 
+    /// [`send`](Self::send) for a call that waits for replicas: on a lane of its own, the
+    /// command and `WAIT` in one write.
+    async fn send_waited(&self, waits: &Waits, cmd: &redis::Cmd) -> Result<Value, Error> {
+        let Ok(lane) = tokio::time::timeout(self.timeout, waits.lanes.lease()).await else {
+            return Err(Error::Transport(Transport {
+                may_have_run: false,
+                timed_out: true,
+                detail: format!(
+                    "Redis: no connection for calls that wait for replicas came free within {} ms",
+                    self.timeout.as_millis()
+                ),
+            }));
+        };
+        match &*lane {
+            Conn::Cluster(link) => self.finish_cluster(cluster_call_waited(link, cmd, &waits.wait, self.timeout).await),
+            Conn::One(manager) => {
+                let mut conn = manager.clone();
+                let pipe = waits.wait.pipeline(cmd);
+                let mut result = pipe.query_async::<redis::Value>(&mut conn).await;
+                // As in `send`: refused, nothing was sent.
+                if let Err(e) = &result
+                    && e.is_connection_refusal()
+                {
+                    result = pipe.query_async::<redis::Value>(&mut conn).await;
+                }
+                let replies = result.map_err(|e| match server_error(&e) {
+                    Some(reply) => Error::Redis(reply),
+                    None => Error::Transport(transport(&e)),
+                })?;
+                let (reply, waited) = waits.wait.split(replies).map_err(Error::Protocol)?;
+                let reply = from_redis(reply).map_err(Error::Redis)?;
+                waits.wait.check(&waited).map_err(Error::NotDurable)?;
+                Ok(reply)
+            }
+        }
+    }
+
     /// One Cluster call: sent again only after a reply saying Redis did not run it (MOVED,
     /// ASK, TRYAGAIN, CLUSTERDOWN), within the time limit.
     async fn send_cluster(&self, conn: &ClusterLink, cmd: &redis::Cmd, first: Hop) -> Result<Value, Error> {
-        match call(conn, cmd, first, self.timeout).await {
+        self.finish_cluster(call(conn, cmd, first, self.timeout, None).await.map(|(v, _)| v))
+    }
+
+    /// A Cluster call's outcome as [`Direct`]'s.
+    fn finish_cluster(&self, outcome: Result<redis::Value, Stop>) -> Result<Value, Error> {
+        match outcome {
             Ok(v) => from_redis(v).map_err(Error::Redis),
+            Err(Stop::NotDurable(why)) => Err(Error::NotDurable(why)),
             Err(Stop::Failed(e)) => Err(final_error(&e)),
             Err(Stop::TimedOut) => Err(Error::Transport(Transport {
                 may_have_run: true,
@@ -279,6 +339,57 @@ impl Direct {
     }
 }
 
+/// `urls` (comma-separated) as a list of seeds.
+fn seeds(urls: &str) -> Vec<&str> {
+    urls.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
+}
+
+/// A connection to one Redis that reconnects by itself; a call waits at most `timeout`.
+async fn manager(url: &str, timeout: Duration) -> Result<redis::aio::ConnectionManager, Error> {
+    // RESP3: the manager is told when its connection ends and reconnects at once, so a
+    // command is never sent on a connection that died with an old Redis process.
+    let mut info = redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
+    let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
+    info = info.set_redis_settings(settings);
+    let client = redis::Client::open(info).map_err(|e| Error::Config(format!("Redis URL {url:?}: {e}")))?;
+    let config = redis::aio::ConnectionManagerConfig::new()
+        // A reconnect may take as long as a call may: a short stall is waited out.
+        .set_connection_timeout(Some(timeout.max(Duration::from_secs(2))))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    redis::aio::ConnectionManager::new_with_config(client, config).await.map_err(|e| Error::Transport(transport(&e)))
+}
+
+/// A Cluster connection through `seeds` (see [`Direct::connect_cluster`]).
+async fn link<S: AsRef<str>>(seeds: &[S], timeout: Duration) -> Result<ClusterLink, Error> {
+    let mut infos = Vec::new();
+    for (i, seed) in seeds.iter().enumerate() {
+        let seed = seed.as_ref().trim();
+        let info = redis::IntoConnectionInfo::into_connection_info(seed)
+            .map_err(|e| Error::Config(format!("Redis Cluster seed {} ({}): {e}", i + 1, redact(seed))))?;
+        infos.push(info);
+    }
+    if infos.is_empty() {
+        return Err(Error::Config("Redis Cluster: no seed node given".into()));
+    }
+    let builder = move |nodes: Vec<redis::ConnectionInfo>| {
+        redis::cluster::ClusterClientBuilder::new(nodes)
+            // RESP3: a node's connection that ends is replaced at once (as for one server).
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .connection_timeout(timeout.max(Duration::from_secs(2)))
+            .response_timeout(timeout)
+            // No resending by redis-rs: see the module's documentation.
+            .retries(0)
+    };
+    ClusterLink::connect(infos, builder).await.map_err(|e| match server_error(&e) {
+        Some(reply) => Error::Redis(reply),
+        None if e.kind() == ErrorKind::InvalidClientConfig => Error::Config(format!("Redis Cluster seeds: {e}")),
+        None => Error::Transport(transport(&e)),
+    })
+}
+
 /// How a Cluster call ended without a reply.
 #[derive(Debug)]
 pub enum Stop {
@@ -294,6 +405,9 @@ pub enum Stop {
     /// slot): given up before the time limit. It may have run (sent before that master went
     /// down).
     Unreachable(String),
+    /// It ran and Redis answered, but fewer replicas than asked acknowledged its write within
+    /// the wait ([`cluster_call_waited`]; why, here): the write may be lost in a failover.
+    NotDurable(String),
 }
 
 /// Sends `cmd` on a Cluster connection made with redis-rs's own retries off
@@ -304,10 +418,177 @@ pub enum Stop {
 /// would also resend after a lost reply, and a write would run twice. Shared by [`Direct`]
 /// and the REST front.
 pub async fn cluster_call(conn: &ClusterLink, cmd: &redis::Cmd, timeout: Duration) -> Result<redis::Value, Stop> {
-    call(conn, cmd, Hop::Key, timeout).await
+    call(conn, cmd, Hop::Key, timeout, None).await.map(|(v, _)| v)
 }
 
-async fn call(conn: &ClusterLink, cmd: &redis::Cmd, first: Hop, timeout: Duration) -> Result<redis::Value, Stop> {
+/// [`cluster_call`] for a write that must reach replicas: `WAIT` follows the command in the
+/// same write to the node that runs it (so it counts the replicas that have that connection's
+/// write), and a reply is returned only when `wait` is met; otherwise [`Stop::NotDurable`].
+/// An error reply is returned as it is (a script that refuses writes nothing). `conn` should
+/// carry no other traffic while this runs: its node connection waits with the `WAIT`.
+pub async fn cluster_call_waited(
+    conn: &ClusterLink,
+    cmd: &redis::Cmd,
+    wait: &ReplicaWait,
+    timeout: Duration,
+) -> Result<redis::Value, Stop> {
+    let (reply, waited) = call(conn, cmd, Hop::Key, timeout, Some(&wait.command())).await?;
+    // An error reply is the answer, as from `cluster_call` (a script that refuses writes
+    // nothing: there is nothing to wait for).
+    if let redis::Value::ServerError(e) = reply {
+        return Err(Stop::Failed(e.into()));
+    }
+    wait.check(&waited.unwrap_or(redis::Value::Nil)).map_err(Stop::NotDurable)?;
+    Ok(reply)
+}
+
+/// Calls of one of redcount's money scripts (counters, red packets: `EVALSHA` of their SHA,
+/// or `EVAL` of their source) are the ones a [`ReplicaWait`] applies to.
+pub fn waits_for_replicas(cmd: &redis::Cmd) -> bool {
+    use redcount_core::script::{COUNTER, REDPACKET_CREATE, REDPACKET_GRAB};
+    static SOURCES: std::sync::LazyLock<[String; 3]> =
+        std::sync::LazyLock::new(|| [COUNTER.source(), REDPACKET_CREATE.source(), REDPACKET_GRAB.source()]);
+    let mut args = cmd.args_iter();
+    let (Some(redis::Arg::Simple(name)), Some(redis::Arg::Simple(first))) = (args.next(), args.next()) else {
+        return false;
+    };
+    if name.eq_ignore_ascii_case(b"EVALSHA") {
+        [&COUNTER, &REDPACKET_CREATE, &REDPACKET_GRAB].iter().any(|s| s.sha1().as_bytes().eq_ignore_ascii_case(first))
+    } else if name.eq_ignore_ascii_case(b"EVAL") {
+        SOURCES.iter().any(|s| s.as_bytes() == first)
+    } else {
+        false
+    }
+}
+
+/// Writes acknowledged only once replicas have them (`redcount serve --wait-replicas`,
+/// `redcount-rest --wait-replicas`). Redis acknowledges a write once its master has it and
+/// replicates it afterwards, so a failover loses what the replica that took over had not
+/// received: a master paused past its failover acknowledged writes queued for it when it went
+/// on, then dropped them on learning it had been demoted (Cluster attacker pass). With a wait,
+/// `WAIT replicas timeout` follows each money call on its connection, and a call that fewer
+/// replicas acknowledged in time ends not durable: it happened on the master, and may be lost.
+///
+/// ```
+/// use redcount::direct::ReplicaWait;
+/// let wait = ReplicaWait { replicas: 1, timeout: std::time::Duration::from_millis(250) };
+/// assert!(wait.check(&redis::Value::Int(1)).is_ok());
+/// assert!(wait.check(&redis::Value::Int(0)).unwrap_err().contains("0 of 1 replica"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaWait {
+    /// Replicas that must acknowledge the write.
+    pub replicas: u32,
+    /// The most a call waits for them (WAIT's timeout, at least 1 ms: 0 would wait forever).
+    pub timeout: Duration,
+}
+
+impl ReplicaWait {
+    /// `WAIT replicas timeout`.
+    fn command(&self) -> redis::Cmd {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.replicas).arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX).max(1));
+        wait
+    }
+
+    /// `cmd` then `WAIT`, as one pipeline whose error replies come back in place (one write,
+    /// so nothing else runs on the connection between them).
+    pub fn pipeline(&self, cmd: &redis::Cmd) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().add_command(cmd.clone()).add_command(self.command());
+        pipe
+    }
+
+    /// The command's reply and WAIT's, from the reply of [`pipeline`](Self::pipeline).
+    pub fn split(&self, replies: redis::Value) -> Result<(redis::Value, redis::Value), String> {
+        match replies {
+            redis::Value::Array(v) if v.len() == 2 => {
+                let mut v = v.into_iter();
+                Ok((v.next().unwrap_or(redis::Value::Nil), v.next().unwrap_or(redis::Value::Nil)))
+            }
+            other => Err(format!("unexpected reply to a call and its WAIT: {other:?}")),
+        }
+    }
+
+    /// `Ok` when WAIT's reply says enough replicas acknowledged the write; otherwise why not.
+    pub fn check(&self, waited: &redis::Value) -> Result<(), String> {
+        let wanted = i64::from(self.replicas);
+        let plural = if self.replicas == 1 { "replica" } else { "replicas" };
+        let not = |what: String| {
+            format!(
+                "the write happened on the master, but {what} within {} ms: it may be lost if the master fails over",
+                self.timeout.as_millis()
+            )
+        };
+        match waited {
+            redis::Value::Int(n) if *n >= wanted => Ok(()),
+            redis::Value::Int(n) => Err(not(format!("{n} of {wanted} {plural} acknowledged it"))),
+            redis::Value::ServerError(e) => Err(not(format!(
+                "WAIT for {wanted} {plural} failed ({} {})",
+                e.code(),
+                e.details().unwrap_or_default()
+            ))),
+            other => Err(not(format!("WAIT for {wanted} {plural} answered {other:?}"))),
+        }
+    }
+}
+
+/// Connections for calls that wait for replicas, per [`Direct`] (and per Cluster backend of the
+/// REST front).
+pub const WAIT_LANES: usize = 8;
+
+/// Connections (or connection handles) each lent to one call at a time.
+#[derive(Debug)]
+pub struct Lanes<T> {
+    free: std::sync::Mutex<Vec<T>>,
+    permits: tokio::sync::Semaphore,
+}
+
+impl<T> Lanes<T> {
+    /// The lanes `items`.
+    pub fn new(items: Vec<T>) -> Self {
+        let permits = tokio::sync::Semaphore::new(items.len());
+        Lanes { free: std::sync::Mutex::new(items), permits }
+    }
+
+    /// A lane of its own, waited for while all are lent; given back on drop.
+    pub async fn lease(&self) -> Lent<'_, T> {
+        let permit = self.permits.acquire().await.expect("the lanes' semaphore is never closed");
+        let item = self.free.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        Lent { lanes: self, item, _permit: permit }
+    }
+}
+
+/// A lane lent by [`Lanes::lease`].
+#[derive(Debug)]
+pub struct Lent<'a, T> {
+    lanes: &'a Lanes<T>,
+    item: Option<T>,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl<T> std::ops::Deref for Lent<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.item.as_ref().expect("a permit means a free lane")
+    }
+}
+
+impl<T> Drop for Lent<'_, T> {
+    fn drop(&mut self) {
+        if let Some(item) = self.item.take() {
+            self.lanes.free.lock().unwrap_or_else(PoisonError::into_inner).push(item);
+        }
+    }
+}
+
+async fn call(
+    conn: &ClusterLink,
+    cmd: &redis::Cmd,
+    first: Hop,
+    timeout: Duration,
+    wait: Option<&redis::Cmd>,
+) -> Result<(redis::Value, Option<redis::Value>), Stop> {
     let deadline = Instant::now() + timeout;
     let fixed = matches!(first, Hop::At(_));
     let mut hop = first;
@@ -324,7 +605,7 @@ async fn call(conn: &ClusterLink, cmd: &redis::Cmd, first: Hop, timeout: Duratio
     let mut watch = std::pin::pin!(watch);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let tried = tokio::time::timeout(remaining, conn.with(|c| attempt(c, cmd, &hop)));
+        let tried = tokio::time::timeout(remaining, conn.with(|c| attempt(c, cmd, &hop, wait)));
         let e = tokio::select! {
             out = tried => match out {
                 Err(_) => return Err(Stop::TimedOut),
@@ -366,20 +647,54 @@ async fn call(conn: &ClusterLink, cmd: &redis::Cmd, first: Hop, timeout: Duratio
     }
 }
 
-/// One try of a Cluster call.
-async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> redis::RedisResult<redis::Value> {
-    match hop {
-        Hop::Key => conn.req_packed_command(cmd).await,
-        Hop::At(node) => conn.route_command(cmd.clone(), RoutingInfo::SingleNode(node.route())).await,
-        Hop::Ask(node) => {
-            // One write on the node's connection: nothing else comes between ASKING and the
-            // command.
+/// One try of a Cluster call: its reply, and `wait`'s (sent right after it, on the same node
+/// connection) when given. An error reply that is not a redirection comes back as a reply
+/// (`Value::ServerError`) when the command goes in a pipeline (after ASKING, or with a WAIT).
+async fn attempt(
+    mut conn: ClusterConnection,
+    cmd: &redis::Cmd,
+    hop: &Hop,
+    wait: Option<&redis::Cmd>,
+) -> redis::RedisResult<(redis::Value, Option<redis::Value>)> {
+    match (hop, wait) {
+        (Hop::Key, None) => conn.req_packed_command(cmd).await.map(|v| (v, None)),
+        (Hop::At(node), _) => {
+            conn.route_command(cmd.clone(), RoutingInfo::SingleNode(node.route())).await.map(|v| (v, None))
+        }
+        (Hop::Key, Some(_)) => {
+            // A money script's first key (EVALSHA sha numkeys key …) names its slot.
+            let Some(redis::Arg::Simple(key)) = cmd.args_iter().nth(3) else {
+                return Err(redis::RedisError::from((ErrorKind::Client, "a call that waits for replicas needs a key")));
+            };
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd.clone());
+            on_one_node(conn, pipe, 0, wait, route).await
+        }
+        (Hop::Ask(node), _) => {
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").add_command(cmd.clone());
-            let mut replies = conn.route_pipeline(pipe, 1, 1, node.route()).await?;
-            replies.pop().ok_or_else(|| redis::RedisError::from((ErrorKind::Client, "no reply after ASKING")))
+            on_one_node(conn, pipe, 1, wait, node.route()).await
         }
     }
+}
+
+/// `pipe` (then `wait`) in one write on one node's connection, so nothing else comes between
+/// ASKING and the command, nor between the command and its WAIT; the replies from `offset` on.
+async fn on_one_node(
+    mut conn: ClusterConnection,
+    mut pipe: redis::Pipeline,
+    offset: usize,
+    wait: Option<&redis::Cmd>,
+    route: SingleNodeRoutingInfo,
+) -> redis::RedisResult<(redis::Value, Option<redis::Value>)> {
+    if let Some(w) = wait {
+        pipe.add_command(w.clone());
+    }
+    let count = 1 + usize::from(wait.is_some());
+    let mut replies = conn.route_pipeline(pipe, offset, count, route).await?.into_iter();
+    let reply = replies.next().ok_or_else(|| redis::RedisError::from((ErrorKind::Client, "no reply")))?;
+    Ok((reply, replies.next()))
 }
 
 /// A Redis Cluster connection that is replaced when it stops answering or stops following
@@ -401,8 +716,12 @@ async fn attempt(mut conn: ClusterConnection, cmd: &redis::Cmd, hop: &Hop) -> re
 /// follow, and it is replaced by one made from the masters that answer. One probe at a time,
 /// and none within [`SUSPECT_AFTER`] of the last, so a Redis that is slow for everyone costs
 /// about one probe a second, and nothing is replaced while no new connection answers either.
-/// (The replaced connection is dropped; if it is stuck, the redis-rs task behind it stays,
-/// with its node connections.)
+/// A master whose connection the link lacks and that refuses the link's login (its ACL user
+/// missing, disabled or with another password there) is noted the same way, with that reason:
+/// redis-rs would send its slots' calls to other masters, which redirect them back, until the
+/// limit. The replaced connection is dropped once the calls still on it end, and redis-rs then
+/// aborts its task and closes its node connections, a stuck one's too (a test freezes every
+/// node connection several times over and counts tasks and sockets).
 #[derive(Clone)]
 pub struct ClusterLink(Arc<LinkInner>);
 
@@ -438,8 +757,36 @@ struct Down {
     /// When the probe began to look.
     seen: Instant,
     ranges: Vec<SlotRange>,
+    /// Why each master of `ranges` cannot be reached.
+    why: Vec<(Node, String)>,
     /// The masters that accepted a connection, as the seeds' settings reach them.
     up: Vec<redis::ConnectionInfo>,
+}
+
+impl Down {
+    /// Why `master` cannot be reached.
+    fn why(&self, master: &Node) -> &str {
+        self.why.iter().find(|(n, _)| n == master).map_or("cannot be reached", |(_, w)| w.as_str())
+    }
+}
+
+/// What the probe found of a master.
+enum Health {
+    /// It does not accept a TCP connection.
+    Closed,
+    /// It accepts one, and refuses the link's login (why).
+    RefusesLogin(String),
+    /// It accepts one; `stale` when it answers while what the connection routes to its slots
+    /// does not.
+    Up { stale: bool },
+}
+
+/// Whether `e` is a login refused (an authentication failure, or an ACL user that may not log
+/// in). redis-rs wraps a Cluster connection's failure in its own (an I/O error naming it).
+fn login_refused(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+        || ["AuthenticationFailed", "WRONGPASS", "NOAUTH"].iter().any(|w| e.to_string().contains(w))
 }
 
 /// How long a Cluster call waits for its answer before its connection is probed.
@@ -629,42 +976,50 @@ impl ClusterLink {
         }
         let mut checks = tokio::task::JoinSet::new();
         for (node, slot) in masters {
-            let mut conn = self.current();
+            let (mut conn, link) = (self.current(), self.clone());
             checks.spawn(async move {
                 let open = tokio::net::TcpStream::connect((node.host.as_str(), node.port));
                 if !matches!(tokio::time::timeout(PROBE_LIMIT, open).await, Ok(Ok(_))) {
-                    return (node, false, false);
+                    return (node, Health::Closed);
                 }
                 // The master answers, by its own connection (or has none here yet)...
                 let to_node = RoutingInfo::SingleNode(node.route());
                 let direct = tokio::time::timeout(PROBE_LIMIT, conn.route_command(ping(), to_node)).await;
                 let unknown = matches!(&direct, Ok(Err(e)) if e.kind() == ErrorKind::ClusterConnectionNotFound);
                 if !answered(&direct) && !unknown {
-                    return (node, true, false);
+                    return (node, Health::Up { stale: false });
+                }
+                // No connection to it: redis-rs may be unable to log in there (the node
+                // refuses the user), and then sends its slots' calls to other masters, which
+                // redirect them back, until their limit.
+                if unknown && let Some(why) = link.refused_login(&node).await {
+                    return (node, Health::RefusesLogin(why));
                 }
                 // ... while what the connection routes to its slot does not.
                 let route = Route::new(slot, SlotAddr::Master);
                 let to_slot = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 let myid = redis::cmd("CLUSTER").arg("MYID").to_owned();
                 let stale = !answered(&tokio::time::timeout(PROBE_LIMIT, conn.route_command(myid, to_slot)).await);
-                (node, true, stale)
+                (node, Health::Up { stale })
             });
         }
-        let (mut down, mut up, mut stale) = (Vec::new(), Vec::new(), Vec::new());
-        while let Some(Ok((node, open, routed_nowhere))) = checks.join_next().await {
-            if !open {
-                down.push(node);
-            } else {
-                if routed_nowhere {
-                    stale.push(node.to_string());
-                }
-                if let Some(info) = self.settings_for(&node) {
-                    up.push(info);
+        let (mut why, mut up, mut stale) = (Vec::new(), Vec::new(), Vec::new());
+        while let Some(Ok((node, health))) = checks.join_next().await {
+            match health {
+                Health::Closed => why.push((node, String::from("does not accept connections"))),
+                Health::RefusesLogin(e) => why.push((node, format!("refuses the login ({e})"))),
+                Health::Up { stale: routed_nowhere } => {
+                    if routed_nowhere {
+                        stale.push(node.to_string());
+                    }
+                    if let Some(info) = self.settings_for(&node) {
+                        up.push(info);
+                    }
                 }
             }
         }
-        let ranges = ranges.into_iter().filter(|r| down.contains(&r.master)).collect();
-        self.0.down.send_replace(Some(Arc::new(Down { seen, ranges, up })));
+        let ranges = ranges.into_iter().filter(|r| why.iter().any(|(n, _)| n == &r.master)).collect();
+        self.0.down.send_replace(Some(Arc::new(Down { seen, ranges, why, up })));
         (!stale.is_empty()).then(|| {
             format!(
                 "the Cluster says {} serve(s) slots the connection sent to a node that did not answer within {} ms (a failover it did not follow)",
@@ -672,6 +1027,16 @@ impl ClusterLink {
                 PROBE_LIMIT.as_millis()
             )
         })
+    }
+
+    /// Why `node` refuses a connection made as this link's are (its user, password, TLS), if it
+    /// does: a login refused (an ACL user missing, disabled or with another password there).
+    async fn refused_login(&self, node: &Node) -> Option<String> {
+        let client = (self.0.builder)(vec![self.settings_for(node)?]).build().ok()?;
+        match tokio::time::timeout(PROBE_LIMIT, client.get_async_connection()).await {
+            Ok(Err(e)) if login_refused(&e) => Some(e.to_string()),
+            _ => None,
+        }
     }
 
     /// Resolves, naming it, once a probe begun after `began` has found that the master `cmd`
@@ -691,7 +1056,7 @@ impl ClusterLink {
                         .ranges
                         .iter()
                         .find(|r| &r.master == node)
-                        .map(|r| format!("{} does not accept connections", r.master)),
+                        .map(|r| format!("{} {}", r.master, down.why(&r.master))),
                     None => {
                         if slot.is_none() {
                             slot = Some(self.slot_of(cmd).await);
@@ -700,7 +1065,7 @@ impl ClusterLink {
                             down.ranges
                                 .iter()
                                 .find(|r| (r.first..=r.last).contains(&s))
-                                .map(|r| format!("{}, the master of slot {s}, does not accept connections", r.master))
+                                .map(|r| format!("{}, the master of slot {s}, {}", r.master, down.why(&r.master)))
                         })
                     }
                 };
@@ -999,6 +1364,51 @@ mod tests {
         let plain = with_address(&"redis://127.0.0.1:7000/".into_connection_info().unwrap(), "10.0.0.2:7002").unwrap();
         assert!(matches!(plain.addr(), ConnectionAddr::Tcp(h, 7002) if h == "10.0.0.2"));
         assert!(with_address(&template, "no-port").is_none());
+    }
+
+    #[test]
+    fn only_calls_of_money_scripts_wait_for_replicas() {
+        use redcount_core::script::ALL;
+        let call = |verb: &str, first: &str| redis::cmd(verb).arg(first).arg(1).arg("rc:{c:x:y}").to_owned();
+        let money = ["counter", "redpacket_create", "redpacket_grab"];
+        for script in ALL {
+            let waits = money.contains(&script.name());
+            assert_eq!(waits_for_replicas(&call("EVALSHA", script.sha1())), waits, "EVALSHA {}", script.name());
+            assert_eq!(waits_for_replicas(&call("evalsha", &script.sha1().to_uppercase())), waits, "{}", script.name());
+            assert_eq!(waits_for_replicas(&call("EVAL", &script.source())), waits, "EVAL {}", script.name());
+            assert!(!waits_for_replicas(&call("EVALSHA_RO", script.sha1())), "a read-only call never waits");
+        }
+        assert!(!waits_for_replicas(&redis::cmd("INCR").arg("k").to_owned()));
+        assert!(!waits_for_replicas(&redis::cmd("EVAL").to_owned()));
+    }
+
+    #[test]
+    fn a_wait_is_met_only_by_enough_replicas_answering() {
+        let wait = ReplicaWait { replicas: 2, timeout: Duration::from_millis(100) };
+        assert_eq!(wait.command().args_iter().count(), 3);
+        assert!(wait.check(&redis::Value::Int(2)).is_ok() && wait.check(&redis::Value::Int(3)).is_ok());
+        assert!(
+            wait.check(&redis::Value::Int(1)).unwrap_err().contains("1 of 2 replicas acknowledged it within 100 ms")
+        );
+        let demoted = redis::parse_redis_value(b"-UNBLOCKED instance state changed (master -> replica?)\r\n").unwrap();
+        assert!(matches!(demoted, redis::Value::ServerError(_)));
+        assert!(wait.check(&demoted).is_err(), "a WAIT cut short by a demotion is not durable");
+        assert!(wait.check(&redis::Value::Nil).is_err());
+        let (reply, waited) =
+            wait.split(redis::Value::Array(vec![redis::Value::Int(7), redis::Value::Int(2)])).unwrap();
+        assert_eq!((reply, waited), (redis::Value::Int(7), redis::Value::Int(2)));
+        assert!(wait.split(redis::Value::Int(7)).is_err());
+        // Never `WAIT n 0`, which waits forever.
+        let zero = ReplicaWait { replicas: 1, timeout: Duration::ZERO };
+        let args: Vec<Vec<u8>> = zero
+            .command()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(args[2], b"1");
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub enum Error {
     Protocol(String),
     /// A setting that cannot be used (e.g. a malformed URL): nothing was sent.
     Config(String),
+    /// The call ran and Redis answered, but fewer replicas than asked acknowledged its write
+    /// within the wait ([`crate::direct::ReplicaWait`]): the write happened on the master and
+    /// may be lost in a failover. Never a success.
+    NotDurable(String),
 }
 
 /// Why a call did not complete, and what that means for the command.
@@ -52,6 +56,7 @@ impl fmt::Display for Error {
             Error::Unauthorized(e) => write!(f, "unauthorized: {e}"),
             Error::Protocol(e) => write!(f, "protocol error: {e}"),
             Error::Config(e) => write!(f, "bad setting: {e}"),
+            Error::NotDurable(e) => write!(f, "not known durable: {e}"),
         }
     }
 }

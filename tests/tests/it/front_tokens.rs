@@ -123,6 +123,7 @@ async fn scoped_tokens_are_held_to_their_redis_users() {
         (json!([{"token": t1, "user": "nobody", "password": "x"}]).to_string(), "cannot log in"),
         (json!([{"token": main, "user": "app1", "password": "pw-app1-0123456789"}]).to_string(), "used twice"),
         (json!([{"token": t1, "user": "app1", "password": "p", "extra": 1}]).to_string(), "unknown field"),
+        (json!([{"token": t1, "user": "default", "password": "x"}]).to_string(), "the front's own"),
     ] {
         let bad = dir.join("bad.json");
         std::fs::write(&bad, &content).unwrap();
@@ -202,4 +203,484 @@ async fn a_removed_token_loses_its_subscriptions_and_connections() {
     assert!(gone, "{} connections of the removed token's user remain", clients_of("app2"));
     assert!(clients_of("app1") >= 1, "the other token keeps its connections");
     assert_eq!(post(&url, &t1, json!(["GET", "app1:x"])).await, (200, json!({"result": "1"})));
+}
+
+/// The README's example user for a `--tokens` app, exactly as written there (`ACL SETUSER app1
+/// on >… <rules>`): its rules, with `app1` replaced by `name`.
+fn readme_user_rules(name: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(redcount_tests::root().join("README.md")).unwrap();
+    let start = readme.find("`ACL SETUSER app1 on >… ").expect("the README's example --tokens user");
+    let rest = &readme[start + "`ACL SETUSER app1 on >… ".len()..];
+    let rules = &rest[..rest.find('`').unwrap()];
+    rules.split(' ').map(|r| r.replace("app1", name)).collect()
+}
+
+/// The names (`cmd` or `cmd|sub`) of the commands COMMAND DOCS documents with an argument that
+/// names a database (`db`, `destination-db`): they reach another database than the front's.
+fn naming_a_database(redis: &RedisServer) -> std::collections::HashSet<String> {
+    use redis::Value as R;
+    fn text(v: &R) -> String {
+        match v {
+            R::BulkString(b) => String::from_utf8_lossy(b).to_lowercase(),
+            R::SimpleString(s) => s.to_lowercase(),
+            _ => String::new(),
+        }
+    }
+    fn pairs(v: &R) -> Vec<(String, &R)> {
+        match v {
+            R::Array(a) => a.chunks(2).filter(|c| c.len() == 2).map(|c| (text(&c[0]), &c[1])).collect(),
+            R::Map(m) => m.iter().map(|(k, v)| (text(k), v)).collect(),
+            _ => vec![],
+        }
+    }
+    fn names_db(args: &R) -> bool {
+        let R::Array(list) = args else { return false };
+        list.iter().any(|a| {
+            pairs(a).iter().any(|(k, v)| {
+                (k == "name" && (text(v) == "db" || text(v).ends_with("-db"))) || (k == "arguments" && names_db(v))
+            })
+        })
+    }
+    fn walk(name: &str, doc: &R, out: &mut std::collections::HashSet<String>) {
+        for (k, v) in pairs(doc) {
+            if k == "arguments" && names_db(v) {
+                out.insert(name.to_string());
+            }
+            if k == "subcommands" {
+                for (sub, d) in pairs(v) {
+                    walk(&sub, d, out);
+                }
+            }
+        }
+    }
+    let docs: R = redis::cmd("COMMAND").arg("DOCS").query(&mut redis.conn()).unwrap();
+    let mut out = std::collections::HashSet::new();
+    for (name, doc) in pairs(&docs) {
+        walk(&name, doc, &mut out);
+    }
+    assert!(out.contains("move"), "COMMAND DOCS names MOVE's database: {out:?}");
+    out
+}
+
+/// What one app's token must not run, from Redis's `COMMAND` table, and why: commands that name
+/// no key yet reach every key or the whole server (reads and writes of `@keyspace`, `@dangerous`, or
+/// administration), that replace every app's functions (`@scripting` writes naming no key), that
+/// name another database (an argument `db` in COMMAND DOCS, SELECT, SWAPDB); and the few the
+/// table cannot tell apart: SCRIPT FLUSH (every app's scripts), CLUSTER GETKEYSINSLOT and
+/// COUNTKEYSINSLOT (any app's keys of a slot), MEMORY STATS (every database's key count).
+fn beyond_one_app(
+    e: &super::front_trust::Entry,
+    databases: &std::collections::HashSet<String>,
+) -> Option<&'static str> {
+    let name = e.words.join("|");
+    let cat = |c: &str| e.categories.iter().any(|x| x == c);
+    let data = e.flags.iter().any(|f| f == "readonly" || f == "write");
+    if e.keyless && e.is_admin() {
+        Some("administers the server")
+    } else if e.keyless && ((cat("@keyspace") && data) || cat("@dangerous")) {
+        Some("reaches every key or the server")
+    } else if e.keyless && cat("@scripting") && e.flags.iter().any(|f| f == "write") {
+        Some("replaces every app's functions")
+    } else if databases.contains(&name) || name == "select" || name == "swapdb" {
+        Some("names another database")
+    } else if ["script|flush", "cluster|getkeysinslot", "cluster|countkeysinslot", "memory|stats"]
+        .contains(&name.as_str())
+    {
+        Some("reaches every app's scripts or keys")
+    } else {
+        None
+    }
+}
+
+/// Commands of the `@connection` category that only read the connection or the table; every
+/// other one changes the connection it runs on (a newer server's new one included).
+fn reads_the_connection(e: &super::front_trust::Entry) -> bool {
+    e.words[0] == "command"
+        || [
+            "ping",
+            "echo",
+            "client|id",
+            "client|info",
+            "client|getname",
+            "client|getredir",
+            "client|trackinginfo",
+            "client|help",
+            "client|list",
+        ]
+        .contains(&e.words.join("|").as_str())
+}
+
+/// What a tenant could change or see of others: every database's keys and values, the function
+/// libraries, the scripts loaded.
+fn world(c: &mut redis::Connection, shas: &[String]) -> String {
+    let digest: String = redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap();
+    let keyspace: String = redis::cmd("INFO").arg("keyspace").query(c).unwrap();
+    let functions: Vec<u8> = redis::cmd("FUNCTION").arg("DUMP").query(c).unwrap();
+    let scripts: Vec<i64> = redis::cmd("SCRIPT").arg("EXISTS").arg(shas).query(c).unwrap();
+    let keyspace: Vec<&str> =
+        keyspace.lines().filter(|l| l.starts_with("db")).map(|l| l.split(',').next().unwrap()).collect();
+    format!("digest {digest}, {keyspace:?}, {} bytes of functions, scripts {scripts:?}", functions.len())
+}
+
+/// The state of the front's pooled Redis connections (every connection logged in as one of
+/// `users`): the database, name, flags, transaction, subscriptions, redirection and library a
+/// request could have changed, each as the front made it.
+fn pooled_connections(c: &mut redis::Connection, users: &[&str]) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
+    list.lines()
+        .filter(|l| users.iter().any(|u| l.contains(&format!(" user={u} "))))
+        .filter_map(|l| {
+            let field = |k: &str| l.split(' ').find_map(|f| f.strip_prefix(&format!("{k}="))).unwrap_or("").to_string();
+            let changed = field("db") != "0"
+                || !field("name").is_empty()
+                || field("flags") != "N"
+                || field("multi") != "-1"
+                || ["sub", "psub", "ssub"].iter().any(|k| !matches!(field(k).as_str(), "0" | ""))
+                || field("redir") != "-1"
+                || !matches!(field("lib-name").as_str(), "" | "redis-rs");
+            changed.then(|| l.to_string())
+        })
+        .collect()
+}
+
+/// The issue's attack, generated: every command the `COMMAND` table shows reaching beyond one
+/// app (all keys, the server, another database, every app's scripts) or changing the
+/// connection, sent by every kind of token as a command and inside EVAL, EVAL_RO, EVALSHA,
+/// EVALSHA_RO, FCALL and FCALL_RO, with the README's example users exactly as written. A
+/// `--tokens` token is refused each, and nothing of any database changes; the read-only token
+/// changes nothing; no token's request changes the front's pooled connections; a connection
+/// change is refused as a command to every token. Then the operator's later edits: a rule that
+/// allows KEYS again, a selector, and a user the front may not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    for (user, pw) in [("app1", "pw-app1-0123456789"), ("app2", "pw-app2-0123456789")] {
+        let rules = readme_user_rules(user);
+        let mut all = vec![user.to_string(), "on".into(), format!(">{pw}")];
+        all.extend(rules);
+        acl(&redis, &all.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    {
+        let mut c = redis.conn();
+        for (db, k, v) in [
+            (0, "app1:x", "1"),
+            (0, "app2:secret", "s2"),
+            (1, "app1:x", "db1-secret"),
+            (1, "app2:y", "db1-secret2"),
+            (2, "zz-db2", "zz-v"),
+        ] {
+            let _: () = redis::pipe().cmd("SELECT").arg(db).cmd("SET").arg(k).arg(v).ignore().query(&mut c).unwrap();
+        }
+    }
+    let (t1, t1r, t2) = (secret("t1"), secret("t1r"), secret("t2"));
+    let dir = scratch_dir("tokens-wide");
+    let file = dir.join("tokens.json");
+    write_tokens(
+        &file,
+        &[
+            (&t1, "app1", "pw-app1-0123456789", false),
+            (&t1r, "app1", "pw-app1-0123456789", true),
+            (&t2, "app2", "pw-app2-0123456789", false),
+        ],
+    );
+    let front = RestFront::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
+    let url = front.url();
+    // The full token loads what the others run: a script that runs its arguments, and functions
+    // that do (one flagged no-writes, for FCALL_RO).
+    let generic = "return redis.call(unpack(ARGV))";
+    let (s, v) = post(&url, &front.token, json!(["SCRIPT", "LOAD", generic])).await;
+    assert_eq!(s, 200, "{v}");
+    let sha = v["result"].as_str().unwrap().to_string();
+    let lib = "#!lua name=tenantlib\n\
+        redis.register_function('rc_w', function(keys, args) return redis.call(unpack(args)) end)\n\
+        redis.register_function{function_name='rc_r', callback=function(keys, args) return redis.call(unpack(args)) end, flags={'no-writes'}}";
+    let (s, v) = post(&url, &front.token, json!(["FUNCTION", "LOAD", lib])).await;
+    assert_eq!(s, 200, "{v}");
+    let shas = vec![sha.clone()];
+
+    let table = super::front_trust::entries(&redis);
+    let databases = naming_a_database(&redis);
+    let mut cases: Vec<(String, &'static str, Vec<String>)> = Vec::new();
+    for e in &table {
+        let why = match beyond_one_app(e, &databases) {
+            Some(why) => why,
+            None if e.categories.iter().any(|c| c == "@connection") && !reads_the_connection(e) => {
+                "changes the connection"
+            }
+            None => continue,
+        };
+        // Each at its least arity (what a longer form adds is arguments, not reach).
+        let mut lists: Vec<Vec<String>> =
+            super::front_trust::argument_lists(e, "app1:x", "*").into_iter().take(1).collect();
+        if !e.is_admin() {
+            // Database numbers that differ (SWAPDB 0 1, MOVE app1:x 1, COPY … DB 1).
+            for mut l in super::front_trust::argument_lists(e, "app1:x", "?").into_iter().take(1) {
+                for (n, a) in l.iter_mut().filter(|a| *a == "?").enumerate() {
+                    *a = (n % 2).to_string();
+                }
+                lists.push(l);
+            }
+        }
+        for l in lists {
+            cases.push((e.words.join("|"), why, l));
+        }
+    }
+    // The issue's own attacks, several steps in one script.
+    let attacks = [
+        "redis.call('select', 1) return redis.call('get', 'app1:x')",
+        "redis.call('select', 1) return redis.call('move', 'app1:x', 0)",
+        "redis.call('select', 1) return redis.call('flushdb')",
+        "return redis.call('scan', '0', 'count', '1000')",
+        "return redis.call('swapdb', 0, 1)",
+        "return redis.call('copy', 'app1:x', 'app1:x', 'db', 2)",
+    ];
+    let names: Vec<&str> = cases.iter().map(|(n, _, _)| n.as_str()).collect();
+    for must in ["keys", "scan", "randomkey", "dbsize", "flushall", "flushdb", "swapdb", "select", "move", "copy"] {
+        assert!(names.contains(&must), "{must} is among the generated cases: {names:?}");
+    }
+    println!("{} cases from the COMMAND table", cases.len());
+
+    // The test's own connection (default user, database 0) for every check.
+    let mut checks = redis.conn();
+    let mut before = world(&mut checks, &shas);
+    let front_users: Vec<String> = {
+        let list: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut redis.conn()).unwrap();
+        list.into_iter().filter(|u| u.starts_with("redcount-rest-") || u.starts_with("app")).collect()
+    };
+    let front_users: Vec<&str> = front_users.iter().map(String::as_str).collect();
+    let mut failures: Vec<String> = Vec::new();
+    // The full token last: it may flush and swap what the others' checks compare.
+    for (kind, token) in
+        [("--tokens", &t1), ("--tokens read-only", &t1r), ("read-only", &front.readonly_token), ("full", &front.token)]
+    {
+        let tenant = kind.starts_with("--tokens");
+        for (name, why, words) in &cases {
+            // The front's own tokens' administration is front_trust's (by every way in).
+            if !tenant && *why == "administers the server" {
+                continue;
+            }
+            let keys: Vec<String> =
+                if words.iter().any(|w| w == "app1:x") { vec!["1".into(), "app1:x".into()] } else { vec!["0".into()] };
+            let mut ways: Vec<(String, Vec<String>)> = vec![("command".into(), words.clone())];
+            for (way, head) in [
+                ("EVAL", vec!["EVAL".to_string(), generic.to_string()]),
+                ("EVAL_RO", vec!["EVAL_RO".to_string(), generic.to_string()]),
+                ("EVALSHA", vec!["EVALSHA".to_string(), sha.clone()]),
+                ("EVALSHA_RO", vec!["EVALSHA_RO".to_string(), sha.clone()]),
+                ("FCALL", vec!["FCALL".to_string(), "rc_w".to_string()]),
+                ("FCALL_RO", vec!["FCALL_RO".to_string(), "rc_r".to_string()]),
+            ] {
+                ways.push((way.into(), [head, keys.clone(), words.clone()].concat()));
+            }
+            // The ways of one case at once (the front serves them on separate connections).
+            let mut sent = tokio::task::JoinSet::new();
+            for (i, (_, body)) in ways.iter().enumerate() {
+                let (url, token, body) = (url.clone(), token.to_string(), json!(body));
+                sent.spawn(async move { (i, post(&url, &token, body).await) });
+            }
+            let mut answers = sent.join_all().await;
+            answers.sort_by_key(|(i, _)| *i);
+            for ((way, body), (_, (status, v))) in ways.into_iter().zip(answers) {
+                let error = v["error"].as_str().unwrap_or_default().to_string();
+                let shown: String = v.to_string().chars().take(300).collect();
+                let case = format!("{kind} token, {name} ({why}) {way}: {body:?} -> {status} {shown}");
+                if way == "command" && *why == "changes the connection" {
+                    let front_said = error.contains("not available over REST")
+                        || error.contains("shared connection")
+                        || error.contains("--allow-admin-commands");
+                    if !front_said {
+                        failures.push(format!("not refused by the front: {case}"));
+                    }
+                }
+                // Inside a script a connection command changes the script's own client, not the
+                // front's connections (checked below for every token): Valkey runs READONLY,
+                // READWRITE, WAIT there, Redis 7.0 refuses them.
+                let scripted_connection = way != "command" && *why == "changes the connection";
+                if tenant {
+                    if status == 200 && !scripted_connection {
+                        failures.push(format!("ran: {case}"));
+                    }
+                    if ["app2", "secret", "zz-"].iter().any(|s| v.to_string().contains(s)) {
+                        failures.push(format!("another app's data in the answer: {case}"));
+                    }
+                }
+            }
+            // Checked once a case (all its ways), to keep the test short.
+            let case = format!("{kind} token, {name} ({why}) {words:?}");
+            if kind != "full" {
+                let now = world(&mut checks, &shas);
+                if now != before {
+                    failures.push(format!("changed {before} to {now}: {case}"));
+                    before = now;
+                }
+            }
+            let changed = pooled_connections(&mut checks, &front_users);
+            if !changed.is_empty() {
+                failures.push(format!("a pooled connection changed ({changed:?}): {case}"));
+            }
+        }
+        if tenant {
+            for src in attacks {
+                for way in ["EVAL", "EVAL_RO"] {
+                    let (status, v) = post(&url, token, json!([way, src, "0"])).await;
+                    let case = format!("{kind} token, {way} {src:?} -> {status} {v}");
+                    if status == 200 || v.to_string().contains("secret") {
+                        failures.push(format!("ran: {case}"));
+                    }
+                }
+            }
+            let now = world(&mut checks, &shas);
+            if now != before {
+                failures.push(format!("{kind} token's scripts changed {before} to {now}"));
+                before = now;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Whether `error` is the server's ACL refusal of a command inside a script (Redis 7.0: "can't
+/// run this command", Valkey: "no permissions to run").
+fn acl_refused(error: &str) -> bool {
+    error.contains("can't run this command") || error.contains("no permissions to run")
+}
+
+/// Polls `check` every 100 ms for up to `secs` seconds; true once it holds.
+async fn within<F: std::future::Future<Output = bool>>(secs: u64, mut check: impl FnMut() -> F) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Whether Redis lets `user` run `words` (ACL DRYRUN).
+fn may(redis: &RedisServer, user: &str, words: &[&str]) -> bool {
+    let answer: redis::Value = redis::cmd("ACL").arg("DRYRUN").arg(user).arg(words).query(&mut redis.conn()).unwrap();
+    matches!(answer, redis::Value::Okay) || matches!(&answer, redis::Value::SimpleString(s) if s == "OK")
+}
+
+/// What the operator does to a tenant's user after the front started: a rule that allows the
+/// keyspace walks again, a selector that does, a Redis restarted with the user from its own
+/// configuration. The front puts its rules back (within a round of its check, or before the
+/// first command of a new connection); where it cannot (its own user lost the right), the
+/// tenant's token is refused until it can; and at start a front that cannot put them on
+/// refuses to start, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_keeps_its_rules_on_tenant_users() {
+    // The users as a configuration makes them (redis-server takes a line's words as arguments).
+    let mut args: Vec<String> = "--user keeper on >pw-keeper-0123456789 ~* &* +@all --user app1 on >pw-app1-0123456789"
+        .split(' ')
+        .map(String::from)
+        .collect();
+    args.extend(readme_user_rules("app1"));
+    let mut redis = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let t1 = secret("t1");
+    let file = scratch_dir("tokens-keep").join("tokens.json");
+    write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
+    let url = format!("redis://keeper:pw-keeper-0123456789@127.0.0.1:{}/", redis.port());
+    let front = RestFront::start_with(&url, false, &["--tokens", file.to_str().unwrap()]);
+    let base = front.url();
+    let walk = json!(["EVAL", "return redis.call('keys', '*')", "0"]);
+    let refused = || {
+        let (base, t1, walk) = (base.clone(), t1.clone(), walk.clone());
+        async move {
+            let (s, v) = post(&base, &t1, walk).await;
+            s == 400 && v["error"].as_str().is_some_and(acl_refused)
+        }
+    };
+    assert!(refused().await, "a keyspace walk inside a script\n{}", front.log());
+    assert!(!may(&redis, "app1", &["keys", "*"]) && may(&redis, "app1", &["get", "app1:x"]));
+    assert_eq!(post(&base, &t1, json!(["SET", "app1:x", "1"])).await, (200, json!({"result": "OK"})));
+
+    // The operator allows every command again, then adds a selector that allows the walks.
+    for edit in [&["app1", "+@all"][..], &["app1", "(~* +keys +scan +flushall)"]] {
+        acl(&redis, edit);
+        assert!(within(8, refused).await, "after ACL SETUSER {edit:?}\n{}", front.log());
+        for words in [&["keys", "*"][..], &["scan", "0"], &["flushall"]] {
+            assert!(!may(&redis, "app1", words), "{words:?} after {edit:?}");
+        }
+    }
+    assert!(front.log().contains("had been changed"), "{}", front.log());
+
+    // A restarted Redis makes the user again from its configuration, without the front's
+    // rules: they are back before the first command of a new connection.
+    redis.restart();
+    let (s, v) = post(&base, &t1, walk.clone()).await;
+    assert!(s != 200, "right after a restart: {s} {v}");
+    assert!(within(8, refused).await, "after a restart\n{}", front.log());
+
+    // The front's own user loses the right to change users: the tenant's changed user cannot
+    // be kept, so its token is refused, until the right is back.
+    acl(&redis, &["keeper", "-acl|setuser"]);
+    acl(&redis, &["app1", "+keys"]);
+    let suspended = || {
+        let (base, t1) = (base.clone(), t1.clone());
+        async move { post(&base, &t1, json!(["GET", "app1:x"])).await.0 == 503 }
+    };
+    assert!(within(8, suspended).await, "a user the front cannot keep\n{}", front.log());
+    acl(&redis, &["keeper", "+acl|setuser"]);
+    assert!(within(8, refused).await, "kept again\n{}", front.log());
+    assert_eq!(post(&base, &t1, json!(["GET", "app1:x"])).await.0, 200);
+
+    // At start: a front whose user may not change users refuses to start, and says why.
+    acl(&redis, &["limited", "on", ">pw-limited-0123456789", "~*", "&*", "+@all", "-@admin"]);
+    let limited = format!("redis://limited:pw-limited-0123456789@127.0.0.1:{}/", redis.port());
+    let mut child = Command::new(redcount_tests::bin("redcount-rest"))
+        .args(["--listen", "127.0.0.1:0", "--redis", &limited, "--tokens", file.to_str().unwrap()])
+        .env("REDCOUNT_REST_TOKEN", secret("main"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without its rules on the tenant's user: {err}");
+    assert!(err.contains("app1") && err.contains("ACL SETUSER"), "{err}");
+    assert!(!err.contains(&t1), "the token is printed: {err}");
+}
+
+/// On a Cluster every node keeps its own users: the front's rules go on the tenant's user on
+/// every node at start, and back on a node where the operator changed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_are_on_every_cluster_node() {
+    let cluster = redcount_tests::RedisCluster::start(3);
+    let mut user = vec!["app1".to_string(), "on".into(), ">pw-app1-0123456789".into()];
+    user.extend(readme_user_rules("app1"));
+    for n in &cluster.nodes {
+        acl(n, &user.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    let t1 = secret("t1");
+    let file = scratch_dir("tokens-cluster").join("tokens.json");
+    write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
+    let front = RestFront::start_with(&cluster.urls(), true, &["--tokens", file.to_str().unwrap()]);
+    let url = front.url();
+    let walks = [&["keys", "*"][..], &["scan", "0"], &["flushall"], &["cluster", "getkeysinslot", "0", "10"]];
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        for words in walks {
+            assert!(!may(n, "app1", words), "node {i}: {words:?}");
+        }
+        assert!(may(n, "app1", &["get", "app1:x"]), "node {i}: its own keys");
+    }
+    // Each node's keyspace walk inside a script: a key of that node's slots routes the script.
+    for n in &cluster.nodes {
+        let tag = (0..)
+            .map(|i| format!("app1:{{t{i}}}"))
+            .find(|k| redis::cmd("SET").arg(k).arg("1").query::<()>(&mut n.conn()).is_ok());
+        let key = tag.unwrap();
+        let (s, v) = post(&url, &t1, json!(["EVAL", "return redis.call('keys', '*')", "1", key])).await;
+        assert!(s == 400 && v["error"].as_str().is_some_and(acl_refused), "{s} {v}");
+        let (s, v) = post(&url, &t1, json!(["GET", key])).await;
+        assert_eq!((s, v["result"].as_str()), (200, Some("1")), "{v}");
+    }
+    acl(&cluster.nodes[2], &["app1", "+@all"]);
+    let n2 = &cluster.nodes[2];
+    assert!(within(8, || async { !may(n2, "app1", &["keys", "*"]) }).await, "node 2 kept\n{}", front.log());
 }

@@ -7,19 +7,21 @@ use redis::Value as R;
 use serde_json::{Value, json};
 
 /// One command of the table: its name (and subcommand), arity and legacy key positions.
-struct Entry {
-    words: Vec<String>,
-    arity: i64,
-    first: i64,
-    last: i64,
-    step: i64,
-    flags: Vec<String>,
-    categories: Vec<String>,
+pub(crate) struct Entry {
+    pub(crate) words: Vec<String>,
+    pub(crate) arity: i64,
+    pub(crate) first: i64,
+    pub(crate) last: i64,
+    pub(crate) step: i64,
+    pub(crate) flags: Vec<String>,
+    pub(crate) categories: Vec<String>,
+    /// No key positions and no key specs: it names no key (it may still reach every key).
+    pub(crate) keyless: bool,
 }
 
 impl Entry {
     /// What the front treats as administration: flag `admin`, ACL category `@admin`, MIGRATE.
-    fn is_admin(&self) -> bool {
+    pub(crate) fn is_admin(&self) -> bool {
         self.flags.iter().any(|f| f == "admin")
             || self.categories.iter().any(|c| c == "@admin")
             || self.words == ["migrate"]
@@ -48,7 +50,7 @@ fn int(v: &R) -> i64 {
     }
 }
 
-fn entries(redis: &RedisServer) -> Vec<Entry> {
+pub(crate) fn entries(redis: &RedisServer) -> Vec<Entry> {
     let reply: R = redis::cmd("COMMAND").query(&mut redis.conn()).unwrap();
     let mut out = Vec::new();
     fn add(e: &R, out: &mut Vec<Entry>) {
@@ -69,6 +71,7 @@ fn entries(redis: &RedisServer) -> Vec<Entry> {
             step: int(&e[5]),
             flags: items(&e[2]).iter().map(text).collect(),
             categories: e.get(6).map(items).unwrap_or(&[]).iter().map(text).collect(),
+            keyless: int(&e[3]) == 0 && e.get(8).map(items).unwrap_or(&[]).is_empty(),
         });
     }
     for e in items(&reply) {
@@ -80,7 +83,7 @@ fn entries(redis: &RedisServer) -> Vec<Entry> {
 
 /// Plausible argument lists for one command: its arity's worth (and two more for variadic
 /// ones), every key position naming the key `key`, every other argument `arg`.
-fn argument_lists(e: &Entry, key: &str, arg: &str) -> Vec<Vec<String>> {
+pub(crate) fn argument_lists(e: &Entry, key: &str, arg: &str) -> Vec<Vec<String>> {
     let least = if e.arity < 0 { -e.arity - 1 } else { e.arity - 1 } as usize;
     let mut lens = vec![least];
     if e.arity < 0 {

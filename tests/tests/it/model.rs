@@ -303,10 +303,11 @@ impl Client {
     async fn write(&mut self, path: String, body: String, other: String) -> Timed<(u16, Value)> {
         let key = if self.rng.percent(75) { Some(self.new_key()) } else { None };
         let t = self.api.call("POST", &path, &body, key.as_deref(), key.is_some()).await;
-        // A denied take stores no reply (it changed nothing): sent again under its key it is a
-        // new call, so only answers that took something are replays to compare.
+        // An answer that changed nothing (a denied take, a claim already taken, nothing
+        // applied, an id already stored, nothing trimmed) stores no reply: sent again under its
+        // key it is a new call, so only answers that changed something are replays to compare.
         if let (Some(key), Outcome::Done(answer)) = (key, &t.out)
-            && answer.1["allowed"] != Value::Bool(false)
+            && !changed_nothing(&answer.1)
         {
             self.keyed.push(Keyed { path, body, other, key, answer: answer.clone() });
         }
@@ -395,6 +396,15 @@ impl Client {
             )),
         }
     }
+}
+
+/// True for an answer that says nothing changed, which stores no idempotent reply.
+fn changed_nothing(v: &Value) -> bool {
+    v["allowed"] == json!(false)
+        || v["claimed"] == json!(false)
+        || v["applied"] == json!(0)
+        || v["stored"] == json!(false)
+        || v["deleted"] == json!(0)
 }
 
 /// `a / b` rounded up (b > 0).

@@ -1073,3 +1073,139 @@ async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_r
     assert_eq!(status, 400, "outside the scoped user's keys: {v}");
     assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not waited out: {:?}", started.elapsed());
 }
+
+/// A Cluster node that refuses the front's login: its user there turned off (its connections
+/// killed), while the Redis URL's user may not run ACL on that node, so the front cannot set it
+/// back. Requests for that node's slots answered 400 `MOVED` (redis-rs, with no connection to
+/// the node, sent them to other masters, which redirected them back, until the time limit),
+/// which tells a client its command is wrong. Now, once the probe has seen the node refuse the
+/// login, they answer 503 naming the node and why, before the time limit; the other masters
+/// serve meanwhile; and once the URL's user may run ACL there again, the front sets its user
+/// back and the node's slots serve again by themselves, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_that_refused_the_fronts_login_serves_again_once_fixed() {
+    let cluster = RedisCluster::start(3);
+    // The front sets itself up as `setup` (its URL's user), so that the test, as `default`, can
+    // take ACL away from that user on one node.
+    for n in &cluster.nodes {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("setup")
+            .arg("on")
+            .arg(">setup-password")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    let seeds: Vec<String> =
+        cluster.nodes.iter().map(|n| format!("redis://setup:setup-password@127.0.0.1:{}/", n.port())).collect();
+    let front = RestFront::start_with(&seeds.join(","), true, &["--timeout-ms", "3000"]);
+    let raw = Raw::new(&front);
+    let (key, other) = (key_served_by(&cluster, 0, "login"), key_served_by(&cluster, 1, "elsewhere"));
+    assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
+    let node = || cluster.nodes[0].conn();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let full = loop {
+        let users: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut node()).unwrap();
+        if let Some(u) = users.into_iter().find(|u| u.starts_with("redcount-rest-full-")) {
+            break u;
+        }
+        assert!(Instant::now() < deadline, "the front's user never reached node 0");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let acl = |args: &[&str]| {
+        let mut c = redis::cmd("ACL");
+        for a in args {
+            c.arg(*a);
+        }
+        c.query::<()>(&mut node()).unwrap();
+    };
+    acl(&["SETUSER", "setup", "-acl"]);
+    acl(&["SETUSER", &full, "off"]);
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("USER").arg(&full).query(&mut node()).unwrap();
+    // The first request may meet its connection as it was killed (503 "ended before its answer").
+    let _ = raw.post("/", json!(["INCR", key]).to_string()).await;
+    let addr = format!("127.0.0.1:{}", cluster.nodes[0].port());
+    for i in 0..3 {
+        let started = Instant::now();
+        let (status, v) = raw.post("/", json!(["INCR", key]).to_string()).await;
+        let took = started.elapsed();
+        println!("request {i} while node 0 refuses the login: {status} after {took:?}: {v}");
+        assert_eq!(status, 503, "request {i} for a node that refuses the login: {v}");
+        let error = error_of(&v);
+        assert!(error.contains(&addr) && error.contains("refuses the login"), "request {i} does not say why: {v}");
+        assert!(took < Duration::from_millis(2_500), "request {i} took {took:?} with --timeout-ms 3000");
+        let (status, v) = raw.post("/", json!(["INCR", other]).to_string()).await;
+        assert_eq!(status, 200, "another master's key: {v}");
+    }
+    acl(&["SETUSER", "setup", "+acl"]);
+    let fixed = Instant::now();
+    loop {
+        let (status, v) = raw.post("/", json!(["INCR", key]).to_string()).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            fixed.elapsed() < Duration::from_secs(15),
+            "node 0's slots still fail 15 s after its ACL was fixed: {status} {v}\n{}",
+            front.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("served again {:?} after the ACL was fixed", fixed.elapsed());
+}
+
+/// A `/multi-exec` whose keys have left for the importing node while their slot is still being
+/// migrated (IMPORTING / MIGRATING set, the keys MIGRATEd, the slot not yet handed over): Redis
+/// answers each queued command ASK and discards the transaction, so the front sent it again
+/// until the migration ended, and with a migration that takes longer than `--timeout-ms`
+/// answered 503. Now it follows the ASK: the transaction goes to the importing node after
+/// ASKING, in the same write, and runs there once. Keys still on the old node are served there;
+/// a pair split between the nodes cannot run anywhere until the migration ends (Redis says
+/// TRYAGAIN): 503 within the limit, and nothing ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_whose_keys_left_mid_migration_follows_ask() {
+    let cluster = RedisCluster::start(3);
+    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
+    let raw = Raw::new(&front);
+    let key = |k: &str| format!("{{ask}}:{k}");
+    for k in ["a", "b", "c", "d"] {
+        assert_eq!(raw.post("/", json!(["RPUSH", key(k), "seed"]).to_string()).await.0, 200);
+    }
+    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg("{ask}").query(&mut cluster.nodes[0].conn()).unwrap();
+    let from = cluster.holder_of(slot).expect("a node holds the slot's keys");
+    let to = (from + 1) % cluster.nodes.len();
+    cluster.begin_migration(slot, from, to);
+    cluster.move_keys(from, to, &[key("a"), key("b")]);
+    let multi = |cmds: Value| {
+        let raw = &raw;
+        async move {
+            let started = Instant::now();
+            let (status, v) = raw.post("/multi-exec", cmds.to_string()).await;
+            (status, v, started.elapsed())
+        }
+    };
+    let (status, v, took) = multi(json!([["RPUSH", key("a"), "x"], ["RPUSH", key("b"), "x"]])).await;
+    assert_eq!((status, &v), (200, &json!([{"result": 2}, {"result": 2}])), "the moved pair, after {took:?}");
+    assert!(took < Duration::from_secs(1), "the moved pair took {took:?}: the ASK was waited out, not followed");
+    let (status, v, _) = multi(json!([["RPUSH", key("c"), "x"], ["RPUSH", key("d"), "x"]])).await;
+    assert_eq!((status, &v), (200, &json!([{"result": 2}, {"result": 2}])), "the pair still on the old node");
+    let (status, v, took) = multi(json!([["RPUSH", key("new"), "x"]])).await;
+    assert_eq!((status, &v), (200, &json!([{"result": 1}])), "a key in no node yet goes to the importing one");
+    assert!(took < Duration::from_secs(1), "a new key took {took:?}");
+    let (status, v, took) = multi(json!([["RPUSH", key("a"), "y"], ["RPUSH", key("c"), "y"]])).await;
+    assert_eq!(status, 503, "a pair split between the nodes: {v}");
+    assert!(took < Duration::from_millis(2_500), "the split pair took {took:?} with --timeout-ms 2000");
+    cluster.move_keys(from, to, &[key("c"), key("d")]);
+    cluster.end_migration(slot, to);
+    let mut conn = cluster.conn();
+    for (k, want) in [("a", 2), ("b", 2), ("c", 2), ("d", 2), ("new", 1)] {
+        let list: Vec<String> = redis::cmd("LRANGE").arg(key(k)).arg(0).arg(-1).query(&mut conn).unwrap();
+        assert_eq!(list.len(), want, "{k}: each transaction answered 200 ran once, the 503 not at all: {list:?}");
+    }
+    let here: i64 =
+        redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut cluster.nodes[to].conn()).unwrap();
+    assert_eq!(here, 5, "every key of the slot is on the new node");
+}

@@ -208,3 +208,113 @@ fn fixed_window_fast_path_answers_as_the_full_path() {
     assert!(answered >= cases / 6, "the fast path answered only {answered} of {cases} cases (seed {seed})");
     assert!(skipped < cases / 10, "{skipped} cases skipped (seed {seed})");
 }
+
+/// What redcount relies on in the server it runs on, checked on the one this run starts
+/// (`REDCOUNT_TEST_SERVER`: `cargo xtask test` runs this on Redis and on Valkey): errors are
+/// told apart by their first word whatever text follows it (Valkey's NOSCRIPT lacks Redis's
+/// "Please use EVAL."), a `#!lua` script is refused whole at maxmemory while a `no-writes`
+/// one reads, a shebang flag the server does not know is refused (the front drops Upstash's
+/// `allow-key-locking`), `busy-reply-threshold` can be set, a missing command (HPEXPIRE before
+/// Redis 7.4 and in Valkey 8) fails only its `pcall`, and a blocking command never blocks inside
+/// a script (Redis refuses it there; Valkey runs it without blocking).
+#[tokio::test]
+async fn what_redcount_relies_on_in_the_server() {
+    use redcount::Error;
+    use redcount_core::ErrorKind;
+    use std::time::{Duration, Instant};
+
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let eval = |script: &str| Command::new("EVAL").arg(script).arg("0");
+    let kind = |r: Result<Value, Error>| match r {
+        Err(Error::Redis(e)) => (e.kind, e.message),
+        other => panic!("expected an error reply, got {other:?}"),
+    };
+
+    let (k, m) = kind(d.send(&Command::new("EVALSHA").arg("0".repeat(40)).arg("0")).await);
+    assert_eq!(k, ErrorKind::NoScript, "{m}");
+    let (k, m) = kind(d.send(&eval("return error({err = 'ERR redcount: x must be y'})")).await);
+    assert!(k == ErrorKind::Rejected && m.starts_with("ERR redcount: x must be y"), "{k:?} {m}");
+    let (k, m) = kind(d.send(&eval("return error({err = 'IDEMPOTENCY_CONFLICT this key'})")).await);
+    assert_eq!(k, ErrorKind::IdempotencyConflict, "{m}");
+    let (_, m) = kind(d.send(&eval("#!lua flags=allow-key-locking\nreturn 1")).await);
+    assert!(m.contains("allow-key-locking"), "an unknown shebang flag is refused, naming it: {m}");
+    for flag in ["", " flags=no-writes", " flags=allow-oom", " flags=no-cluster", " flags=allow-stale"] {
+        let ok = d.send(&eval(&format!("#!lua{flag}\nreturn 1"))).await;
+        assert_eq!(ok.unwrap(), Value::Int(1), "#!lua{flag}");
+    }
+    let set = Command::new("CONFIG").arg("SET").arg("busy-reply-threshold").arg("1000");
+    d.send(&set).await.unwrap();
+    let got = d.send(&Command::new("CONFIG").arg("GET").arg("busy-reply-threshold")).await.unwrap();
+    assert_eq!(got, Value::Array(vec![Value::Bytes(b"busy-reply-threshold".to_vec()), Value::Bytes(b"1000".to_vec())]));
+
+    // A command the server lacks fails only its pcall; the script goes on.
+    let r = d.send(&eval("local ok = pcall(redis.call, 'NOSUCHCOMMAND', 'k') return ok and 1 or 0")).await;
+    assert_eq!(r.unwrap(), Value::Int(0));
+
+    // Blocking commands inside a script: refused or answered at once, never a wait.
+    for cmd in ["redis.call('BLPOP', 'empty-list', 0)", "redis.call('WAIT', 1, 0)"] {
+        let at = Instant::now();
+        let r = d.send(&eval(&format!("local ok = pcall(function() return {cmd} end) return 1"))).await;
+        assert!(r.is_ok() && at.elapsed() < Duration::from_secs(2), "{cmd}: {r:?} after {:?}", at.elapsed());
+    }
+
+    // At maxmemory a `#!lua` script is refused before it runs; a no-writes one still reads.
+    let mut c = redis.conn();
+    let _: () = redis::cmd("SET").arg("fill").arg(vec![b'x'; 256 * 1024]).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1").query(&mut c).unwrap();
+    let (k, m) = kind(d.send(&eval("#!lua\nreturn 1")).await);
+    assert_eq!(k, ErrorKind::OutOfMemory, "{m}");
+    let read = d.send(&eval("#!lua flags=no-writes\nreturn redis.call('STRLEN', 'fill')")).await.unwrap();
+    assert_eq!(read, Value::Int(256 * 1024));
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0").query(&mut c).unwrap();
+}
+
+/// What differs between Redis and Valkey for a client of the REST front, checked on the
+/// server this run starts (README, redcount-rest --help): Valkey's SCRIPT SHOW gives the full
+/// token the source of any cached script (the read-only token is refused it on either, as every
+/// command COMMAND does not flag read-only), a blocking command inside a script answers at
+/// once on Valkey where Redis refuses it (never a stall on either), and Valkey's COMMANDLOG is
+/// refused as administrative, from its COMMAND flags, like SLOWLOG.
+#[tokio::test]
+async fn what_differs_on_valkey_through_the_front() {
+    use redcount_procs::Server;
+    use redcount_tests::RestFront;
+    use serde_json::{Value as J, json};
+    use std::time::{Duration, Instant};
+
+    let valkey = Server::from_env() == Server::Valkey;
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let http = redcount_tests::http();
+    let call = |token: &str, body: J| {
+        let r = http.post(front.url()).bearer_auth(token).body(body.to_string()).send();
+        async move {
+            let r = r.await.unwrap();
+            let status = r.status().as_u16();
+            (status, serde_json::from_str::<J>(&r.text().await.unwrap()).unwrap())
+        }
+    };
+    let (status, sha) = call(&front.token, json!(["SCRIPT", "LOAD", "return 42"])).await;
+    assert_eq!(status, 200, "{sha}");
+    let sha = sha["result"].as_str().unwrap().to_string();
+    let (status, shown) = call(&front.token, json!(["SCRIPT", "SHOW", sha])).await;
+    match valkey {
+        true => assert_eq!((status, &shown["result"]), (200, &json!("return 42")), "{shown}"),
+        false => assert_eq!(status, 400, "Redis 7.0 has no SCRIPT SHOW: {shown}"),
+    }
+    let (status, shown) = call(&front.readonly_token, json!(["SCRIPT", "SHOW", sha])).await;
+    assert_eq!(status, 403, "{shown}");
+
+    let at = Instant::now();
+    let (status, got) =
+        call(&front.token, json!(["EVAL", "return redis.call('BLPOP', KEYS[1], 0)", "1", "nolist"])).await;
+    assert!(at.elapsed() < Duration::from_secs(2), "answered at once: {:?}", at.elapsed());
+    match valkey {
+        true => assert_eq!((status, &got["result"]), (200, &J::Null), "{got}"),
+        false => assert!(status == 400 && got["error"].as_str().unwrap().contains("not allowed from script"), "{got}"),
+    }
+
+    let (status, got) = call(&front.token, json!(["COMMANDLOG", "GET", "10", "slow"])).await;
+    assert_eq!(status, if valkey { 403 } else { 400 }, "{got}");
+}

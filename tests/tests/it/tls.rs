@@ -288,3 +288,83 @@ async fn a_cluster_over_tls() {
         assert_eq!((status, v["remaining"].as_i64()), (200, Some(1)), "{subject}: {v}\n{}", serve.log());
     }
 }
+
+/// At the per-address cap, connections of that address that never finish their TLS handshake
+/// make room for a newcomer of the same address, as idle ones do (past a second each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_per_address_cap_a_stalled_handshake_makes_room() {
+    let dir = scratch_dir("tls-per-ip");
+    let p = pki(&dir, "front");
+    let redis = RedisServer::start();
+    let (cert, key) = (p.cert.display().to_string(), p.key.display().to_string());
+    let front = RestFront::start_with(
+        &redis.url(),
+        false,
+        &["--tls-cert", &cert, "--tls-key", &key, "--max-connections-per-ip", "20"],
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let from = [127, 0, 13, 1];
+    let port = front.port();
+    let stall = move || -> std::net::TcpStream {
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.bind(&std::net::SocketAddr::from((from, 0)).into()).unwrap();
+        s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+        s.into()
+    };
+    let mut stalled: Vec<std::net::TcpStream> = (0..20).map(|_| stall()).collect();
+    let mut newer = Vec::new();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    redcount::tls::install_crypto_provider();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&p.ca).unwrap()).unwrap();
+    for i in 0..3 {
+        // A client of its own each time, keeping no connection: each request is a newcomer.
+        let http = redcount_tests::http_builder()
+            .tls_certs_only([ca.clone()])
+            .local_address(std::net::IpAddr::from(from))
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let answer = post(&http, &front.url(), &front.token, json!(["PING"])).await;
+        assert!(
+            matches!(answer, Ok((200, _))),
+            "request {i} while the address's places hold stalled handshakes: {answer:?}"
+        );
+        // Once its place is given back, a newcomer that never shakes hands fills it (too
+        // young to be evicted): the next request must make room again.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        newer.push(stall());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let closed_now = |s: &mut std::net::TcpStream| {
+        use std::io::Read;
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        match s.read(&mut [0u8; 16]) {
+            Ok(0) => true,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            Ok(_) => false,
+        }
+    };
+    assert_eq!(newer.iter_mut().map(closed_now).filter(|c| *c).count(), 0, "younger ones were kept");
+    let closed = stalled.iter_mut().map(closed_now).filter(|c| *c).count();
+    assert_eq!(closed, 3, "each request took the place of one stalled handshake");
+}
+
+/// Both servers' `--help` say how to trust a private CA, not only the README.
+#[test]
+fn the_help_says_how_to_trust_a_private_ca() {
+    for args in [&["--help"][..], &["serve", "--help"]] {
+        let name = if args.len() == 1 { "redcount-rest" } else { "redcount" };
+        let out = Command::new(bin(name)).args(args).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && help.contains("SSL_CERT_FILE") && help.contains("private CA"),
+            "{name} {args:?}: {help}"
+        );
+    }
+    // And what the front adds to a --tokens user's rules.
+    let out = Command::new(bin("redcount-rest")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("ACL SETUSER") && help.contains("SELECT, MOVE, COPY"), "{help}");
+}

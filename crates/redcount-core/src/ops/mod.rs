@@ -39,7 +39,10 @@ pub trait Operation {
 
 /// Makes a write replayable: the script stores its reply under a key in the same slot as the
 /// object, for `ttl_ms`, and a replay (same suffix) returns it unchanged. A replay whose
-/// `fingerprint` differs (same key, another request) is refused by the script.
+/// `fingerprint` differs (same key, another request) is refused by the script. Only a call
+/// that changed something stores its reply: one that changed nothing (denied, full, not a
+/// holder, already claimed or stored, nothing applied, trimmed, reset, refunded or cleared)
+/// stores nothing, so sent again under its key it is a new call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idempotency {
     /// Unique per (route, client key): becomes `<object key>:idem:<suffix>`.
