@@ -67,6 +67,13 @@ local function bucket_eval(p, key, ovr, clock)
   function q.count() return cap - tokens end
   function q.add(n)
     tokens = tokens - n
+    -- Full again (units given back): no key says the same, now rather than a ms later (a
+    -- key left to expire by itself would change Redis after the call).
+    if tokens >= cap then
+      ts = now
+      redis.call('DEL', key)
+      return
+    end
     redis.call('HSET', key, 'tokens', s(tokens), 'ts', s(ts))
     redis.call('PEXPIRE', key, s(math.max(1, until_tokens(cap))))
   end

@@ -72,6 +72,12 @@ local function gcra_eval(p, key, ovr, clock)
   function q.count() return ceil_div(ahead, T) end
   function q.add(n)
     ahead = math.max(0, ahead + n * T)
+    -- Whole again (units given back): no key says the same, now rather than a ms later.
+    if ahead == 0 then
+      redis.call('DEL', key)
+      st[3] = nil
+      return
+    end
     redis.call('HSET', key, 't', s(now + floor_div(ahead, rate)), 'r', s(ahead % rate))
     if ahead > W then
       redis.call('HSET', key, 'd', s(ceil_div(ahead - W, T)))
