@@ -22,7 +22,8 @@
 --   a quota part: {allowed, limit, remaining, reset_ms, retry_after_ms, reserved, back}:
 --     reserved: the units taken (a peek: would take; 0 when denied); back: units of this quota's expired reservations given back
 --     first (lib_reserve.lua: expiry queue), before this call was decided;
---   a lease part: as decide.lua's (code 0 full, 1 new lease).
+--   a lease part: as decide.lua's (code 0 full, 1 new lease, 3 the holder holds a lease of
+--     this semaphore already: denied until it ends).
 -- Owed refunds of expired reservations are applied first; otherwise a denied reservation or a
 -- peek writes nothing. Optional: one key more + two last ARGV make it idempotent (prelude.lua);
 -- only a reservation that reserved is stored.
@@ -63,7 +64,8 @@ if replay then
   return replay
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return error({err = 'ERR redcount: reservation id is in use'})
+  -- Its own first word, so a client tells this conflict from bad input by code.
+  return error({err = 'CONFLICT redcount: reservation id is in use'})
 end
 
 local now = now_us()
@@ -74,10 +76,16 @@ local function decide_all()
     local part = parts[i]
     local k = part.k
     if part.se then
-      part.q = lease_eval(part.p, KEYS[k], KEYS[k + 1], KEYS[k + 2], now)
-      if part.q.reply()[1] == 2 then
-        return error({err = 'ERR redcount: holder already holds a lease of this semaphore'})
+      local q = lease_eval(part.p, KEYS[k], KEYS[k + 1], KEYS[k + 2], now)
+      local r = q.reply()
+      if r[1] == 2 then
+        -- The holder holds a lease already (its own, or an open reservation's, which a
+        -- settle of this one would then end): denied, until that lease ends.
+        local ends = tonumber(redis.call('ZSCORE', KEYS[k], part.p.holder)) or ms
+        r = {3, r[2], r[3], r[4], math.max(0, ends - ms), 0, 0}
+        q = {allowed = false, retry = r[5], reply = function() return r end}
       end
+      part.q = q
     else
       part.p.cost = part.units
       part.q = part.kind.eval(part.p, KEYS[k], KEYS[k + 1], clock)

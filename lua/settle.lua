@@ -76,7 +76,7 @@ end
 local st, ends = stored(rec[1]), stored(rec[2])
 if not st or st < 1 or st > 4 or not ends then return tampered('the reservation') end
 if rec[3] ~= sha then
-  return error({err = 'ERR redcount: the parts do not match the reservation'})
+  return error({err = 'CONFLICT redcount: the parts do not match the reservation'})
 end
 for i = 1, n do parts[i].rec = reserve_read_part(rec[4 + i], parts[i].se) end
 if st ~= 1 then

@@ -425,16 +425,20 @@ async fn what_changes_nothing_writes_nothing() {
         d.run(&Idempotent::new(other.clone(), Some(Idempotency::new(b"reserve r1", b"{other}")))).await.unwrap_err();
     assert!(matches!(&e, redcount::Error::Redis(r) if r.kind == ErrorKind::IdempotencyConflict), "{e}");
     unchanged("a conflicting key", &before);
-    // The same id again: refused, naming it.
+    // The same id again: refused as a conflict (its own first word), naming it.
     let e = d.run(&r).await.unwrap_err();
+    assert!(matches!(&e, redcount::Error::Redis(r) if r.kind == ErrorKind::Conflict), "{e}");
     assert!(e.to_string().contains("reservation id is in use"), "{e}");
     unchanged("a reused id", &before);
-    // A holder that holds a lease already.
+    // A holder that holds a lease already: denied by that part, until its lease ends.
     let mut twice = parts.clone();
     twice.truncate(4);
     twice.push(Part::lease("slots", "h1", 2).unwrap());
-    let e = d.run(&Reserve::new(&subject, "r2", twice, 60_000, Mode::All).unwrap()).await.unwrap_err();
-    assert!(e.to_string().contains("holder already holds"), "{e}");
+    let held = d.run(&Reserve::new(&subject, "r2", twice, 60_000, Mode::All).unwrap()).await.unwrap();
+    assert_eq!((held.allowed, held.denied_by, held.state), (false, Some(4), None), "{held:?}");
+    let PartOutcome::Lease { result, retry_after_ms, .. } = held.parts[4].outcome else { panic!("{held:?}") };
+    assert_eq!(result, redcount_core::ops::decision::LeaseResult::Held, "{held:?}");
+    assert!((50_000..=60_000).contains(&retry_after_ms), "until h1's lease ends: {held:?}");
     unchanged("a held holder", &before);
     // Denied (the quotas hold 15 of 20: 6 more do not fit), and peeks, allowed or not.
     let big = |units| {
@@ -455,6 +459,7 @@ async fn what_changes_nothing_writes_nothing() {
     let mut swapped = parts.clone();
     swapped.swap(0, 1);
     let e = d.run(&Settle::new(&subject, "r1", swapped, &[0; 6]).unwrap()).await.unwrap_err();
+    assert!(matches!(&e, redcount::Error::Redis(r) if r.kind == ErrorKind::Conflict), "{e}");
     assert!(e.to_string().contains("do not match"), "{e}");
     let e = d.run(&Settle::new(&subject, "r1", parts[..5].to_vec(), &[0; 5]).unwrap()).await.unwrap_err();
     assert!(e.to_string().contains("do not match"), "{e}");

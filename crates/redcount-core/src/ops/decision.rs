@@ -179,6 +179,9 @@ pub enum LeaseResult {
     /// A replayed decision whose lease has ended since (or is another holder's now): the
     /// decision is no longer allowed, its quotas stay charged.
     Ended,
+    /// A reservation's lease part whose holder holds a lease of the semaphore already (a
+    /// reservation takes a new one, which its settle ends): denied until that lease ends.
+    Held,
 }
 
 /// One part's result, in the decision's order.

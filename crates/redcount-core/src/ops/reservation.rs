@@ -496,6 +496,7 @@ impl Operation for Reserve {
                         result: match r[0] {
                             0 => LeaseResult::Full,
                             1 => LeaseResult::Acquired,
+                            3 => LeaseResult::Held,
                             _ => return Err(bad("unknown lease code")),
                         },
                         limit: r[1],
