@@ -25,6 +25,9 @@ use redcount_core::ops::quota::Algorithm;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+mod support;
+use support::{diff, server, snapshot};
+
 const ADMIN: &str = "admin-token-of-no-change-0123";
 /// The subject of a found route, and its placeholder in a route's name.
 const SUBJECT: &str = "s1";
@@ -577,58 +580,6 @@ fn overrides(out: &mut Vec<Scenario>, name: &str) {
 
 // ---------------------------------------------------------------------------------------
 // Redis, byte for byte.
-
-/// Everything Redis holds: each key's DUMP and exact expiry (PEXPIRETIME), the key count, and
-/// DEBUG DIGEST.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    keys: BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
-    dbsize: i64,
-    digest: String,
-}
-
-fn snapshot(c: &mut redis::Connection) -> Snapshot {
-    let names: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
-    let mut keys = BTreeMap::new();
-    for k in names {
-        let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
-        let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
-        if let Some(dump) = dump {
-            keys.insert(k, (dump, at));
-        }
-    }
-    let dbsize = redis::cmd("DBSIZE").query(c).unwrap();
-    let digest = redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap();
-    Snapshot { keys, dbsize, digest }
-}
-
-/// The keys of `b` that differ from `a`'s, by name.
-fn diff(a: &Snapshot, b: &Snapshot) -> Vec<String> {
-    let names: BTreeSet<&Vec<u8>> = a.keys.keys().chain(b.keys.keys()).collect();
-    names
-        .into_iter()
-        .filter(|k| a.keys.get(*k) != b.keys.get(*k))
-        .map(|k| String::from_utf8_lossy(k).into_owned())
-        .collect()
-}
-
-struct Server {
-    _proc: redcount_procs::Proc,
-    dir: PathBuf,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn server() -> Server {
-    let dir = redcount_procs::scratch_dir("no-change");
-    let (proc, port) = redcount_procs::start_server(&dir, &["--enable-debug-command", "local"]).unwrap();
-    Server { _proc: proc, dir, url: format!("redis://127.0.0.1:{port}/") }
-}
 
 // ---------------------------------------------------------------------------------------
 // The run.
