@@ -11,7 +11,7 @@ use redcount_core::keys::{self, Level};
 use redcount_core::ops::decision::PartOutcome;
 use redcount_core::ops::quota::{Algorithm, RefundQuota, TakeQuota};
 use redcount_core::ops::reservation::{
-    Extend, Mode, OnExpiry, Part, Release, Reservation, Reserve, Settle, SettledPart, Settlement, State,
+    Extend, Mode, OnExpiry, Part, Release, Reservation, Reserve, ReservedPart, Settle, SettledPart, Settlement, State,
 };
 use redcount_core::ops::{Idempotency, Idempotent};
 use redcount_core::{ErrorKind, Operation};
@@ -612,23 +612,47 @@ struct Cycle {
 /// more than its limit plus its max_debt; and a sampler never saw more than 10 leases live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
-    use crate::model::{Rng, seed};
-    let seed = seed();
-    println!("seed {seed} (replay: REDCOUNT_SEED={seed})");
     let redis = RedisServer::start();
     let mut conns = Vec::new();
     for _ in 0..40 {
-        conns.push(redis.direct().await);
+        conns.push(Via::Direct(redis.direct().await));
     }
-    let subject = uid("crowd");
-    let limit = 1_800;
-    let quotas: Vec<(&'static str, Algorithm, i64, OnExpiry)> = algorithms(limit)
+    crowd(&redis, &conns).await;
+    // Then through `redcount serve`'s app in-process (HTTP requests, the reservation ids the
+    // API seals), its policies configured as the crowd's parts say; one crowd at a time, so
+    // neither slows the other's callers past their leases.
+    let mut policies = serde_json::Map::new();
+    for (name, algo, debt, exp) in crowd_quotas() {
+        policies.insert(name.into(), policy_json(algo, debt, exp, 8));
+    }
+    policies.insert(
+        "in-flight".into(),
+        serde_json::json!({"kind": "semaphore", "limit": CROWD_SLOTS, "lease_ms": CROWD_LEASE_MS}),
+    );
+    let app = Via::api(&redis, serde_json::Value::Object(policies)).await;
+    crowd(&redis, &vec![app; 40]).await;
+}
+
+/// The crowd's quotas: one per algorithm at its limit, each with its max_debt and on_expiry
+/// (a sliding window's refund on expiry is its own test's).
+fn crowd_quotas() -> Vec<(&'static str, Algorithm, i64, OnExpiry)> {
+    algorithms(1_800)
         .into_iter()
         .zip([(0, OnExpiry::Refund), (20, OnExpiry::Charge), (60, OnExpiry::Refund), (10, OnExpiry::Charge)])
         .map(|((n, a), (debt, exp))| (n, a, debt, exp))
-        .collect();
-    let quotas = Arc::new(quotas);
-    let (slots, lease_ms) = (10, 800);
+        .collect()
+}
+const CROWD_SLOTS: i64 = 10;
+const CROWD_LEASE_MS: i64 = 800;
+
+async fn crowd(redis: &RedisServer, conns: &[Via]) {
+    use crate::model::{Rng, seed};
+    let seed = seed();
+    println!("seed {seed} (replay: REDCOUNT_SEED={seed})");
+    let subject = uid("crowd");
+    let limit = 1_800;
+    let quotas = Arc::new(crowd_quotas());
+    let (slots, lease_ms) = (CROWD_SLOTS, CROWD_LEASE_MS);
     let set = keys::semaphore("in-flight", &subject);
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
@@ -665,9 +689,10 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
             let mut cycle = Cycle::default();
             barrier.wait().await;
             let mut got;
+            let mut held;
             let mut tries = 0;
             loop {
-                got = d.run(&reserve).await.unwrap();
+                (got, held) = d.reserve(&reserve).await;
                 for (&q, part) in which.iter().zip(&got.parts) {
                     *cycle.back.entry(q).or_default() += part.back;
                 }
@@ -682,14 +707,14 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
                 tokio::time::sleep(Duration::from_millis(rng.range(1, 4) as u64)).await;
             }
             if !got.allowed {
-                return (which, reserve, cycle);
+                return (which, cycle);
             }
             for (&q, part) in which.iter().zip(&got.parts) {
                 cycle.held.insert(q, part.reserved);
             }
             if rng.percent(5) {
                 cycle.killed = true;
-                return (which, reserve, cycle);
+                return (which, cycle);
             }
             tokio::time::sleep(Duration::from_millis(rng.range(0, 5) as u64)).await;
             let mut actual: Vec<i64> = which
@@ -704,7 +729,7 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
                 })
                 .collect();
             actual.push(0);
-            let st = d.run(&reserve.settle(&actual).unwrap()).await.unwrap();
+            let st = d.settle(&held, &actual).await;
             if st.state == Some(State::Expired) {
                 // Settled too late on a busy machine: as a caller that never settled, its
                 // own refunds given back by this settle if no call did before.
@@ -714,7 +739,7 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
                     *cycle.back.entry(q).or_default() += refunded + back;
                 }
                 cycle.killed = true;
-                return (which, reserve, cycle);
+                return (which, cycle);
             }
             assert_eq!((st.state, st.already_settled), (Some(State::Settled), false), "{st:?}");
             for (k, &q) in which.iter().enumerate() {
@@ -735,7 +760,7 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
                 *cycle.back.entry(q).or_default() += back;
             }
             assert_eq!(st.parts[which.len()], SettledPart::Lease { done: true }, "{st:?}");
-            (which, reserve, cycle)
+            (which, cycle)
         }));
     }
     let mut cycles = Vec::new();
@@ -747,7 +772,7 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let (samples, most) = sampler.join().unwrap();
     assert!(samples > 100 && most <= slots, "{samples} samples, most {most} leases live");
-    let d = &conns[0];
+    let d = &redis.direct().await;
     let mut swept: BTreeMap<usize, i64> = BTreeMap::new();
     for round in 0.. {
         let parts = quotas.iter().map(|&(n, a, _, _)| Part::quota(n, a, 1).unwrap()).collect();
@@ -770,7 +795,7 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
     for (q, &(name, algo, debt, exp)) in quotas.iter().enumerate() {
         let mut expected = 0;
         let (mut owed, mut back) = (0, swept[&q]);
-        for (_, _, c) in &cycles {
+        for (_, c) in &cycles {
             back += c.back.get(&q).copied().unwrap_or(0);
             let Some(&held) = c.held.get(&q) else { continue };
             if c.killed {
@@ -783,11 +808,11 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
             }
         }
         assert_eq!(back, owed, "{name}: every expired refund given back exactly once");
-        let used = used_of(&redis, &keys::quota(name, &subject, name), algo);
+        let used = used_of(redis, &keys::quota(name, &subject, name), algo);
         assert_eq!(used, expected, "seed {seed}: {name} holds what was settled and charged on expiry");
         assert!(used <= limit + debt, "{name}: {used} > {limit} + {debt}");
     }
-    for (_, _, c) in &cycles {
+    for (_, c) in &cycles {
         admitted += usize::from(!c.held.is_empty());
         killed += usize::from(c.killed);
         capped += c.capped;
@@ -799,14 +824,14 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
 }
 
 /// 1,000 concurrent calls by 20 users of one tenant, each call holding a unit of the user's
-/// own quota and one of the tenant's total (half as decisions, half as reservations): exactly
-/// what both limits allow is admitted (the tenant's total when it binds, else every user's
-/// limit), each user's counter and the tenant's hold exactly the admitted units.
-async fn tenant_storm(d: &[redcount::Direct], user_limit: i64, tenant_total: i64, read: impl Fn(&str) -> i64) {
-    use redcount_core::ops::decision::{self, Decide};
+/// own quota (`tpm`) and one of the tenant's total (`tpm-total`, at the tenant's level; half
+/// as decisions, half as reservations): exactly what both limits allow is admitted (the
+/// tenant's total when it binds, else every user's limit), each user's counter and the
+/// tenant's hold exactly the admitted units.
+async fn tenant_storm(d: &[Via], user_limit: i64, tenant_total: i64, read: impl Fn(&str) -> i64) {
+    use redcount_core::ops::decision;
     let tenant = uid("acme");
-    let per_user = Algorithm::FixedWindow { limit: user_limit, window_ms: LONG };
-    let total = Algorithm::SlidingWindow { limit: tenant_total.min(10_000), window_ms: LONG };
+    let (per_user, total) = tenant_limits(user_limit, tenant_total);
     let barrier = Arc::new(tokio::sync::Barrier::new(1000));
     let mut tasks = Vec::new();
     for i in 0..1000 {
@@ -817,19 +842,17 @@ async fn tenant_storm(d: &[redcount::Direct], user_limit: i64, tenant_total: i64
             if i % 2 == 0 {
                 let parts = vec![
                     decision::Part::quota("tpm", per_user, 1).unwrap(),
-                    decision::Part::quota("tpm", total, 1).unwrap().at(Level::Tenant),
+                    decision::Part::quota("tpm-total", total, 1).unwrap().at(Level::Tenant),
                 ];
-                let got = d.run(&Decide::new(&subject, parts).unwrap()).await.unwrap();
-                (i % 20, got.allowed, got.denied_by)
+                let (allowed, denied_by) = d.decide(&subject, parts).await;
+                (i % 20, allowed, denied_by)
             } else {
                 let parts = vec![
                     Part::quota("tpm", per_user, 1).unwrap(),
-                    Part::quota("tpm", total, 1).unwrap().at(Level::Tenant),
+                    Part::quota("tpm-total", total, 1).unwrap().at(Level::Tenant),
                 ];
-                let got = d
-                    .run(&Reserve::new(&subject, &format!("r{i}"), parts, LONG / 100, Mode::All).unwrap())
-                    .await
-                    .unwrap();
+                let reserve = Reserve::new(&subject, &format!("r{i}"), parts, LONG / 100, Mode::All).unwrap();
+                let (got, _) = d.reserve(&reserve).await;
                 (i % 20, got.allowed, got.denied_by)
             }
         }));
@@ -849,8 +872,16 @@ async fn tenant_storm(d: &[redcount::Direct], user_limit: i64, tenant_total: i64
         }
         assert_eq!(read(&keys::quota("tpm", &format!("{tenant}/u{user}"), "fw")), *n, "user {user}'s counter");
     }
-    let tenant_key = keys::quota_at("tpm", &format!("{tenant}/u0"), Level::Tenant, "sw");
+    let tenant_key = keys::quota_at("tpm-total", &format!("{tenant}/u0"), Level::Tenant, "sw");
     assert_eq!(read(&format!("ZCARD {tenant_key}")), admitted, "the tenant's total");
+}
+
+/// The storm's two quotas: each user's own, and the tenant's total.
+fn tenant_limits(user_limit: i64, tenant_total: i64) -> (Algorithm, Algorithm) {
+    (
+        Algorithm::FixedWindow { limit: user_limit, window_ms: LONG },
+        Algorithm::SlidingWindow { limit: tenant_total.min(10_000), window_ms: LONG },
+    )
 }
 
 /// `GET key` (a count) or `ZCARD key` on a command connection.
@@ -864,11 +895,27 @@ async fn a_thousand_tenant_calls_admit_exactly_what_user_and_tenant_limits_allow
     let redis = RedisServer::start();
     let mut conns = Vec::new();
     for _ in 0..40 {
-        conns.push(redis.direct().await);
+        conns.push(Via::Direct(redis.direct().await));
     }
     let read = |what: &str| read_with(&mut redis.conn(), what);
     tenant_storm(&conns, 25, 400, read).await; // the tenant's total binds
     tenant_storm(&conns, 25, 5_000, read).await; // each user's limit binds
+}
+
+/// The same through `redcount serve`'s app in-process: the tenant routes, two segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_tenant_calls_through_redcount_serve_admit_exactly_the_limits() {
+    let redis = RedisServer::start();
+    let read = |what: &str| read_with(&mut redis.conn(), what);
+    for (user_limit, tenant_total) in [(25, 400), (25, 5_000)] {
+        let (per_user, total) = tenant_limits(user_limit, tenant_total);
+        let policies = serde_json::json!({
+            "tpm": policy_json(per_user, 0, OnExpiry::Charge, 1),
+            "tpm-total": policy_json(total, 0, OnExpiry::Charge, 1),
+        });
+        let app = Via::api(&redis, policies).await;
+        tenant_storm(&vec![app; 40], user_limit, tenant_total, read).await;
+    }
 }
 
 /// The same on the local 3-master Cluster: a tenant's keys, both levels, in one slot.
@@ -878,11 +925,240 @@ async fn a_thousand_tenant_calls_admit_exactly_the_limits_on_a_cluster() {
     let seeds: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
     let mut conns = Vec::new();
     for _ in 0..8 {
-        conns.push(redcount::Direct::connect_cluster(&seeds, Duration::from_secs(10)).await.unwrap());
+        conns.push(Via::Direct(redcount::Direct::connect_cluster(&seeds, Duration::from_secs(10)).await.unwrap()));
     }
     let read = |what: &str| read_with(&mut cluster.conn(), what);
     tenant_storm(&conns, 25, 400, read).await;
     tenant_storm(&conns, 25, 5_000, read).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The crowds' two ways in.
+
+/// Where a crowd's calls go: the core's operations over a `Direct` driver, or HTTP requests
+/// to `redcount serve`'s app in-process (`Backend::Direct` on the same Redis, its policies
+/// configured as the parts say), whose answers are read back into the core's outcomes.
+#[derive(Clone)]
+enum Via {
+    Direct(redcount::Direct),
+    Api(axum::Router),
+}
+
+/// A granted reservation as its caller holds it: the operation, or the id the API sealed
+/// with the subject and the parts' policies and levels.
+enum Held {
+    Op(Reserve),
+    Ticket { path: String, parts: Vec<(String, Level, bool)> },
+}
+
+/// A quota policy's JSON as the API reads it, for `algo` with these reservation settings.
+fn policy_json(algo: Algorithm, max_debt: i64, on_expiry: OnExpiry, max_cost: i64) -> serde_json::Value {
+    use serde_json::json;
+    let mut p = match algo {
+        Algorithm::FixedWindow { limit, window_ms } => {
+            json!({"algorithm": "fixed", "limit": limit, "window_ms": window_ms})
+        }
+        Algorithm::SlidingWindow { limit, window_ms } => {
+            json!({"algorithm": "sliding", "limit": limit, "window_ms": window_ms})
+        }
+        Algorithm::TokenBucket { capacity, refill, interval_ms } => {
+            json!({"algorithm": "bucket", "capacity": capacity, "refill": refill, "interval_ms": interval_ms})
+        }
+        Algorithm::Gcra { rate, period_ms, burst } => {
+            json!({"algorithm": "gcra", "rate": rate, "period_ms": period_ms, "burst": burst})
+        }
+    };
+    p["kind"] = json!("quota");
+    p["max_debt"] = json!(max_debt);
+    p["max_cost"] = json!(max_cost);
+    p["on_expiry"] = json!(if on_expiry == OnExpiry::Refund { "refund" } else { "charge" });
+    p
+}
+
+fn level_word(l: Level) -> &'static str {
+    if l == Level::Tenant { "tenant" } else { "user" }
+}
+
+impl Via {
+    /// The app over `redis` with `policies`.
+    async fn api(redis: &RedisServer, policies: serde_json::Value) -> Via {
+        let text = policies.to_string();
+        let config = redcount_api::Config::from_env(|n| (n == "REDCOUNT_POLICIES").then(|| text.clone()))
+            .expect("valid policies");
+        let backend = redcount_cli::serve::Backend::Direct(redis.direct().await);
+        Via::Api(redcount_cli::serve::app(config, backend, std::env::temp_dir(), Duration::from_secs(10)))
+    }
+
+    async fn post(app: &axum::Router, path: &str, body: serde_json::Value) -> serde_json::Value {
+        use tower::ServiceExt;
+        let request = axum::http::Request::post(path).body(axum::body::Body::from(body.to_string())).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(status, 200, "POST {path} {body}: {json}");
+        json
+    }
+
+    /// Reserves what `op` says (through the API: its subject, parts and lease; the API makes
+    /// the id).
+    async fn reserve(&self, op: &Reserve) -> (Reservation, Held) {
+        let app = match self {
+            Via::Direct(d) => return (d.run(op).await.unwrap(), Held::Op(op.clone())),
+            Via::Api(app) => app,
+        };
+        let (subject, parts, lease_ms) = (op.subject(), op.parts(), op.lease_ms());
+        let body: Vec<serde_json::Value> = parts
+            .iter()
+            .map(|p| match (p.units(), p.holder()) {
+                (Some(units), _) => {
+                    serde_json::json!({"policy": p.policy(), "units": units, "level": level_word(p.level())})
+                }
+                (None, holder) => {
+                    serde_json::json!({"policy": p.policy(), "holder": holder, "level": level_word(p.level())})
+                }
+            })
+            .collect();
+        let path = format!("/api/reservations/{subject}");
+        let r = Via::post(app, &path, serde_json::json!({"parts": body, "lease_ms": lease_ms})).await;
+        let got = reservation_of(&r, parts);
+        let held = Held::Ticket {
+            path: format!("{path}/{}", r["reservation"].as_str().unwrap_or("")),
+            parts: parts.iter().map(|p| (p.policy().to_string(), p.level(), p.units().is_some())).collect(),
+        };
+        (got, held)
+    }
+
+    /// Settles `held` at `actual` (per part in order; a lease part's is 0).
+    async fn settle(&self, held: &Held, actual: &[i64]) -> Settlement {
+        match (self, held) {
+            (Via::Direct(d), Held::Op(op)) => d.run(&op.settle(actual).unwrap()).await.unwrap(),
+            (Via::Api(app), Held::Ticket { path, parts }) => {
+                let items: Vec<serde_json::Value> = parts
+                    .iter()
+                    .zip(actual)
+                    .filter(|((_, _, quota), _)| *quota)
+                    .map(|((name, level, _), n)| serde_json::json!({"policy": name, "units": n, "level": level_word(*level)}))
+                    .collect();
+                let s = Via::post(app, &format!("{path}/settle"), serde_json::json!({"actual": items})).await;
+                settlement_of(&s)
+            }
+            _ => unreachable!("a reservation is settled the way it was made"),
+        }
+    }
+
+    /// A decision: allowed, and the part that denied.
+    async fn decide(&self, subject: &str, parts: Vec<redcount_core::ops::decision::Part>) -> (bool, Option<usize>) {
+        let app = match self {
+            Via::Direct(d) => {
+                let got = d.run(&redcount_core::ops::decision::Decide::new(subject, parts).unwrap()).await.unwrap();
+                return (got.allowed, got.denied_by);
+            }
+            Via::Api(app) => app,
+        };
+        let body: Vec<serde_json::Value> = parts
+            .iter()
+            .map(|p| serde_json::json!({"policy": p.policy(), "cost": 1, "level": level_word(p.level())}))
+            .collect();
+        let d = Via::post(app, &format!("/api/decisions/{subject}"), serde_json::json!({"parts": body})).await;
+        let denied = d["parts"].as_array().unwrap().iter().position(|p| p["allowed"] == false);
+        (d["allowed"] == true, if d["allowed"] == true { None } else { denied })
+    }
+}
+
+/// A reserve's answer as the core's outcome.
+fn reservation_of(r: &serde_json::Value, parts: &[Part]) -> Reservation {
+    use redcount_core::ops::decision::LeaseResult;
+    use redcount_core::ops::quota::QuotaOutcome;
+    let int = |v: &serde_json::Value| v.as_i64().unwrap_or_else(|| panic!("not a number: {v} in {r}"));
+    let out: Vec<ReservedPart> = r["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let outcome = if p["kind"] == "quota" {
+                PartOutcome::Quota(QuotaOutcome {
+                    allowed: p["allowed"] == true,
+                    limit: int(&p["limit"]),
+                    remaining: int(&p["remaining"]),
+                    reset_ms: int(&p["reset_ms"]),
+                    retry_after_ms: int(&p["retry_after_ms"]),
+                })
+            } else {
+                PartOutcome::Lease {
+                    result: match p["result"].as_str().unwrap() {
+                        "full" => LeaseResult::Full,
+                        "acquired" => LeaseResult::Acquired,
+                        "held" => LeaseResult::Held,
+                        other => panic!("{other} in {r}"),
+                    },
+                    in_use: int(&p["in_use"]),
+                    limit: int(&p["limit"]),
+                    earliest_end_ms: p["earliest_end_ms"].as_i64(),
+                    retry_after_ms: int(&p["retry_after_ms"]),
+                    lease_ms: int(&p["lease_ms"]),
+                    fencing_token: p["fencing_token"].as_i64(),
+                }
+            };
+            let n = |k: &str| p[k].as_i64().unwrap_or(0);
+            ReservedPart { outcome, reserved: n("reserved"), back: n("reclaimed") }
+        })
+        .collect();
+    // The part that denied: the first of that policy the answer says did not admit.
+    let denied_by = r["denied_by"].as_str().map(|name| {
+        (0..parts.len())
+            .find(|&i| parts[i].policy() == name && !out[i].outcome.allowed())
+            .unwrap_or_else(|| panic!("{r}"))
+    });
+    Reservation {
+        allowed: r["allowed"] == true,
+        denied_by,
+        retry_after_ms: int(&r["retry_after_ms"]),
+        expires_at_ms: r["expires_ms"].as_i64(),
+        state: r["state"].as_str().map(state_of),
+        parts: out,
+    }
+}
+
+fn state_of(word: &str) -> State {
+    match word {
+        "open" => State::Open,
+        "settled" => State::Settled,
+        "released" => State::Released,
+        "expired" => State::Expired,
+        other => panic!("state {other}"),
+    }
+}
+
+/// A settle's answer as the core's outcome.
+fn settlement_of(s: &serde_json::Value) -> Settlement {
+    let parts = s["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let n = |k: &str| p[k].as_i64().unwrap_or_else(|| panic!("{k} in {s}"));
+            if p["kind"] == "quota" {
+                SettledPart::Quota {
+                    reserved: n("reserved"),
+                    actual: n("actual"),
+                    refunded: n("refunded"),
+                    charged: n("charged"),
+                    uncharged: n("uncharged"),
+                    debt: n("debt"),
+                    back: n("reclaimed"),
+                }
+            } else {
+                SettledPart::Lease { done: p["lease"] != "ended" }
+            }
+        })
+        .collect();
+    Settlement {
+        state: s["state"].as_str().map(state_of),
+        already_settled: s["already_settled"] == true,
+        expires_at_ms: s["expires_ms"].as_i64().unwrap(),
+        parts,
+    }
 }
 
 /// A record, an expiry queue or a quota state edited by hand (values redcount never writes):

@@ -241,6 +241,14 @@ impl Part {
         }
     }
 
+    /// The holder of a lease part (`None` for a quota part).
+    pub fn holder(&self) -> Option<&str> {
+        match &self.kind {
+            PartKind::Lease { holder, .. } => Some(holder),
+            PartKind::Quota { .. } => None,
+        }
+    }
+
     fn is_quota(&self) -> bool {
         matches!(self.kind, PartKind::Quota { .. })
     }
@@ -342,6 +350,16 @@ impl Reserve {
     /// The parts, in order.
     pub fn parts(&self) -> &[Part] {
         &self.parts
+    }
+
+    /// The subject.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The lease, in ms.
+    pub fn lease_ms(&self) -> i64 {
+        self.lease_ms
     }
 
     /// Its settle with the units used per part, in order (0 for a lease part).
