@@ -15,7 +15,7 @@ use redcount_core::ops::reservation::{
 };
 use redcount_core::ops::{Idempotency, Idempotent};
 use redcount_core::{ErrorKind, Operation};
-use redcount_tests::{RedisServer, uid};
+use redcount_tests::{Api, NativeServer, RedisServer, RestFront, Wrangler, secret, uid};
 
 /// Long enough that nothing comes back by time during a test.
 const LONG: i64 = 1_000_000_000_000;
@@ -618,9 +618,25 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
         conns.push(Via::Direct(redis.direct().await));
     }
     crowd(&redis, &conns).await;
-    // Then through `redcount serve`'s app in-process (HTTP requests, the reservation ids the
-    // API seals), its policies configured as the crowd's parts say; one crowd at a time, so
-    // neither slows the other's callers past their leases.
+}
+
+/// The crowd and the tenant storms through `redcount serve` (over RESP), a real process: the
+/// routes, the ids the API seals, the policies configured as the parts say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservation_crowds_through_redcount_serve() {
+    crowds_through(false).await;
+}
+
+/// The same through the real worker under wrangler dev (REST front, Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservation_crowds_through_the_worker() {
+    crowds_through(true).await;
+}
+
+/// The crowd, then the two tenant storms, one at a time (so none slows another's callers
+/// past their leases), through one shell of the API.
+async fn crowds_through(worker: bool) {
+    let redis = RedisServer::start();
     let mut policies = serde_json::Map::new();
     for (name, algo, debt, exp) in crowd_quotas() {
         policies.insert(name.into(), policy_json(algo, debt, exp, 8));
@@ -629,9 +645,25 @@ async fn a_thousand_reserve_settle_cycles_leave_exactly_what_was_settled() {
         "in-flight".into(),
         serde_json::json!({"kind": "semaphore", "limit": CROWD_SLOTS, "lease_ms": CROWD_LEASE_MS}),
     );
-    let app = Via::api(&redis, serde_json::Value::Object(policies)).await;
-    crowd(&redis, &vec![app; 40]).await;
+    for (tag, user_limit, tenant_total) in TENANT_STORMS {
+        let (per_user, total) = tenant_limits(user_limit, tenant_total);
+        policies.insert(format!("tpm{tag}"), policy_json(per_user, 0, OnExpiry::Charge, 1));
+        policies.insert(format!("total{tag}"), policy_json(total, 0, OnExpiry::Charge, 1));
+    }
+    let (shell, via) = Shell::start(&redis, &serde_json::Value::Object(policies).to_string(), worker);
+    let conns = vec![via; 40];
+    crowd(&redis, &conns).await;
+    let read = |what: &str| read_with(&mut redis.conn(), what);
+    for (tag, user_limit, tenant_total) in TENANT_STORMS {
+        tenant_storm(&conns, tag, user_limit, tenant_total, read).await;
+    }
+    let log = shell.log();
+    assert!(!log.contains("panicked"), "no panic: {log}");
 }
+
+/// The tenant storms: (policy names' tag, each user's limit, the tenant's total); the
+/// tenant's total binds in the first, each user's limit in the second.
+const TENANT_STORMS: [(&str, i64, i64); 2] = [("-a", 25, 400), ("-b", 25, 5_000)];
 
 /// The crowd's quotas: one per algorithm at its limit, each with its max_debt and on_expiry
 /// (a sliding window's refund on expiry is its own test's).
@@ -828,28 +860,30 @@ async fn crowd(redis: &RedisServer, conns: &[Via]) {
 /// as decisions, half as reservations): exactly what both limits allow is admitted (the
 /// tenant's total when it binds, else every user's limit), each user's counter and the
 /// tenant's hold exactly the admitted units.
-async fn tenant_storm(d: &[Via], user_limit: i64, tenant_total: i64, read: impl Fn(&str) -> i64) {
+async fn tenant_storm(d: &[Via], tag: &str, user_limit: i64, tenant_total: i64, read: impl Fn(&str) -> i64) {
     use redcount_core::ops::decision;
     let tenant = uid("acme");
+    let (user_policy, total_policy): (Arc<str>, Arc<str>) = (format!("tpm{tag}").into(), format!("total{tag}").into());
     let (per_user, total) = tenant_limits(user_limit, tenant_total);
     let barrier = Arc::new(tokio::sync::Barrier::new(1000));
     let mut tasks = Vec::new();
     for i in 0..1000 {
         let (d, barrier) = (d[i % d.len()].clone(), barrier.clone());
+        let (user_policy, total_policy) = (user_policy.clone(), total_policy.clone());
         let subject = format!("{tenant}/u{}", i % 20);
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             if i % 2 == 0 {
                 let parts = vec![
-                    decision::Part::quota("tpm", per_user, 1).unwrap(),
-                    decision::Part::quota("tpm-total", total, 1).unwrap().at(Level::Tenant),
+                    decision::Part::quota(&user_policy, per_user, 1).unwrap(),
+                    decision::Part::quota(&total_policy, total, 1).unwrap().at(Level::Tenant),
                 ];
                 let (allowed, denied_by) = d.decide(&subject, parts).await;
                 (i % 20, allowed, denied_by)
             } else {
                 let parts = vec![
-                    Part::quota("tpm", per_user, 1).unwrap(),
-                    Part::quota("tpm-total", total, 1).unwrap().at(Level::Tenant),
+                    Part::quota(&user_policy, per_user, 1).unwrap(),
+                    Part::quota(&total_policy, total, 1).unwrap().at(Level::Tenant),
                 ];
                 let reserve = Reserve::new(&subject, &format!("r{i}"), parts, LONG / 100, Mode::All).unwrap();
                 let (got, _) = d.reserve(&reserve).await;
@@ -870,9 +904,9 @@ async fn tenant_storm(d: &[Via], user_limit: i64, tenant_total: i64, read: impl 
         if tenant_total >= 20 * user_limit {
             assert_eq!(*n, user_limit, "user {user}: only its own limit binds");
         }
-        assert_eq!(read(&keys::quota("tpm", &format!("{tenant}/u{user}"), "fw")), *n, "user {user}'s counter");
+        assert_eq!(read(&keys::quota(&user_policy, &format!("{tenant}/u{user}"), "fw")), *n, "user {user}'s counter");
     }
-    let tenant_key = keys::quota_at("tpm-total", &format!("{tenant}/u0"), Level::Tenant, "sw");
+    let tenant_key = keys::quota_at(&total_policy, &format!("{tenant}/u0"), Level::Tenant, "sw");
     assert_eq!(read(&format!("ZCARD {tenant_key}")), admitted, "the tenant's total");
 }
 
@@ -898,23 +932,8 @@ async fn a_thousand_tenant_calls_admit_exactly_what_user_and_tenant_limits_allow
         conns.push(Via::Direct(redis.direct().await));
     }
     let read = |what: &str| read_with(&mut redis.conn(), what);
-    tenant_storm(&conns, 25, 400, read).await; // the tenant's total binds
-    tenant_storm(&conns, 25, 5_000, read).await; // each user's limit binds
-}
-
-/// The same through `redcount serve`'s app in-process: the tenant routes, two segments.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_thousand_tenant_calls_through_redcount_serve_admit_exactly_the_limits() {
-    let redis = RedisServer::start();
-    let read = |what: &str| read_with(&mut redis.conn(), what);
-    for (user_limit, tenant_total) in [(25, 400), (25, 5_000)] {
-        let (per_user, total) = tenant_limits(user_limit, tenant_total);
-        let policies = serde_json::json!({
-            "tpm": policy_json(per_user, 0, OnExpiry::Charge, 1),
-            "tpm-total": policy_json(total, 0, OnExpiry::Charge, 1),
-        });
-        let app = Via::api(&redis, policies).await;
-        tenant_storm(&vec![app; 40], user_limit, tenant_total, read).await;
+    for (tag, user_limit, tenant_total) in TENANT_STORMS {
+        tenant_storm(&conns, tag, user_limit, tenant_total, read).await;
     }
 }
 
@@ -928,20 +947,76 @@ async fn a_thousand_tenant_calls_admit_exactly_the_limits_on_a_cluster() {
         conns.push(Via::Direct(redcount::Direct::connect_cluster(&seeds, Duration::from_secs(10)).await.unwrap()));
     }
     let read = |what: &str| read_with(&mut cluster.conn(), what);
-    tenant_storm(&conns, 25, 400, read).await;
-    tenant_storm(&conns, 25, 5_000, read).await;
+    for (tag, user_limit, tenant_total) in TENANT_STORMS {
+        tenant_storm(&conns, tag, user_limit, tenant_total, read).await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
 // The crowds' two ways in.
 
 /// Where a crowd's calls go: the core's operations over a `Direct` driver, or HTTP requests
-/// to `redcount serve`'s app in-process (`Backend::Direct` on the same Redis, its policies
-/// configured as the parts say), whose answers are read back into the core's outcomes.
+/// to a real shell of the API (see [`Shell`]), whose answers are read back into the core's
+/// outcomes. The HTTP reserves and decisions in flight are bounded (a crowd of 1,000 would
+/// otherwise open as many connections at once); settles pass the bound (at most one per live
+/// lease), so they do not wait behind the crowd's retries until their leases end.
 #[derive(Clone)]
 enum Via {
     Direct(redcount::Direct),
-    Api(axum::Router),
+    Http(Arc<Api>, Arc<tokio::sync::Semaphore>),
+}
+
+/// A shell of the API before a test's Redis: `redcount serve` over RESP, or the worker under
+/// wrangler dev through the REST front.
+enum Shell {
+    Serve(NativeServer),
+    /// The front lives as long as the worker that calls it.
+    Worker {
+        worker: Wrangler,
+        _front: RestFront,
+    },
+}
+
+impl Shell {
+    /// Starts one with `policies`, and the way to call it.
+    fn start(redis: &RedisServer, policies: &str, worker: bool) -> (Shell, Via) {
+        let admin = secret("admin");
+        let shell = if worker {
+            let front = RestFront::start(&redis.url(), false);
+            let w = Wrangler::start(&[
+                ("REDCOUNT_REST_URL", &front.url()),
+                ("REDCOUNT_REST_TOKEN", &front.token),
+                ("REDCOUNT_ADMIN_TOKEN", &admin),
+                ("REDCOUNT_POLICIES", policies),
+            ]);
+            Shell::Worker { worker: w, _front: front }
+        } else {
+            Shell::Serve(NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, policies))
+        };
+        let base = match &shell {
+            Shell::Serve(n) => n.url(),
+            Shell::Worker { worker, .. } => worker.url(),
+        };
+        // wrangler dev's local runtime serves a fraction of what `redcount serve` does at once.
+        let at_once = if worker { 16 } else { 64 };
+        let via = Via::Http(Arc::new(Api::new(base, &admin)), Arc::new(tokio::sync::Semaphore::new(at_once)));
+        (shell, via)
+    }
+
+    fn log(&self) -> String {
+        match self {
+            Shell::Serve(n) => n.log(),
+            Shell::Worker { worker, .. } => worker.log(),
+        }
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the shell's output:\n{}", self.log());
+        }
+    }
 }
 
 /// A granted reservation as its caller holds it: the operation, or the id the API sealed
@@ -980,22 +1055,11 @@ fn level_word(l: Level) -> &'static str {
 }
 
 impl Via {
-    /// The app over `redis` with `policies`.
-    async fn api(redis: &RedisServer, policies: serde_json::Value) -> Via {
-        let text = policies.to_string();
-        let config = redcount_api::Config::from_env(|n| (n == "REDCOUNT_POLICIES").then(|| text.clone()))
-            .expect("valid policies");
-        let backend = redcount_cli::serve::Backend::Direct(redis.direct().await);
-        Via::Api(redcount_cli::serve::app(config, backend, std::env::temp_dir(), Duration::from_secs(10)))
-    }
-
-    async fn post(app: &axum::Router, path: &str, body: serde_json::Value) -> serde_json::Value {
-        use tower::ServiceExt;
-        let request = axum::http::Request::post(path).body(axum::body::Body::from(body.to_string())).unwrap();
-        let response = app.clone().oneshot(request).await.unwrap();
-        let status = response.status().as_u16();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    /// POSTs `body` to `path` (in turn when `gated`): the answer, which must be a 200.
+    async fn post(&self, path: &str, body: serde_json::Value, gated: bool) -> serde_json::Value {
+        let Via::Http(api, gate) = self else { unreachable!("only HTTP calls post") };
+        let _turn = if gated { Some(gate.acquire().await.unwrap()) } else { None };
+        let (status, json) = api.post(path, &body.to_string()).await.parts();
         assert_eq!(status, 200, "POST {path} {body}: {json}");
         json
     }
@@ -1003,10 +1067,9 @@ impl Via {
     /// Reserves what `op` says (through the API: its subject, parts and lease; the API makes
     /// the id).
     async fn reserve(&self, op: &Reserve) -> (Reservation, Held) {
-        let app = match self {
-            Via::Direct(d) => return (d.run(op).await.unwrap(), Held::Op(op.clone())),
-            Via::Api(app) => app,
-        };
+        if let Via::Direct(d) = self {
+            return (d.run(op).await.unwrap(), Held::Op(op.clone()));
+        }
         let (subject, parts, lease_ms) = (op.subject(), op.parts(), op.lease_ms());
         let body: Vec<serde_json::Value> = parts
             .iter()
@@ -1020,7 +1083,7 @@ impl Via {
             })
             .collect();
         let path = format!("/api/reservations/{subject}");
-        let r = Via::post(app, &path, serde_json::json!({"parts": body, "lease_ms": lease_ms})).await;
+        let r = self.post(&path, serde_json::json!({"parts": body, "lease_ms": lease_ms}), true).await;
         let got = reservation_of(&r, parts);
         let held = Held::Ticket {
             path: format!("{path}/{}", r["reservation"].as_str().unwrap_or("")),
@@ -1033,14 +1096,14 @@ impl Via {
     async fn settle(&self, held: &Held, actual: &[i64]) -> Settlement {
         match (self, held) {
             (Via::Direct(d), Held::Op(op)) => d.run(&op.settle(actual).unwrap()).await.unwrap(),
-            (Via::Api(app), Held::Ticket { path, parts }) => {
+            (Via::Http(..), Held::Ticket { path, parts }) => {
                 let items: Vec<serde_json::Value> = parts
                     .iter()
                     .zip(actual)
                     .filter(|((_, _, quota), _)| *quota)
                     .map(|((name, level, _), n)| serde_json::json!({"policy": name, "units": n, "level": level_word(*level)}))
                     .collect();
-                let s = Via::post(app, &format!("{path}/settle"), serde_json::json!({"actual": items})).await;
+                let s = self.post(&format!("{path}/settle"), serde_json::json!({"actual": items}), false).await;
                 settlement_of(&s)
             }
             _ => unreachable!("a reservation is settled the way it was made"),
@@ -1049,18 +1112,15 @@ impl Via {
 
     /// A decision: allowed, and the part that denied.
     async fn decide(&self, subject: &str, parts: Vec<redcount_core::ops::decision::Part>) -> (bool, Option<usize>) {
-        let app = match self {
-            Via::Direct(d) => {
-                let got = d.run(&redcount_core::ops::decision::Decide::new(subject, parts).unwrap()).await.unwrap();
-                return (got.allowed, got.denied_by);
-            }
-            Via::Api(app) => app,
-        };
+        if let Via::Direct(d) = self {
+            let got = d.run(&redcount_core::ops::decision::Decide::new(subject, parts).unwrap()).await.unwrap();
+            return (got.allowed, got.denied_by);
+        }
         let body: Vec<serde_json::Value> = parts
             .iter()
             .map(|p| serde_json::json!({"policy": p.policy(), "cost": 1, "level": level_word(p.level())}))
             .collect();
-        let d = Via::post(app, &format!("/api/decisions/{subject}"), serde_json::json!({"parts": body})).await;
+        let d = self.post(&format!("/api/decisions/{subject}"), serde_json::json!({"parts": body}), true).await;
         let denied = d["parts"].as_array().unwrap().iter().position(|p| p["allowed"] == false);
         (d["allowed"] == true, if d["allowed"] == true { None } else { denied })
     }
