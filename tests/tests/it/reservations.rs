@@ -972,8 +972,8 @@ enum Shell {
     Serve(NativeServer),
     /// The front lives as long as the worker that calls it.
     Worker {
-        worker: Wrangler,
-        _front: RestFront,
+        worker: Box<Wrangler>,
+        _front: Box<RestFront>,
     },
 }
 
@@ -989,7 +989,7 @@ impl Shell {
                 ("REDCOUNT_ADMIN_TOKEN", &admin),
                 ("REDCOUNT_POLICIES", policies),
             ]);
-            Shell::Worker { worker: w, _front: front }
+            Shell::Worker { worker: Box::new(w), _front: Box::new(front) }
         } else {
             Shell::Serve(NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, policies))
         };
