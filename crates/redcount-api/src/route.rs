@@ -256,15 +256,20 @@ impl Route {
 
     /// The route of `method` and the decoded `segments` after `/api/` ([`segments`]): 404
     /// when no route has this path, 405 (with `Allow`) when none of its routes has this method.
+    /// The path's routes are those that fit it with the most fixed segments: a word such as
+    /// `refund` after a subject names that action whatever the method, never a tenant's user.
     pub fn matching(method: &str, segments: Vec<String>) -> Result<Route, ApiError> {
-        if let Some(spec) = ROUTES.iter().find(|s| s.takes(method) && s.fit(&segments)) {
+        let fixed = |s: &RouteSpec| s.pattern().filter(|p| p.first() != Some(&b'{')).count();
+        let most = ROUTES.iter().filter(|s| s.fit(&segments)).map(fixed).max();
+        let of_path = |s: &&RouteSpec| Some(fixed(s)) == most && s.fit(&segments);
+        if let Some(spec) = ROUTES.iter().filter(of_path).find(|s| s.takes(method)) {
             let mut params = segments;
             let mut at = spec.pattern().map(|p| p.first() == Some(&b'{'));
             params.retain(|_| at.next().unwrap_or(false));
             return Ok(Route::with_params(spec.id, params));
         }
         let mut allow = String::new();
-        for spec in ROUTES.iter().filter(|s| s.fit(&segments)) {
+        for spec in ROUTES.iter().filter(of_path) {
             if !allow.is_empty() {
                 allow.push_str(", ");
             }
@@ -419,6 +424,10 @@ mod tests {
         assert_eq!(allow("PUT", "/api/counters/a/b"), "GET, HEAD, POST");
         assert_eq!(allow("GET", "/api/overrides/a/b"), "PUT, DELETE");
         assert_eq!(allow("PUT", "/api/redpackets/a/grab"), "POST");
+        // An action's word after a subject is that action, never a tenant's user of that name.
+        assert_eq!(allow("GET", "/api/quotas/a/b/refund"), "POST");
+        assert_eq!(allow("DELETE", "/api/quotas/a/b/refund"), "POST");
+        assert_eq!(Route::parse("GET", "/api/quotas/a/b/c").unwrap().id(), RouteId::QuotaPeekTenant);
         assert_eq!(Route::parse("POST", "/api/semaphores/a/b/steal").unwrap_err().status, 404);
     }
 }
