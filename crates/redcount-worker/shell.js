@@ -6,7 +6,7 @@
 // step in its output buffer (its doc comment has the layout). `cargo xtask build-worker`
 // copies this file to build/index.js beside wasm-bindgen's glue and the wasm.
 import wasmModule from "./redcount_worker_bg.wasm";
-import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail } from "./redcount_worker.js";
+import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, script } from "./redcount_worker.js";
 
 const { memory } = initSync({ module: wasmModule });
 
@@ -100,83 +100,117 @@ function respond(step) {
   return new Response(status === 204 ? null : step.slice(7 + len), { status, headers });
 }
 
-// The REST reply's bytes, refused past MAX_REPLY as they arrive (a longer Content-Length
-// unread): a broken or hostile front must not make the isolate hold whatever it sends.
-async function replyBytes(resp) {
-  const length = resp.headers.get("Content-Length");
-  if (length !== null && Number(length) <= MAX_REPLY) return new Uint8Array(await resp.arrayBuffer());
-  const tooLarge = () => new Error(`reply larger than ${MAX_REPLY} bytes`);
-  if (length !== null || resp.body === null) {
-    if (resp.body !== null) await resp.body.cancel();
-    if (length !== null) throw tooLarge();
-    return EMPTY;
-  }
-  const reader = resp.body.getReader();
+// The first bytes of `stream`, up to `max` + 1 (the rest left unread, the stream cancelled):
+// more than `max` says "too long" without holding whatever a peer sends.
+async function upTo(stream, max) {
+  const reader = stream.getReader();
   const chunks = [];
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    size += value.length;
-    if (size > MAX_REPLY) {
-      await reader.cancel();
-      throw tooLarge();
-    }
     chunks.push(value);
+    size += value.length;
+    if (size > max) {
+      await reader.cancel();
+      break;
+    }
   }
-  const all = new Uint8Array(size);
+  const all = new Uint8Array(Math.min(size, max + 1));
   let at = 0;
   for (const c of chunks) {
-    all.set(c, at);
-    at += c.length;
+    const part = c.subarray(0, all.length - at);
+    all.set(part, at);
+    at += part.length;
   }
   return all;
+}
+
+// The REST reply's bytes, refused past MAX_REPLY as they arrive (a longer Content-Length
+// unread): a broken or hostile front must not make the isolate hold whatever it sends.
+async function replyBytes(resp) {
+  const length = resp.headers.get("Content-Length");
+  if (length !== null && Number(length) <= MAX_REPLY) return new Uint8Array(await resp.arrayBuffer());
+  const bytes = length === null && resp.body !== null ? await upTo(resp.body, MAX_REPLY) : EMPTY;
+  if (length === null && bytes.length <= MAX_REPLY) return bytes;
+  if (length !== null && resp.body !== null) await resp.body.cancel();
+  throw new Error(`reply larger than ${MAX_REPLY} bytes`);
 }
 
 function errorText(e) {
   return e instanceof Error ? e.message || e.name : String(e);
 }
 
+function word(step, at) {
+  return (step[at] | (step[at + 1] << 8) | (step[at + 2] << 16) | (step[at + 3] << 24)) >>> 0;
+}
+
+// Drives the wasm module from its first step to its answer: each REST call it asks for, and
+// the text of a script Redis lost (from the static assets), then `finish(step)` on the
+// respond step, at once (the step is a view of wasm memory, valid until the next call).
+async function drive(step, env, finish) {
+  while (step[0] !== 0) {
+    const id = word(step, 1);
+    if (step[0] === 2) {
+      // A NOSCRIPT: the script's text, which the module checks against its SHA-1.
+      let source = EMPTY;
+      try {
+        const resp = await env.ASSETS.fetch(`https://assets/lua/${text.decode(step.subarray(5))}.lua`);
+        if (resp.ok) source = new Uint8Array(await resp.arrayBuffer());
+      } catch {}
+      put("", source);
+      step = output(script(id, source.length));
+      continue;
+    }
+    // slice: the REST body is copied out of wasm memory once, for the fetch to keep. The
+    // module bounds every call (the policy's timeout_ms, or its own); past it the runtime
+    // aborts the fetch ("…timeout").
+    const init = { method: "POST", headers: restHeaders, body: step.slice(9), signal: AbortSignal.timeout(word(step, 5)) };
+    let status;
+    let reply;
+    try {
+      const resp = await fetch(restUrl, init);
+      status = resp.status;
+      reply = await replyBytes(resp);
+    } catch (e) {
+      step = output(fail(id, put(errorText(e))));
+      continue;
+    }
+    put("", reply);
+    step = output(receive(id, status, reply.length));
+  }
+  return finish(step);
+}
+
+async function serve(request, env) {
+  configured(env);
+  const h = request.headers;
+  const length = h.get("Content-Length");
+  const head =
+    request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
+    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
+  let body = EMPTY;
+  let bodyError = "-";
+  // Past MAX_BODY the wasm side answers 413 without the body being read: unread when its
+  // Content-Length says so, read no further than MAX_BODY + 1 bytes when it has none. An
+  // empty one (Content-Length: 0) is not waited for.
+  if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) {
+    try {
+      body = length === null ? await upTo(request.body, MAX_BODY) : new Uint8Array(await request.arrayBuffer());
+    } catch (e) {
+      bodyError = "+" + errorText(e).replaceAll("\0", " ");
+    }
+  }
+  return drive(output(handle(put(head + "\0" + bodyError, body), body.length)), env, respond);
+}
+
 export default {
-  async fetch(request, env) {
-    configured(env);
-    const h = request.headers;
-    const length = h.get("Content-Length");
-    const head =
-      request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
-      header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
-    let body = EMPTY;
-    let bodyError = "-";
-    // Past MAX_BODY the wasm side answers 413 without the body ever being read; an empty one
-    // (Content-Length: 0) is not waited for.
-    if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) {
-      try {
-        body = new Uint8Array(await request.arrayBuffer());
-      } catch (e) {
-        bodyError = "+" + errorText(e).replaceAll("\0", " ");
-      }
-    }
-    let step = output(handle(put(head + "\0" + bodyError, body), body.length));
-    while (step[0] === 1) {
-      const id = (step[1] | (step[2] << 8) | (step[3] << 16) | (step[4] << 24)) >>> 0;
-      const timeout = (step[5] | (step[6] << 8) | (step[7] << 16) | (step[8] << 24)) >>> 0;
-      // slice: the REST body is copied out of wasm memory once, for the fetch to keep.
-      const init = { method: "POST", headers: restHeaders, body: step.slice(9) };
-      // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
-      if (timeout > 0) init.signal = AbortSignal.timeout(timeout);
-      let status;
-      let reply;
-      try {
-        const resp = await fetch(restUrl, init);
-        status = resp.status;
-        reply = await replyBytes(resp);
-      } catch (e) {
-        step = output(fail(id, put(errorText(e))));
-        continue;
-      }
-      put("", reply);
-      step = output(receive(id, status, reply.length));
-    }
-    return respond(step);
+  fetch(request, env, ctx) {
+    const answer = serve(request, env);
+    // A request the runtime cancels (its client gone) would otherwise stop at its next await,
+    // its exchange parked in the module for good: the call runs to its end (each REST call is
+    // bounded), and frees it.
+    ctx.waitUntil(answer);
+    return answer;
   },
 };

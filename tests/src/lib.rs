@@ -777,7 +777,7 @@ impl Wrangler {
         );
         let dir = scratch_dir("wrangler");
         let mut toml = format!(
-            "name = \"redcount-test\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n\n[assets]\ndirectory = \"{}\"\n\n[vars]\n",
+            "name = \"redcount-test\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n\n[vars]\n",
             main.display(),
             root.join("www").display()
         );

@@ -41,7 +41,7 @@ fn step(r: ApiRequest<'_>) -> Step {
 fn respond(r: ApiRequest<'_>) -> ApiResponse {
     match step(r) {
         Step::Respond(resp) => resp,
-        Step::Send(ex) => panic!("expected a response, got a REST call: {}", ex.body()),
+        Step::Send(ex) | Step::Script(ex) => panic!("expected a response, got a REST call: {}", ex.body()),
     }
 }
 
@@ -49,6 +49,7 @@ fn send_body(r: ApiRequest<'_>) -> Value {
     match step(r) {
         Step::Send(ex) => serde_json::from_str(ex.body()).unwrap(),
         Step::Respond(resp) => panic!("expected a REST call, got {} {}", resp.status, resp.body),
+        Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
     }
 }
 
@@ -119,11 +120,27 @@ fn routes_become_exactly_one_evalsha() {
 fn replies_become_responses_and_noscript_retries_once() {
     let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
     let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
-    let Step::Send(ex) = ex.receive(400, noscript) else { panic!("NOSCRIPT leads to EVAL") };
+    let Step::Script(ex) = ex.receive(400, noscript) else { panic!("NOSCRIPT asks for the script's text") };
+    let script = ex.wanted_script().unwrap();
+    assert_eq!(script.name(), "redpacket_grab");
+    let Step::Send(ex) = ex.give_compiled_script() else { panic!("then EVAL") };
     assert!(ex.body().starts_with("[\"EVAL\",\""));
     // A second NOSCRIPT is not retried again.
     let Step::Respond(r) = ex.receive(400, noscript) else { panic!() };
     assert_eq!(r.status, 502);
+    // A text given from elsewhere must be the script's own: anything else is a 500 that
+    // names the script, and nothing is sent.
+    for wrong in [&b""[..], b"return 1", &script.source().as_bytes()[1..]] {
+        let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+        let Step::Script(ex) = ex.receive(400, noscript) else { panic!() };
+        let Step::Respond(r) = ex.give_script(wrong) else { panic!("a wrong text is not sent") };
+        assert_eq!(r.status, 500);
+        assert!(r.body.contains(script.sha1()), "{}", r.body);
+    }
+    let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+    let Step::Script(ex) = ex.receive(400, noscript) else { panic!() };
+    let Step::Send(ex) = ex.give_script(script.source().as_bytes()) else { panic!() };
+    assert_eq!(serde_json::from_str::<Value>(ex.body()).unwrap()[1], json!(script.source()));
 
     let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
     // [1, 250, 3, 7] base64-free integers.
@@ -430,10 +447,11 @@ fn calls_without_http_make_the_same_exchanges() {
     let body = |step: Step| match step {
         Step::Send(ex) => ex.body().to_string(),
         Step::Respond(r) => panic!("expected a REST call, got {} {}", r.status, r.body),
+        Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
     };
     let error = |step: Step| match step {
         Step::Respond(r) => (r.status, json_of(&r)["field"].as_str().map(str::to_owned)),
-        Step::Send(ex) => panic!("expected an answer, sent {}", ex.body()),
+        Step::Send(ex) | Step::Script(ex) => panic!("expected an answer, sent {}", ex.body()),
     };
     // The same REST body as the HTTP request, the Idempotency-Key's reply key included.
     let http =
@@ -441,6 +459,7 @@ fn calls_without_http_make_the_same_exchanges() {
     let over_http = match step(http) {
         Step::Send(ex) => ex.body().to_string(),
         Step::Respond(r) => panic!("{}", r.body),
+        Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
     };
     assert_eq!(body(call(take(), br#"{"cost":1}"#, &Caller::public(), Some("k-1"))), over_http);
     // A peek reads its cost from the object, as JSON numbers (the query's text over HTTP).
@@ -474,6 +493,7 @@ fn a_scoped_caller_cannot_name_another_scopes_keys() {
                 b.as_array().unwrap()[3..3 + n].iter().map(|k| k.as_str().unwrap().to_owned()).collect()
             }
             Step::Respond(r) => panic!("{} {}", r.status, r.body),
+            Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
         }
     };
     let acme = Caller::public().scoped(Scope::new("acme").unwrap());

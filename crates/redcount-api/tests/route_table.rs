@@ -270,6 +270,7 @@ fn every_row_of_the_route_table() {
                 panic!("{what}: answered {} {} without sending {sends:?}", resp.status, resp.body)
             }
             (Step::Send(ex), Sends::Nothing) => panic!("{what}: sent {} though it must not", ex.body()),
+            (Step::Script(ex), _) => panic!("{what}: asked for a script before sending {}", ex.body()),
         };
         assert_eq!(response.status, r.status, "{what}: {}", response.body);
         if !response.body.is_empty() {

@@ -114,6 +114,7 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
     let response = loop {
         match step {
             Step::Respond(r) => break r,
+            Step::Script(exchange) => step = exchange.give_compiled_script(),
             Step::Send(exchange) => {
                 calls += 1;
                 if calls == 2 {

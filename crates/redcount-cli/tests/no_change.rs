@@ -154,7 +154,7 @@ fn routed(config: &Config, method: &str, path: &str) -> Option<u16> {
             body: bytes.as_bytes(),
         };
         let r = match redcount_api::handle(config, &req, &mut rand::rng()) {
-            Step::Send(_) => return Some(0),
+            Step::Send(_) | Step::Script(_) => return Some(0),
             Step::Respond(r) if r.status == 404 || r.status == 405 => return None,
             Step::Respond(r) => r,
         };

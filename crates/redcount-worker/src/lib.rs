@@ -18,11 +18,20 @@
 //!   handle(head_len, body_len)       head, body       -> step
 //!   receive(handle, status, len)     REST reply body  -> step             after a REST reply
 //!   fail(handle, len)                why              -> step             the REST front did not answer
+//!   script(handle, len)              a script's text  -> step             after a script step
 //! ```
 //!
 //! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
-//! `name\0value\0…`) or `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
-//! then call `receive` or `fail` with the handle; `timeout_ms` 0: no bound of the policy's).
+//! `name\0value\0…`), `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
+//! then call `receive` or `fail` with the handle, at the latest after `timeout_ms`: the policy's,
+//! or [`MAX_WAIT_MS`]),
+//! or `[2] handle:u32le sha1` (Redis lost the script whose SHA-1 this is: call `script` with
+//! the text of the worker's static asset `lua/<sha1>.lua`, or with nothing when there is none).
+//!
+//! The scripts' texts are not in this module: EVAL after NOSCRIPT is rare, and they were a
+//! tenth of the bundle. `cargo xtask build-worker` writes them to the static assets
+//! (`www/lua/`, by the `script-assets` binary of this crate); the API checks each text it is
+//! given against the SHA-1 the module does carry.
 
 // On wasm32 the crate needs no std: core and alloc only, so the bundle carries none of std's
 // panic, thread-local or I/O machinery. Host builds (its unit tests) keep std.
@@ -82,6 +91,11 @@ impl rand_core::RngCore for PlatformRng {
 }
 
 impl rand_core::CryptoRng for PlatformRng {}
+
+/// The bound of a REST call whose policy declares none. Every call is bounded: a request the
+/// runtime cancels (its client gone) runs on to its end under `waitUntil`, which frees its
+/// exchange, and the runtime allows that 30 s.
+pub const MAX_WAIT_MS: u32 = 20_000;
 
 /// What one isolate keeps between requests.
 struct Isolate {
@@ -230,6 +244,13 @@ pub fn fail(handle: u32, len: usize) -> *const u8 {
     call(len, |why| fail_exchange(handle, text(why)))
 }
 
+/// The text of the script the exchange `handle` asked for (the input, `len` bytes; empty when
+/// the shell found none). Outputs a step: the EVAL, or a 500 when the text is not the script's.
+#[wasm_bindgen]
+pub fn script(handle: u32, len: usize) -> *const u8 {
+    call(len, |source| give_script(handle, source))
+}
+
 fn configure_text(vars: &str) -> String {
     let mut parts = vars.split('\0');
     let mut pairs = Vec::new();
@@ -299,21 +320,45 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> 
         }
         let (path, query) = split_url(url);
         let request = ApiRequest { method, path, query, authorization, origin, idempotency_key, body };
-        match api::handle(config, &request, &mut PlatformRng) {
-            Step::Respond(r) => respond(r),
-            Step::Send(ex) => send(i, ex),
-        }
+        let step = api::handle(config, &request, &mut PlatformRng);
+        next(i, step)
     })
 }
 
 fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => match ex.receive(status, body) {
-            Step::Respond(r) => respond(r),
-            Step::Send(ex) => send(i, ex),
-        },
+        Some(ex) => next(i, ex.receive(status, body)),
         None => lost(),
     })
+}
+
+fn give_script(handle: u32, source: &[u8]) -> Vec<u8> {
+    isolate(|i| match i.take(handle) {
+        Some(ex) => next(i, ex.give_script(source)),
+        None => lost(),
+    })
+}
+
+/// The shell's next step: answer; send the REST body (`[1]`, the exchange parked until its
+/// reply); or fetch a script's text (`[2]`, parked until then).
+fn next(i: &mut Isolate, step: Step) -> Vec<u8> {
+    let (kind, ex) = match step {
+        Step::Respond(r) => return respond(r),
+        Step::Send(ex) => (1, ex),
+        Step::Script(ex) => (2, ex),
+    };
+    let mut out = Vec::with_capacity(9 + ex.body().len());
+    out.push(kind);
+    out.extend_from_slice(&[0; 4]); // the handle, known once the exchange is parked
+    if kind == 1 {
+        out.extend_from_slice(&ex.timeout_ms().unwrap_or(MAX_WAIT_MS).to_le_bytes());
+        out.extend_from_slice(ex.body().as_bytes());
+    } else {
+        out.extend_from_slice(ex.wanted_script().map_or("", |s| s.sha1()).as_bytes());
+    }
+    let handle = i.park(ex);
+    out[1..5].copy_from_slice(&handle.to_le_bytes());
+    out
 }
 
 fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
@@ -326,18 +371,6 @@ fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
 /// A handle the shell never got (a bug in the shell, not a request's fault).
 fn lost() -> Vec<u8> {
     respond(ApiResponse::error(500, "internal error: unknown exchange", None))
-}
-
-fn send(i: &mut Isolate, ex: Exchange) -> Vec<u8> {
-    let rest = ex.body().as_bytes();
-    let mut out = Vec::with_capacity(9 + rest.len());
-    out.push(1);
-    out.extend_from_slice(&[0; 4]); // the handle, known once the exchange is parked
-    out.extend_from_slice(&ex.timeout_ms().unwrap_or(0).to_le_bytes());
-    out.extend_from_slice(rest);
-    let handle = i.park(ex);
-    out[1..5].copy_from_slice(&handle.to_le_bytes());
-    out
 }
 
 /// The API's response as a step: status, headers (as the API listed them), body.
@@ -430,6 +463,35 @@ mod tests {
         // The policy's declared answer (deny, the default), marked degraded, with the reason.
         assert_eq!(status, 503);
         assert!(body.contains(r#""degraded":true"#) && body.contains("connection refused"), "{body}");
+    }
+
+    #[test]
+    fn a_lost_script_is_asked_for_by_its_sha_and_checked() {
+        assert_eq!(configure_text(VARS), "");
+        let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
+        let script = &redcount_core::script::CLAIM;
+        let ask = |h: u32| {
+            let step = receive_reply(h, 400, noscript);
+            assert_eq!(step[0], 2, "a script step");
+            assert_eq!(core::str::from_utf8(&step[5..]).unwrap(), script.sha1());
+            u32::from_le_bytes(step[1..5].try_into().unwrap())
+        };
+        // No text (no asset), or another text: a 500 naming the script, nothing sent.
+        for wrong in [&b""[..], b"return 1"] {
+            let (h, ..) = parse_send(&handle_request(CLAIM, b"", None));
+            let step = give_script(ask(h), wrong);
+            let (status, _, body) = parse(&step);
+            assert_eq!(status, 500);
+            assert!(body.contains(script.sha1()), "{body}");
+        }
+        // The script's own text: the EVAL, with the same bound as the EVALSHA.
+        let (h, ..) = parse_send(&handle_request(CLAIM, b"", None));
+        let step = give_script(ask(h), script.source().as_bytes());
+        let (h, timeout, rest) = parse_send(&step);
+        assert!(rest.starts_with(r#"["EVAL","#), "{rest}");
+        assert_eq!(timeout, 250);
+        let (status, _, _) = parse(&receive_reply(h, 200, br#"{"result":[1,0]}"#));
+        assert_eq!(status, 200);
     }
 
     #[test]
