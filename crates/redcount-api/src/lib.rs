@@ -60,6 +60,7 @@ pub mod config;
 pub mod openapi;
 pub mod route;
 mod routes;
+pub mod rpc;
 
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
@@ -114,6 +115,9 @@ pub struct ApiResponse {
     /// decided, typed, for a shell that acts on answers without reading their JSON (the
     /// route names the policy and the subject; [`Config::fingerprint`] the policy's definition).
     pub verdict: Option<Verdict>,
+    /// True for a decision route's declared answer when Redis did not answer (its body says
+    /// `"degraded": true`): an answer, not an error, whatever its status.
+    pub degraded: bool,
 }
 
 /// What a decision route decided (see [`ApiResponse::verdict`]).
@@ -141,7 +145,7 @@ impl ApiResponse {
 
     /// An answer with `body`, JSON already written (empty for 204).
     fn text(status: u16, body: String) -> Self {
-        ApiResponse { status, body, headers: Vec::new(), verdict: None }
+        ApiResponse { status, body, headers: Vec::new(), verdict: None, degraded: false }
     }
 
     /// An error response: `{"error": message}`, with `"field"` when one input is at fault
@@ -575,7 +579,9 @@ impl Exchange {
                     ("error", Field::Text(&why)),
                 ];
                 let n = if allow { 4 } else { 5 };
-                ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n])
+                let mut r = ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n]);
+                r.degraded = true;
+                r
             }
             None => ApiResponse::error(status, why, None),
         }

@@ -282,5 +282,73 @@ fn every_row_of_the_route_table() {
                 assert!(got["error"].is_string(), "{what}: errors say why: {got}");
             }
         }
+        // The same call through the RPC binding: the same command, the same answer.
+        if let Ok(route) = api::Route::parse(r.method, path)
+            && route.spec().rpc().is_some()
+        {
+            let sent = match api::handle(&config, &request, &mut StdRng::seed_from_u64(i as u64)) {
+                Step::Send(ex) => Some(ex.body().to_string()),
+                _ => None,
+            };
+            let (rpc_sent, answer) = rpc_call(&config, &route, query, r.body, r.admin, i, &r.reply);
+            assert_eq!(rpc_sent, sent, "{what}: over RPC");
+            match (api::rpc::answer(&answer), response.status) {
+                (Ok(text), status) => {
+                    assert!(status < 400 || answer.degraded, "{what}: an error returned over RPC: {text}");
+                    let mut got: Value = serde_json::from_str(&text).unwrap();
+                    got.as_object_mut().unwrap().remove("headers");
+                    assert_eq!(got, serde_json::from_str::<Value>(&response.body).unwrap(), "{what}: over RPC");
+                }
+                (Err(text), status) => {
+                    let got: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(got["status"], json!(status), "{what}: over RPC: {got}");
+                    assert_eq!(got["field"], serde_json::from_str::<Value>(&response.body).unwrap()["field"], "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// `route` called through the RPC binding with the row's fields (a query's as JSON numbers),
+/// admin rights from the binding's props: the REST body sent, if any, and the answer made of
+/// the row's reply.
+fn rpc_call(
+    config: &Config,
+    route: &api::Route,
+    query: &str,
+    body: &str,
+    admin: bool,
+    seed: usize,
+    reply: &Value,
+) -> (Option<String>, api::ApiResponse) {
+    let params = serde_json::to_string(&route.params().collect::<Vec<_>>()).unwrap();
+    let input = if query.is_empty() {
+        if body.is_empty() { "null".to_string() } else { body.to_string() }
+    } else {
+        let fields: serde_json::Map<String, Value> = query
+            .split('&')
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+            .map(|(k, v)| (k.to_string(), v.parse::<i64>().map_or_else(|_| json!(v), |n| json!(n))))
+            .collect();
+        Value::Object(fields).to_string()
+    };
+    let caller = api::rpc::caller(if admin { br#"{"admin": true}"# } else { b"null" }).unwrap();
+    let step = api::rpc::call(
+        config,
+        route.id(),
+        params.as_bytes(),
+        input.as_bytes(),
+        b"null",
+        &caller,
+        &mut StdRng::seed_from_u64(seed as u64),
+    );
+    match step {
+        Step::Respond(r) => (None, r),
+        Step::Send(ex) => {
+            let sent = ex.body().to_string();
+            let Step::Respond(r) = ex.receive(200, json!({"result": reply}).to_string().as_bytes()) else { panic!() };
+            (Some(sent), r)
+        }
+        Step::Script(ex) => panic!("asked for a script before sending {}", ex.body()),
     }
 }
