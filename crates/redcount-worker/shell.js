@@ -1,12 +1,15 @@
 // redcount's Cloudflare Worker: the platform half of a thin shell around redcount_api.
 //
-// This module owns the I/O (reading the request, the REST fetch, the Response); every
-// decision is the wasm module's (src/lib.rs, which drives redcount_api): it is called once
+// This module owns the I/O (reading the request, the REST fetch, the Response, an RPC call's
+// arguments and result); every decision is the wasm module's (src/lib.rs, which drives redcount_api): it is called once
 // per step with the bytes of that step, written into its input buffer, and leaves the next
 // step in its output buffer (its doc comment has the layout). `cargo xtask build-worker`
 // copies this file to build/index.js beside wasm-bindgen's glue and the wasm.
+import { WorkerEntrypoint } from "cloudflare:workers";
 import wasmModule from "./redcount_worker_bg.wasm";
-import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, script } from "./redcount_worker.js";
+import {
+  initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, script, rpc_methods, rpc, stats,
+} from "./redcount_worker.js";
 
 const { memory } = initSync({ module: wasmModule });
 
@@ -146,10 +149,10 @@ function word(step, at) {
 }
 
 // Drives the wasm module from its first step to its answer: each REST call it asks for, and
-// the text of a script Redis lost (from the static assets), then `finish(step)` on the
-// respond step, at once (the step is a view of wasm memory, valid until the next call).
+// the text of a script Redis lost (from the static assets), then `finish(step)` on the last
+// step, at once (the step is a view of wasm memory, valid until the next call).
 async function drive(step, env, finish) {
-  while (step[0] !== 0) {
+  while (step[0] === 1 || step[0] === 2) {
     const id = word(step, 1);
     if (step[0] === 2) {
       // A NOSCRIPT: the script's text, which the module checks against its SHA-1.
@@ -204,13 +207,56 @@ async function serve(request, env) {
   return drive(output(handle(put(head + "\0" + bodyError, body), body.length)), env, respond);
 }
 
+// A call the runtime cancels (its client gone) would otherwise stop at its next await, its
+// exchange parked in the module for good: it runs to its end (each REST call is bounded) and
+// frees it.
+function toEnd(ctx, answer) {
+  ctx.waitUntil(answer.catch(() => {}));
+  return answer;
+}
+
 export default {
   fetch(request, env, ctx) {
-    const answer = serve(request, env);
-    // A request the runtime cancels (its client gone) would otherwise stop at its next await,
-    // its exchange parked in the module for good: the call runs to its end (each REST call is
-    // bounded), and frees it.
-    ctx.waitUntil(answer);
-    return answer;
+    return toEnd(ctx, serve(request, env));
   },
 };
+
+// An argument's JSON, or a text that is not JSON for what JSON cannot hold (a function, a
+// BigInt, a cycle): the module refuses it, naming the argument.
+function json(value) {
+  try {
+    return JSON.stringify(value ?? null) ?? "!";
+  } catch {
+    return "!";
+  }
+}
+
+// An RPC call's end: the value, or the error, whose message carries its status and field
+// (`{"status":400,"error":…,"field":…}`: a thrown error's own properties do not cross a binding).
+function settle(step) {
+  const value = text.decode(step.subarray(1));
+  if (step[0] === 4) throw new Error(value);
+  return JSON.parse(value);
+}
+
+// The Service binding's entry point: `env.REDCOUNT.take("per-user", "alice", { cost: 1 })`,
+// one method per route of the API's table. The binding's props (`namespace`, `admin`) are the
+// caller's scope and rights; the module reads them.
+export class Redcount extends WorkerEntrypoint {
+  // The isolate's parked exchanges and memory (admin bindings only).
+  stats() {
+    configured(this.env);
+    return settle(output(stats(put(json(this.ctx.props)))));
+  }
+}
+
+// The methods, from the route table: `name(...params, fields, { idempotencyKey })`.
+const methods = text.decode(output(rpc_methods())).split("\0");
+for (let m = 0; m < methods.length; m += 2) {
+  const [index, params] = [m / 2, Number(methods[m + 1])];
+  Redcount.prototype[methods[m]] = function (...args) {
+    configured(this.env);
+    const call = [index, json(this.ctx.props), json(args.slice(0, params)), json(args[params + 1]), json(args[params])];
+    return toEnd(this.ctx, drive(output(rpc(put(call.join("\0")))), this.env, settle));
+  };
+}

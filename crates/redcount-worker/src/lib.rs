@@ -19,14 +19,23 @@
 //!   receive(handle, status, len)     REST reply body  -> step             after a REST reply
 //!   fail(handle, len)                why              -> step             the REST front did not answer
 //!   script(handle, len)              a script's text  -> step             after a script step
+//!   rpc_methods()                                     -> name \0 params …  once per isolate
+//!   rpc(len)                         the call         -> step             an RPC call
+//!   stats(len)                       props            -> [3|4] json       the admin's look inside
 //! ```
 //!
 //! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
 //! `name\0value\0…`), `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
 //! then call `receive` or `fail` with the handle, at the latest after `timeout_ms`: the policy's,
 //! or [`MAX_WAIT_MS`]),
-//! or `[2] handle:u32le sha1` (Redis lost the script whose SHA-1 this is: call `script` with
-//! the text of the worker's static asset `lua/<sha1>.lua`, or with nothing when there is none).
+//! `[2] handle:u32le sha1` (Redis lost the script whose SHA-1 this is: call `script` with
+//! the text of the worker's static asset `lua/<sha1>.lua`, or with nothing when there is none);
+//! and an RPC call's last step is `[3] json` (return the value) or `[4] json` (throw an `Error`
+//! with this message: the error's status, message and field, which the npm client reads back).
+//!
+//! The RPC class (`Redcount`, a `WorkerEntrypoint` in the shell) has one method per route of
+//! the API's table, made from [`rpc_methods`]: a route added to the table is a method of the
+//! binding with nothing to write here or in the shell.
 //!
 //! The scripts' texts are not in this module: EVAL after NOSCRIPT is rare, and they were a
 //! tenth of the bundle. `cargo xtask build-worker` writes them to the static assets
@@ -101,8 +110,9 @@ pub const MAX_WAIT_MS: u32 = 20_000;
 struct Isolate {
     /// The configuration read by the last [`configure`]; `None` before the first.
     config: Option<Result<(Config, RestTarget), ConfigError>>,
-    /// Exchanges waiting for their REST reply, by handle; a slot is reused once finished.
-    pending: Vec<Option<Exchange>>,
+    /// Exchanges waiting for their REST reply (or a script's text), by handle, each with what
+    /// made it: an RPC call (true) or an HTTP request; a slot is reused once finished.
+    pending: Vec<Option<(Exchange, bool)>>,
     /// Free slots of `pending`.
     free: Vec<u32>,
     /// Where the shell writes each call's input.
@@ -116,7 +126,7 @@ impl Isolate {
         Isolate { config: None, pending: Vec::new(), free: Vec::new(), input: Vec::new(), output: Vec::new() }
     }
 
-    fn park(&mut self, ex: Exchange) -> u32 {
+    fn park(&mut self, ex: (Exchange, bool)) -> u32 {
         match self.free.pop() {
             Some(h) => {
                 self.pending[h as usize] = Some(ex);
@@ -129,7 +139,7 @@ impl Isolate {
         }
     }
 
-    fn take(&mut self, handle: u32) -> Option<Exchange> {
+    fn take(&mut self, handle: u32) -> Option<(Exchange, bool)> {
         let ex = self.pending.get_mut(handle as usize)?.take()?;
         self.free.push(handle);
         Some(ex)
@@ -244,6 +254,39 @@ pub fn fail(handle: u32, len: usize) -> *const u8 {
     call(len, |why| fail_exchange(handle, text(why)))
 }
 
+/// The RPC methods, in the order [`rpc`] numbers them: `name\0params\0…`, each with its number
+/// of path parameters (the arguments before the fields object).
+#[wasm_bindgen]
+pub fn rpc_methods() -> *const u8 {
+    call(0, |_| {
+        let mut out = String::new();
+        for (i, spec) in api::rpc::methods().enumerate() {
+            if i > 0 {
+                out.push('\0');
+            }
+            out.push_str(spec.rpc().unwrap_or(""));
+            out.push('\0');
+            out.push(char::from(b'0' + spec.params.len() as u8));
+        }
+        out.into_bytes()
+    })
+}
+
+/// One RPC call: the input (`len` bytes) is `method\0props\0params\0options\0input`, the
+/// method's number in [`rpc_methods`], then JSON texts (which never hold a NUL). Outputs a
+/// step; it ends in `[3] json` (return it) or `[4] json` (throw it).
+#[wasm_bindgen]
+pub fn rpc(len: usize) -> *const u8 {
+    call(len, |bytes| rpc_call(text(bytes)))
+}
+
+/// The isolate's stats for a binding whose props (the input, `len` bytes) say `admin: true`:
+/// `[3] {"parked":n,"memory_bytes":m}`, else `[4]` and the error.
+#[wasm_bindgen]
+pub fn stats(len: usize) -> *const u8 {
+    call(len, stats_of)
+}
+
 /// The text of the script the exchange `handle` asked for (the input, `len` bytes; empty when
 /// the shell found none). Outputs a step: the EVAL, or a 500 when the text is not the script's.
 #[wasm_bindgen]
@@ -321,28 +364,58 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> 
         let (path, query) = split_url(url);
         let request = ApiRequest { method, path, query, authorization, origin, idempotency_key, body };
         let step = api::handle(config, &request, &mut PlatformRng);
-        next(i, step)
+        next(i, step, false)
+    })
+}
+
+/// One RPC call: `call` is `method\0props\0params\0options\0input` (the method's index in
+/// [`rpc_methods`], then the binding's props, the path parameters, the call options and the
+/// fields object, each as JSON).
+fn rpc_call(call: &str) -> Vec<u8> {
+    let mut f = call.splitn(5, '\0');
+    let (method, props, params, options) = (f.next(), f.next(), f.next(), f.next());
+    let input = f.next().unwrap_or("null").as_bytes();
+    let method = method.and_then(|m| m.parse::<usize>().ok()).and_then(|m| api::rpc::methods().nth(m));
+    isolate(|i| {
+        let config = match &i.config {
+            Some(Ok((config, _))) => config,
+            Some(Err(e)) => return answer(api::misconfigured(e)),
+            None => return answer(api::unavailable("the worker was not configured")),
+        };
+        let (Some(spec), Some(props), Some(params), Some(options)) = (method, props, params, options) else {
+            return lost();
+        };
+        let step = match api::rpc::caller(props.as_bytes()) {
+            Ok(caller) => {
+                let (params, options) = (params.as_bytes(), options.as_bytes());
+                api::rpc::call(config, spec.id, params, input, options, &caller, &mut PlatformRng)
+            }
+            Err(e) => Step::Respond(e.response()),
+        };
+        next(i, step, true)
     })
 }
 
 fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => next(i, ex.receive(status, body)),
+        Some((ex, rpc)) => next(i, ex.receive(status, body), rpc),
         None => lost(),
     })
 }
 
 fn give_script(handle: u32, source: &[u8]) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => next(i, ex.give_script(source)),
+        Some((ex, rpc)) => next(i, ex.give_script(source), rpc),
         None => lost(),
     })
 }
 
-/// The shell's next step: answer; send the REST body (`[1]`, the exchange parked until its
-/// reply); or fetch a script's text (`[2]`, parked until then).
-fn next(i: &mut Isolate, step: Step) -> Vec<u8> {
+/// The shell's next step: answer (an HTTP response, or an RPC call's return value or error);
+/// send the REST body (`[1]`, the exchange parked until its reply); or fetch a script's text
+/// (`[2]`, parked until then).
+fn next(i: &mut Isolate, step: Step, rpc: bool) -> Vec<u8> {
     let (kind, ex) = match step {
+        Step::Respond(r) if rpc => return answer(r),
         Step::Respond(r) => return respond(r),
         Step::Send(ex) => (1, ex),
         Step::Script(ex) => (2, ex),
@@ -356,16 +429,48 @@ fn next(i: &mut Isolate, step: Step) -> Vec<u8> {
     } else {
         out.extend_from_slice(ex.wanted_script().map_or("", |s| s.sha1()).as_bytes());
     }
-    let handle = i.park(ex);
+    let handle = i.park((ex, rpc));
     out[1..5].copy_from_slice(&handle.to_le_bytes());
     out
 }
 
 fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => respond(ex.fail(why)),
+        Some((ex, rpc)) => next(i, Step::Respond(ex.fail(why)), rpc),
         None => lost(),
     })
+}
+
+/// An RPC call's end: `[3] json` (the value to return) or `[4] json` (the error to throw,
+/// `{status, error, field}`: see [`api::rpc::answer`]).
+fn answer(r: ApiResponse) -> Vec<u8> {
+    let (kind, json) = match api::rpc::answer(&r) {
+        Ok(json) => (3, json),
+        Err(json) => (4, json),
+    };
+    let mut out = Vec::with_capacity(1 + json.len());
+    out.push(kind);
+    out.extend_from_slice(json.as_bytes());
+    out
+}
+
+/// What the admin may ask of the isolate: the exchanges parked now and the wasm memory's size
+/// (`{"parked":n,"memory_bytes":m}`), for a test that cancels requests and shows both flat.
+fn stats_of(props: &[u8]) -> Vec<u8> {
+    let parked = isolate(|i| i.pending.iter().filter(|p| p.is_some()).count());
+    #[cfg(target_family = "wasm")]
+    let memory = core::arch::wasm32::memory_size(0) * 65_536;
+    #[cfg(not(target_family = "wasm"))]
+    let memory = 0;
+    match api::rpc::caller(props) {
+        Ok(c) if c.is_admin() => {
+            let mut out = alloc::vec![3];
+            out.extend_from_slice(format!("{{\"parked\":{parked},\"memory_bytes\":{memory}}}").as_bytes());
+            out
+        }
+        Ok(_) => answer(ApiResponse::error(401, "the isolate's stats need a binding with admin: true", None)),
+        Err(e) => answer(e.response()),
+    }
 }
 
 /// A handle the shell never got (a bug in the shell, not a request's fault).
@@ -506,6 +611,43 @@ mod tests {
         let (status, _, body) = parse(&unread);
         assert_eq!(status, 503);
         assert!(body.contains("reset by peer"), "{body}");
+    }
+
+    #[test]
+    fn rpc_calls_end_in_a_value_or_an_error() {
+        assert_eq!(configure_text(VARS), "");
+        rpc_methods();
+        let methods = String::from_utf8(isolate(|i| i.output[4..].to_vec())).unwrap();
+        let list: Vec<&str> = methods.split('\0').collect();
+        let claim = list.chunks(2).position(|m| m == ["claim", "2"]).expect("claim takes policy and subject");
+        let step = rpc_call(&format!("{claim}\0{{\"namespace\":\"acme\"}}\0[\"bonus\",\"alice\"]\0null\0null"));
+        let (h, _, rest) = parse_send(&step);
+        assert!(rest.contains("rc.acme:{cl:bonus:alice}"), "{rest}");
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
+        assert_eq!(done[0], 3, "a value to return");
+        let value: &str = core::str::from_utf8(&done[1..]).unwrap();
+        assert!(value.starts_with(r#"{"claimed":true,"retry_after_ms":0,"headers":{"#), "{value}");
+        // Bad input, and props that are not a binding's: an error to throw, nothing sent.
+        for (head, want) in [
+            (
+                format!("{claim}\0null\0[\"bonus\",5]\0null\0null"),
+                r#"{"status":400,"error":"subject must be a string","field":"subject"}"#,
+            ),
+            (format!("{claim}\0{{\"admin\":1}}\0[\"bonus\",\"a\"]\0null\0null"), r#"{"status":500,"#),
+        ] {
+            let out = rpc_call(&head);
+            assert_eq!(out[0], 4, "an error to throw");
+            assert!(core::str::from_utf8(&out[1..]).unwrap().starts_with(want), "{head}");
+        }
+        // The front gone: a claim's declared failure mode (deny) is a value, not an error.
+        let step = rpc_call(&format!("{claim}\0null\0[\"bonus\",\"a\"]\0null\0null"));
+        let (h, ..) = parse_send(&step);
+        let out = fail_exchange(h, "connection refused");
+        assert_eq!(out[0], 3);
+        assert!(core::str::from_utf8(&out[1..]).unwrap().contains(r#""degraded":true"#));
+        // Stats are the admin's.
+        assert_eq!(stats_of(br#"{"admin":true}"#)[0], 3);
+        assert_eq!(stats_of(b"null")[0], 4);
     }
 
     #[test]
