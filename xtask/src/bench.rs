@@ -115,8 +115,9 @@ pub fn all(full: bool) -> Result<(), String> {
     worker_dir(
         &wdir,
         &format!(
-            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
-            root().join("crates/redcount-worker/build/index.js").display()
+            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
+            root().join("crates/redcount-worker/build/index.js").display(),
+            root().join("www").display()
         ),
         &format!("REDCOUNT_REST_URL={front_url}\nREDCOUNT_REST_TOKEN={rest_token}\nREDCOUNT_ADMIN_TOKEN={admin}\n"),
     )?;
