@@ -5,6 +5,7 @@
 //! Std only, so it compiles in seconds.
 
 mod bench;
+mod client;
 mod compat;
 mod deploy;
 mod dev;
@@ -35,6 +36,9 @@ Tasks:
            prints each seed and stops at the first failure (REDCOUNT_SEED: that seed only)
   build-worker
            build the Cloudflare Worker (wasm32) and print its bundle size
+  build-client
+           build the npm client (packages/client), `npm pack` it and install the tarball
+           into examples/caller-worker (as `test` does)
   deploy [--dry-run]
            build the worker and run `wrangler deploy` (needs CLOUDFLARE_API_TOKEN); with
            --dry-run, offline and without an account: print the upload size wrangler reports
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build().map(|_| ()),
+        Some("build-client") => client::build().map(|_| ()),
         Some("deploy") => deploy::deploy(&args[1..]),
         Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
         Some("soak") => soak(&args[1..]),
@@ -97,6 +102,8 @@ fn test(extra: &[String]) -> Result<(), String> {
     setup::run(setup::cargo().args(["test", "-p", "xtask", "--quiet"]))?;
     let bins = setup::build_bins(false)?;
     worker::build()?;
+    // The npm client, packed, for its tests and the caller worker's (tests/tests/it/rpc.rs).
+    client::build()?;
     let valkey = setup::ensure_valkey()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));

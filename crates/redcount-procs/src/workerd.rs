@@ -241,7 +241,8 @@ impl Worker {
     /// bundled into `out`: its vars and secrets as text bindings, its `[assets]` binding as a
     /// directory; other bindings are added by the caller.
     pub fn from_dir(root: &Path, dir: &Path, out: &Path) -> Result<Worker, String> {
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
+        let read =
+            |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
         let text = read("wrangler.toml")?;
         let toml = parse_wrangler_toml(&text)?;
         let name = text
@@ -250,7 +251,8 @@ impl Worker {
             .ok_or("wrangler.toml has no name")?;
         let secrets = parse_dev_vars(&read(".dev.vars").unwrap_or_default());
         let modules = bundle(root, dir, out)?;
-        let mut bindings: Vec<Binding> = toml.vars.into_iter().chain(secrets).map(|(k, v)| Binding::Text(k, v)).collect();
+        let mut bindings: Vec<Binding> =
+            toml.vars.into_iter().chain(secrets).map(|(k, v)| Binding::Text(k, v)).collect();
         if let Some((Some(name), directory)) = toml.assets {
             bindings.push(Binding::Disk(name, dir.join(directory)));
         }
@@ -428,7 +430,9 @@ mod tests {
         assert!(c.contains(r#"(name = "ASSETS", service = "redcount-assets")"#), "{c}");
         assert!(c.contains(r#"(name = "redcount-assets", disk = (path = "/srv/www", writable = false))"#), "{c}");
         assert!(
-            c.contains(r#"service = (name = "redcount", entrypoint = "Redcount", props = (json = "{\"admin\":true}"))"#),
+            c.contains(
+                r#"service = (name = "redcount", entrypoint = "Redcount", props = (json = "{\"admin\":true}"))"#
+            ),
             "{c}"
         );
         assert!(c.contains("127.0.0.1:8123") && !c.contains("http-caller"), "{c}");
@@ -436,6 +440,9 @@ mod tests {
 
     #[test]
     fn parses_dev_vars() {
-        assert_eq!(parse_dev_vars("TOKEN=abc\n# no\nB = \"c\"\n"), [("TOKEN".into(), "abc".into()), ("B".into(), "c".into())]);
+        assert_eq!(
+            parse_dev_vars("TOKEN=abc\n# no\nB = \"c\"\n"),
+            [("TOKEN".into(), "abc".into()), ("B".into(), "c".into())]
+        );
     }
 }

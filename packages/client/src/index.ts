@@ -87,10 +87,11 @@ export class Redcount {
   async call(name: MethodName, args: unknown[]): Promise<unknown> {
     const o = this.#options;
     if ("binding" in o) {
-      const method = o.binding[name];
-      if (typeof method !== "function") throw new TypeError(`the binding has no method ${name}`);
+      const binding = o.binding as { [name: string]: (...args: unknown[]) => Promise<unknown> };
+      if (typeof binding[name] !== "function") throw new TypeError(`the binding has no method ${name}`);
       try {
-        return await method.apply(o.binding, args);
+        // Called as a method: on an RPC stub, `apply` and `call` are remote names too.
+        return await binding[name](...args);
       } catch (e) {
         throw RedcountError.fromBinding(e) ?? e;
       }

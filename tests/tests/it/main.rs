@@ -19,6 +19,7 @@ mod observability;
 mod openapi;
 mod primitives;
 mod rest;
+mod rpc;
 mod scenario;
 mod scripts;
 mod tls;
