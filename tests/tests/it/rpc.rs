@@ -3,14 +3,15 @@
 //! REST front and Redis: every method over the binding, typed errors, the Hono middleware,
 //! `ctx.props` scoping (checked on Redis's keys), admin rights only where props give them,
 //! a storm that stays exact, cancelled calls that leave nothing parked, and the declared
-//! failure mode with the front stopped.
+//! failure mode with the front stopped. And the client's own tests (packages/client/test,
+//! `node --test`) over HTTP against `redcount serve`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use redcount_procs::workerd::{self, Binding, Worker};
 use redcount_procs::{Proc, free_port, scratch_dir, wait_port};
-use redcount_tests::{Api, RedisServer, Reply, RestFront, TEST_POLICIES, root, secret};
+use redcount_tests::{Api, NativeServer, RedisServer, Reply, RestFront, TEST_POLICIES, root, secret};
 use serde_json::{Value, json};
 
 /// The bindings the caller gets: name and props (all to the `Redcount` entrypoint).
@@ -274,4 +275,29 @@ async fn send(s: &Stack, method: &str, path: &str, user: &str) -> Reply {
     let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
     let text = resp.text().await.unwrap();
     Reply { status, headers, json: serde_json::from_str(&text).unwrap_or(Value::String(text)) }
+}
+
+/// packages/client/test/client.test.mjs (the contract over HTTP, the typed error, the Hono
+/// middleware's headers and 429, src/generated.ts against openapi.json) with `node --test`,
+/// against `redcount serve` on a real Redis.
+#[test]
+fn the_clients_own_tests_over_http() {
+    let root = root();
+    let dist = root.join("packages/client/dist/index.js");
+    assert!(dist.exists(), "{} is missing: run `cargo xtask test` (or build-client)", dist.display());
+    let redis = RedisServer::start();
+    let admin = secret("admin");
+    let serve = NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, TEST_POLICIES);
+    let out = std::process::Command::new("node")
+        .args(["--test", "--test-reporter=tap"])
+        .arg(root.join("packages/client/test/client.test.mjs"))
+        .current_dir(root.join("packages/client"))
+        .env("REDCOUNT_URL", serve.url())
+        .env("REDCOUNT_ADMIN_TOKEN", &admin)
+        .output()
+        .expect("node");
+    let tap = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tap}\n{}\n{}", String::from_utf8_lossy(&out.stderr), serve.log());
+    // Every test ran (none skipped for want of a server).
+    assert!(tap.contains("# pass 4") && tap.contains("# skipped 0"), "{tap}");
 }
