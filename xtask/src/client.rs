@@ -7,8 +7,8 @@ use std::process::Command;
 use crate::setup::{root, run, target_dir};
 
 /// Checks src/generated.ts against openapi.json, compiles the package into dist/, packs it
-/// and unpacks the tarball as examples/caller-worker's `@redcount/client`. Returns the
-/// tarball.
+/// unpacks the tarball as examples/caller-worker's `@redcount/client` and type-checks the
+/// example with it. Returns the tarball.
 pub fn build() -> Result<PathBuf, String> {
     let root = root();
     let package = root.join("packages/client");
@@ -36,6 +36,8 @@ pub fn build() -> Result<PathBuf, String> {
     let _ = std::fs::remove_dir_all(&into);
     std::fs::create_dir_all(&into).map_err(|e| e.to_string())?;
     run(Command::new("tar").arg("xzf").arg(&tarball).arg("--strip-components=1").arg("-C").arg(&into))?;
+    // The example type-checks against the packed client (as README.md shows it).
+    run(Command::new(root.join("node_modules/.bin/tsc")).arg("-p").arg(root.join("examples/caller-worker")))?;
     eprintln!("xtask: {} into examples/caller-worker", tarball.display());
     Ok(tarball)
 }

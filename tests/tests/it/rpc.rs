@@ -301,3 +301,19 @@ fn the_clients_own_tests_over_http() {
     // Every test ran (none skipped for want of a server).
     assert!(tap.contains("# pass 4") && tap.contains("# skipped 0"), "{tap}");
 }
+
+/// README.md's "From your Worker" is the example's code and binding.
+#[test]
+fn the_readme_quick_start_is_the_example() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme.split_once("### From your Worker").expect("README: a `### From your Worker` section").1;
+    let block = |lang: &str| section.split_once(&format!("```{lang}\n")).unwrap().1.split_once("```").unwrap().0;
+    let example = std::fs::read_to_string(root.join("examples/caller-worker/src/index.ts")).unwrap();
+    let code = example.split_once("// README from your Worker: begin\n").unwrap().1;
+    let code = code.split_once("// README from your Worker: end").unwrap().0;
+    assert_eq!(block("ts"), code, "README.md's \"From your Worker\" and examples/caller-worker/src/index.ts differ");
+    let toml = std::fs::read_to_string(root.join("examples/caller-worker/wrangler.toml")).unwrap();
+    let binding = block("toml").lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    assert!(toml.contains(&binding), "README.md's binding is not examples/caller-worker/wrangler.toml's:\n{binding}");
+}
