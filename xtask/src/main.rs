@@ -53,6 +53,9 @@ Tasks:
   bench workers
            only the workers side by side under workerd (with cold starts and CPU profiles);
            prints the tables, writes nothing in the repository
+  bench binding
+           a caller worker's quota take through the RPC binding vs as HTTP through a Service
+           binding, CPU per request side by side (three runs each); printed
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -217,6 +220,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         None | Some("all") => bench::all(true),
         Some("workers") => bench::all(false),
+        Some("binding") => bench::binding(),
         Some("rest") => bench_rest(),
         Some("replicas") => {
             setup::ensure_test_deps()?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::procs::{Guard, free_port, wait_port};
 use crate::setup::{self, root};
 
-pub use redcount_procs::workerd::Worker;
+pub use redcount_procs::workerd::{Binding, Worker};
 
 /// The workerd binary wrangler itself runs (npm `@cloudflare/workerd-linux-64`, pinned by
 /// package-lock.json through wrangler).
