@@ -268,7 +268,7 @@ impl Worker {
 }
 
 /// The workerd config serving `workers`, each on `127.0.0.1:port` when it has a port; their
-/// modules are read from `<config dir>/<worker name>/` ([`write`] copies them there).
+/// modules are read from `<config dir>/<worker name>/` ([`write()`] copies them there).
 /// Outbound fetches may reach loopback and private addresses (the REST front).
 pub fn config(workers: &[(&Worker, Option<u16>)]) -> String {
     let mut services = Vec::new();
