@@ -247,6 +247,7 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
     for path in ["/test/cancel/http/50/5", "/test/cancel/rpc/50/5"] {
         let r = s.api.post(path, "").await;
         assert_eq!(r.status, 200, "{path}: {}", r.json);
+        assert!(r.json["cancelled"].as_u64().unwrap() > 0, "{path}: none cancelled: {}", r.json);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
