@@ -31,12 +31,21 @@ pub struct Backend {
     conns: Conns,
     /// The user its connections log in as, when not the URL's.
     login: Option<Login>,
-    /// For connections logged in as a front-made user: the ACL SETUSER that makes it, and
-    /// the URL-user connections to send it on. A restarted Redis has forgotten the user
-    /// (unless it saved its ACL), so a refused login is answered by making it again.
-    restore: Option<(Cmd, Conns)>,
+    /// For connections logged in as a front-made user: how to make it again. A restarted
+    /// Redis has forgotten the user (unless it saved its ACL), so a refused login is answered
+    /// by making it again.
+    restore: Option<Restore>,
     /// `--wait-replicas`: money calls wait for replicas.
     waits: Option<Waits>,
+}
+
+/// How a backend's front-made user is made again.
+enum Restore {
+    /// This ACL SETUSER, sent on the URL-user connections given.
+    Setuser(Cmd, Conns),
+    /// This call, true once the user is back (a token's user, derived from the operator's as
+    /// it is now).
+    Call(Arc<dyn Fn() -> Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send + Sync>),
 }
 
 /// How money calls wait for replicas, and on a Cluster the connections of their own they run
@@ -514,7 +523,17 @@ impl Backend {
     /// Has the user made again by `setuser`, sent with `setup`'s connections, whenever Redis
     /// refuses this backend's login.
     pub fn restore_with(mut self, setuser: Cmd, setup: &Backend) -> Self {
-        self.restore = Some((setuser, setup.conns.clone()));
+        self.restore = Some(Restore::Setuser(setuser, setup.conns.clone()));
+        self
+    }
+
+    /// Has the user made again by `remake` (true once it is back) whenever Redis refuses this
+    /// backend's login.
+    pub fn restore_by(
+        mut self,
+        remake: Arc<dyn Fn() -> Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send + Sync>,
+    ) -> Self {
+        self.restore = Some(Restore::Call(remake));
         self
     }
 
@@ -569,13 +588,14 @@ impl Backend {
             return true;
         }
         match &self.restore {
-            Some((setuser, via)) if login_refused(e) => {
+            Some(Restore::Setuser(setuser, via)) if login_refused(e) => {
                 let made = match via.query(setuser, Lane::Bounded).await {
                     Err(e) if known_dead(&e) => via.query(setuser, Lane::Bounded).await,
                     r => r,
                 };
                 made.is_ok()
             }
+            Some(Restore::Call(remake)) if login_refused(e) => remake().await,
             _ => false,
         }
     }

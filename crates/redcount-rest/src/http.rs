@@ -273,15 +273,9 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
         ));
     };
     if let Access::Scoped { guarded, .. } = &access
-        && !guarded.load(std::sync::atomic::Ordering::Relaxed)
+        && let Some(why) = guarded.refusal()
     {
-        return Err((
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ERR the front cannot keep its rules on this token's Redis user (its scripts could reach beyond its app): refused until it can; the front's log says why",
-            ),
-            none(),
-        ));
+        return Err((error(StatusCode::SERVICE_UNAVAILABLE, why), none()));
     }
     // Bodies being received count against --max-inflight-body-bytes (their declared length,
     // else the largest allowed) until the response: thousands of slow 1 MB bodies cannot add
@@ -596,7 +590,7 @@ fn check(st: &State, cmd: &Cmd, access: &Access) -> Result<(), Failure> {
         return Err(error(
             StatusCode::FORBIDDEN,
             format!(
-                "NOPERM {} reaches beyond one app's keys (every key, another database, every app's scripts, or the server); a --tokens token may not run it",
+                "NOPERM {} reaches beyond one app's keys (every key or channel, another database or server, every app's scripts or functions, or the server itself); a --tokens token may not run it",
                 display_name(cmd)
             ),
         ));

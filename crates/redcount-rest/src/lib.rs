@@ -87,11 +87,17 @@ pub fn fuzz_parse(path: &str, body: &[u8]) {
 const SERVERS: &str = "\
 Servers: tested with Redis 7.0 and Valkey 8.1 (also as a Cluster). The front reads what a \
 command may do from the server's own COMMAND table, so each server's commands are treated \
-by their flags. On Valkey, for a client: SCRIPT SHOW gives the full token (and a --tokens \
-user allowed to script) the source of any cached script (read-only tokens are refused it); \
+by their flags. On Valkey, for a client: SCRIPT SHOW gives the full token the source of any \
+cached script (read-only and --tokens tokens are refused it); \
 a blocking command inside a script (BLPOP...) answers at once instead of being refused; \
 COMMANDLOG is refused as administrative, like SLOWLOG; and error texts differ after their \
 first word (NOSCRIPT, an ACL refusal inside a script), which clients should read alone.
+
+Settings the front makes on Redis (at start, on every new connection, on every Cluster node; \
+they apply to every client of that Redis): busy-reply-threshold (--script-timeout-ms), \
+client-output-buffer-limit normal (--redis-output-limit-bytes), and sanitize-dump-payload \
+clients where it is no (Redis's default): Redis then checks every client's RESTORE payload, \
+refusing a corrupt one instead of crashing when its key is next read.
 
 TLS: rediss:// (Redis over TLS) trusts the system's root certificates. To trust a private CA \
 instead, set SSL_CERT_FILE to a PEM file of it (it replaces the system's roots): \
@@ -224,23 +230,29 @@ pub struct Config {
     /// --max-subscribers times this for subscribers.
     #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBER_BACKLOG_BYTES", default_value_t = 1 << 20)]
     pub max_subscriber_backlog_bytes: usize,
-    /// More tokens, one per app, each logged in to Redis as its own ACL user (a JSON array of
-    /// `{"token", "user", "password", "readonly"}`; see the README). Reloaded on SIGHUP.
+    /// More tokens, one per app (a JSON array of `{"token", "user", "password", "readonly"}`;
+    /// see the README). Reloaded on SIGHUP.
     ///
-    /// Redis's key patterns (`~app1:*`) do not stop commands that name no key, so the front
-    /// adds its own rules to each user (ACL SETUSER, also in each of its selectors; at start,
-    /// on SIGHUP, on one Redis before each new connection, and within 2 s of any change to the
-    /// user or of a node's restart, on every Cluster node) and checks with ACL DRYRUN that Redis then refuses them: every
-    /// command or subcommand that names no key yet reaches every key or the server (Redis's
-    /// COMMAND table: reads and writes of @keyspace, @dangerous, administration: KEYS, SCAN,
-    /// RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), that replaces every app's
-    /// functions (FUNCTION LOAD/FLUSH/DELETE/RESTORE), and SCRIPT FLUSH, SELECT, MOVE, COPY
-    /// (another database), CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT, MEMORY STATS. So a file
-    /// token may not run them as commands nor inside scripts, whatever its user allows. The
-    /// --redis URL's user needs the right to run ACL SETUSER, GETUSER and DRYRUN; where the
-    /// front cannot put its rules on a user it refuses to start (on SIGHUP: keeps the tokens
-    /// in force; later: refuses that user's tokens with 503 until it can). A user must be the
-    /// app's own: the rules apply to every client that logs in as it.
+    /// Each token logs in to Redis as a user the front derives from the file's ACL user
+    /// (`redcount-rest-t-<user>-…`: its passwords, key and channel patterns, commands and
+    /// selectors, as ACL GETUSER shows them), with the front's own rules added, since key
+    /// patterns (`~app1:*`) do not stop commands that name no key. Derived at start, on SIGHUP,
+    /// and within 2 s of any change to either user or of a node's restart (on every Cluster
+    /// node); ACL DRYRUN then checks that Redis refuses them: every command or subcommand that
+    /// names no key yet reaches every key or the server (Redis's COMMAND table: reads and
+    /// writes of @keyspace, @dangerous, administration: KEYS, SCAN, RANDOMKEY, DBSIZE,
+    /// FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), that replaces every app's functions
+    /// (FUNCTION LOAD/FLUSH/DELETE/RESTORE), every subcommand of PUBSUB, FUNCTION, SCRIPT,
+    /// MEMORY and CLUSTER but HELP, SCRIPT EXISTS/LOAD, MEMORY USAGE and the Cluster's topology
+    /// (every app's channels, functions, running script, memory, keys of a slot), and SELECT,
+    /// MOVE, COPY, MIGRATE (another database or host), RESTORE, RESTORE-ASKING (a crafted
+    /// payload). So a file token may not run them as commands nor inside scripts, whatever its
+    /// user allows, and nothing done to that user removes them. The user off, deleted or no
+    /// longer accepting the file's password: within 2 s the front deletes the derived user
+    /// (closing its connections) and answers the token 503 saying why, until it is back. The
+    /// --redis URL's user needs the right to run ACL SETUSER, GETUSER, DELUSER and DRYRUN;
+    /// where the front cannot derive a user it refuses to start (on SIGHUP: keeps the tokens in
+    /// force; later: refuses that user's tokens with 503 until it can).
     #[arg(long, env = "REDCOUNT_REST_TOKENS_FILE")]
     pub tokens: Option<std::path::PathBuf>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Reloaded, with the
@@ -341,7 +353,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let full_login = if config.allow_admin_commands {
         None
     } else {
-        match restricted_login(&killer, &config.token, Restriction::Full).await {
+        match restricted_login(&killer, &config.token, Restriction::Full, &[]).await {
             Ok(login) => Some(login),
             Err(e) => {
                 tracing::error!(
@@ -367,7 +379,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     };
     let readonly_backend = match &config.readonly_token {
         None => None,
-        Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
+        Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly, &commands.keyspace_walk_rules()).await {
             Ok((login, setuser)) => Some({
                 made_users.push((login.user.clone(), setuser.clone()));
                 connect(Some(login), config.redis_connections, None)
@@ -389,7 +401,8 @@ pub async fn run(config: Config) -> Result<(), String> {
     let run_id = if config.cluster { None } else { http::run_id(&killer).await };
     warn_if_evicting(&killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
-    let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).collect();
+    let sanitize = sanitize_restores(&killer).await;
+    let settings: Vec<redis::Cmd> = kill_setting.into_iter().chain(output_set).chain(sanitize).collect();
     let made_users_empty = made_users.is_empty();
     let keeper = Arc::new(cluster_users::Keeper::new(
         &config.redis,
@@ -490,18 +503,8 @@ fn replica_wait(config: &Config) -> Result<Option<redcount::direct::ReplicaWait>
 /// worker or `redcount serve --rest-url`) need `maxmemory-policy noeviction`. The front
 /// serves other data too (a cache may want eviction), so it warns rather than refuses.
 async fn warn_if_evicting(killer: &backend::Backend) {
-    let get = |name: &'static str| async move {
-        match killer.query(redis::cmd("CONFIG").arg("GET").arg(name)).await {
-            Ok(redis::Value::Array(pair)) => {
-                pair.get(1).and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
-            }
-            Ok(redis::Value::Map(pairs)) => {
-                pairs.first().and_then(|(_, v)| redis::from_redis_value::<String>(v.clone()).ok())
-            }
-            _ => None,
-        }
-    };
-    if let (Some(policy), Some(max)) = (get("maxmemory-policy").await, get("maxmemory").await)
+    if let (Some(policy), Some(max)) =
+        (config_get(killer, "maxmemory-policy").await, config_get(killer, "maxmemory").await)
         && max != "0"
         && policy != "noeviction"
     {
@@ -511,26 +514,56 @@ async fn warn_if_evicting(killer: &backend::Backend) {
     }
 }
 
+/// One setting of Redis's (`CONFIG GET name`), if Redis tells it.
+async fn config_get(backend: &backend::Backend, name: &str) -> Option<String> {
+    match backend.query(redis::cmd("CONFIG").arg("GET").arg(name)).await {
+        Ok(redis::Value::Array(pair)) => pair.get(1).and_then(|v| redis::from_redis_value::<String>(v.clone()).ok()),
+        Ok(redis::Value::Map(pairs)) => {
+            pairs.first().and_then(|(_, v)| redis::from_redis_value::<String>(v.clone()).ok())
+        }
+        _ => None,
+    }
+}
+
 /// Sets Redis's output-buffer limit for normal clients to `bytes` (0: leaves it). Returns the
 /// command that did it, to send again to a restarted Redis.
 async fn bound_output_buffers(backend: &backend::Backend, bytes: usize) -> Option<redis::Cmd> {
     if bytes == 0 {
         return None;
     }
+    let said = format!("Redis drops a normal client whose pending reply passes {bytes} bytes");
+    let risk = "a request for a huge reply makes Redis build it whole before the front refuses it";
+    config_set(backend, "client-output-buffer-limit", &format!("normal {bytes} 0 0"), &said, risk).await
+}
+
+/// `CONFIG SET name value`, logging `said` when Redis takes it, else the error and `risk`.
+/// Returns the command, to send again to a restarted Redis.
+async fn config_set(backend: &backend::Backend, name: &str, value: &str, said: &str, risk: &str) -> Option<redis::Cmd> {
     let mut set = redis::cmd("CONFIG");
-    set.arg("SET").arg("client-output-buffer-limit").arg(format!("normal {bytes} 0 0"));
+    set.arg("SET").arg(name).arg(value);
     match backend.query(&set).await {
         Ok(_) => {
-            tracing::info!("Redis drops a normal client whose pending reply passes {bytes} bytes");
+            tracing::info!("{said}");
             Some(set)
         }
         Err(e) => {
-            tracing::error!(
-                "cannot set client-output-buffer-limit ({e}): a request for a huge reply makes Redis build it whole before the front refuses it"
-            );
+            tracing::error!("cannot set {name} ({e}): {risk}");
             None
         }
     }
+}
+
+/// Makes Redis check the payload of every client's RESTORE deeply (`sanitize-dump-payload
+/// clients`, where it is `no`, Redis's default): unchecked, a crafted payload is accepted and
+/// the next read of its key crashes Redis. Returns the command that did it, to send again to a
+/// restarted Redis; `None` where Redis already checks every payload (`yes`) or refused.
+async fn sanitize_restores(backend: &backend::Backend) -> Option<redis::Cmd> {
+    if config_get(backend, "sanitize-dump-payload").await.as_deref() == Some("yes") {
+        return None;
+    }
+    let said = "Redis checks every client's RESTORE payload (sanitize-dump-payload clients)";
+    let risk = "a RESTORE of a crafted payload by the full token could crash Redis";
+    config_set(backend, "sanitize-dump-payload", "clients", said, risk).await
 }
 
 /// Redis only answers other clients (and so SCRIPT KILL) while a script runs once
@@ -560,8 +593,8 @@ enum Restriction {
     /// The full token: no administration (flag `admin` / category `@admin`), no MIGRATE, no
     /// script debugger, so scripts cannot reach them either.
     Full,
-    /// The read-only token: also no writes, pub/sub, blocking, keyspace walks, nor PFCOUNT
-    /// (it rewrites its value's cached cardinality).
+    /// The read-only token: also no writes, pub/sub, blocking, keyspace walks and counts
+    /// (`Table::keyspace_walk_rules`), nor PFCOUNT (it rewrites its value's cached cardinality).
     ReadOnly,
 }
 
@@ -572,6 +605,7 @@ async fn restricted_login(
     setup: &backend::Backend,
     token: &str,
     kind: Restriction,
+    extra: &[String],
 ) -> Result<(backend::Login, redis::Cmd), String> {
     let (tag, rules): (&str, &[&str]) = match kind {
         Restriction::Full => ("full", &["+@all", "-@admin", "-migrate", "-script|debug", "-lcs"]),
@@ -602,6 +636,7 @@ async fn restricted_login(
     for rule in rules {
         setuser.arg(*rule);
     }
+    setuser.arg(extra);
     setup.query(&setuser).await.map_err(|e| e.to_string())?;
     Ok((backend::Login { user, password }, setuser))
 }
@@ -628,11 +663,11 @@ async fn scoped_tokens(
                 (state.clone(), url.clone(), path.clone(), settings.clone(), reserved.clone(), keeper.clone());
             async move {
                 let connect = |login: backend::Login| {
-                    // Before each new connection the front's rules go on the user again: a
-                    // restarted Redis may have made it from its own files without them.
+                    // After each new connection logs in the front's rules go on the user again:
+                    // a restarted Redis may have made it from its own files without them.
                     let mut on_connect = settings.clone();
                     on_connect.push(keeper.root_rules(&login.user));
-                    let (url, state) = (url.clone(), state.clone());
+                    let (url, state, keeper) = (url.clone(), state.clone(), keeper.clone());
                     async move {
                         let b =
                             backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply, wait)
@@ -640,7 +675,13 @@ async fn scoped_tokens(
                                 .map_err(|e| e.to_string())?;
                         b.on_connect(on_connect, Some(&state.killer));
                         b.charge_replies(&state.response_budget);
-                        Ok(b)
+                        // A restarted Redis that forgot the token's user: derived again, from
+                        // the operator's user as it is then.
+                        let derived = login.user.clone();
+                        Ok(b.restore_by(Arc::new(move || {
+                            let (keeper, derived) = (keeper.clone(), derived.clone());
+                            Box::pin(async move { keeper.derive_now(&derived).await })
+                        })))
                     }
                 };
                 let previous = state.scoped.read().unwrap_or_else(|e| e.into_inner()).clone();
