@@ -409,6 +409,7 @@ fn a_write_that_got_no_answer_may_have_run() {
                 Step::Send(ex) => ex,
                 Step::Respond(r) if r.status < 400 => break,
                 Step::Respond(r) => panic!("{method} {path}: {} {}", r.status, r.body),
+                Step::Script(ex) => panic!("{method} {path}: a first call asks for no script: {}", ex.body()),
             };
             sent += 1;
             let response = match way {
@@ -416,7 +417,7 @@ fn a_write_that_got_no_answer_may_have_run() {
                 1 => ex.fail_at("Redis", "connection refused"),
                 _ => match ex.receive(503, br#"{"error":"ERR Redis is unreachable"}"#) {
                     Step::Respond(resp) => resp,
-                    Step::Send(_) => panic!("{method} {path}: a second call after a 503"),
+                    Step::Send(_) | Step::Script(_) => panic!("{method} {path}: a second call after a 503"),
                 },
             };
             let what = format!("{method} {path} (way {way}): {} {}", response.status, response.body);
