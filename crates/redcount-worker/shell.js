@@ -8,7 +8,7 @@
 import { WorkerEntrypoint } from "cloudflare:workers";
 import wasmModule from "./redcount_worker_bg.wasm";
 import {
-  initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, script, rpc_methods, rpc, stats,
+  initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, script, rpc_methods, rpc, stats, due,
 } from "./redcount_worker.js";
 
 const { memory } = initSync({ module: wasmModule });
@@ -30,12 +30,21 @@ function put(str, bytes = EMPTY) {
   return written;
 }
 
+const word = (b, at) => (b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) | (b[at + 3] << 24)) >>> 0;
+
 // A call's output: a view of wasm memory, valid until the next call into the module.
 function output(at) {
   const mem = new Uint8Array(memory.buffer);
-  const len = (mem[at] | (mem[at + 1] << 8) | (mem[at + 2] << 16) | (mem[at + 3] << 24)) >>> 0;
-  return mem.subarray(at + 4, at + 4 + len);
+  return mem.subarray(at + 4, at + 4 + word(mem, at));
 }
+
+// Takes told to wait (a borrow of their subject is under way) wake when any exchange is
+// answered, or after 50 ms, and ask again.
+let wake = null;
+const settled = () => {
+  wake ??= Promise.withResolvers();
+  return Promise.race([wake.promise, new Promise((r) => setTimeout(r, 50))]);
+};
 
 // The configuration as the wasm module last read it: the env it came from, its REDCOUNT_*
 // text, and what the REST fetch needs. Parsed once per isolate; again only when the text changes.
@@ -140,21 +149,31 @@ async function replyBytes(resp) {
   throw new Error(`reply larger than ${MAX_REPLY} bytes`);
 }
 
-function errorText(e) {
-  return e instanceof Error ? e.message || e.name : String(e);
+// A final step's flag: after answering, call `due` in the background.
+const THEN_DUE = 8;
+
+// After an answer: the background calls due (leases' unused units given back), and a wake at
+// the next lease's end, each kept alive past the answer by `waitUntil`.
+function background(ctx, env) {
+  const out = output(due(Date.now()));
+  const next = word(out, 0);
+  const calls = [];
+  for (let at = 4; at < out.length; at += 4 + word(out, at)) calls.push(out.slice(at + 4, at + 4 + word(out, at)));
+  for (const step of calls) ctx.waitUntil(drive(step, env, () => {}));
+  if (next <= 60000) ctx.waitUntil(new Promise((r) => setTimeout(r, next)).then(() => background(ctx, env)));
 }
 
-function word(step, at) {
-  return (step[at] | (step[at + 1] << 8) | (step[at + 2] << 16) | (step[at + 3] << 24)) >>> 0;
+function errorText(e) {
+  return e instanceof Error ? e.message || e.name : String(e);
 }
 
 // Drives the wasm module from its first step to its answer: each REST call it asks for, and
 // the text of a script Redis lost (from the static assets), then `finish(step)` on the last
 // step, at once (the step is a view of wasm memory, valid until the next call).
 async function drive(step, env, finish) {
-  while (step[0] === 1 || step[0] === 2) {
+  while (step[0] === 1 || step[0] === 3) {
     const id = word(step, 1);
-    if (step[0] === 2) {
+    if (step[0] === 3) {
       // A NOSCRIPT: the script's text, which the module checks against its SHA-1.
       let source = EMPTY;
       try {
@@ -162,7 +181,7 @@ async function drive(step, env, finish) {
         if (resp.ok) source = new Uint8Array(await resp.arrayBuffer());
       } catch {}
       put("", source);
-      step = output(script(id, source.length));
+      step = output(script(id, source.length, Date.now()));
       continue;
     }
     // slice: the REST body is copied out of wasm memory once, for the fetch to keep. The
@@ -170,22 +189,46 @@ async function drive(step, env, finish) {
     // aborts the fetch ("…timeout").
     const init = { method: "POST", headers: restHeaders, body: step.slice(9), signal: AbortSignal.timeout(word(step, 5)) };
     let status;
-    let reply;
+    let reply = null;
     try {
       const resp = await fetch(restUrl, init);
       status = resp.status;
       reply = await replyBytes(resp);
     } catch (e) {
-      step = output(fail(id, put(errorText(e))));
-      continue;
+      step = output(fail(id, put(errorText(e)), Date.now()));
     }
-    put("", reply);
-    step = output(receive(id, status, reply.length));
+    if (reply !== null) {
+      put("", reply);
+      step = output(receive(id, status, reply.length, Date.now()));
+    }
+    // Calls told to wait for this answer ask again.
+    wake?.resolve();
+    wake = null;
   }
   return finish(step);
 }
 
-async function serve(request, env) {
+// A call from its first step (`ask(mayWait)`, asked again while told to wait: a borrow of the
+// same subject under way; after a second, to be sent regardless) to `finish` of its last.
+async function first(ask, env, finish) {
+  const since = Date.now();
+  let step;
+  while ((step = ask(Date.now() - since < 1000 ? 1 : 0))[0] === 2) await settled();
+  return drive(step, env, finish);
+}
+
+// `finish` of a final step, then the background calls it asks for (after: `due` reuses the
+// output the step is a view of).
+const ending = (ctx, env, finish) => (step) => {
+  const more = step[0] & THEN_DUE;
+  try {
+    return finish(step);
+  } finally {
+    if (more) background(ctx, env);
+  }
+};
+
+async function serve(request, env, ctx) {
   configured(env);
   const h = request.headers;
   const length = h.get("Content-Length");
@@ -204,7 +247,8 @@ async function serve(request, env) {
       bodyError = "+" + errorText(e).replaceAll("\0", " ");
     }
   }
-  return drive(output(handle(put(head + "\0" + bodyError, body), body.length)), env, respond);
+  const ask = (mayWait) => output(handle(put(head + "\0" + bodyError, body), body.length, Date.now(), mayWait));
+  return first(ask, env, ending(ctx, env, respond));
 }
 
 // A call the runtime cancels (its client gone) would otherwise stop at its next await, its
@@ -217,7 +261,7 @@ function toEnd(ctx, answer) {
 
 export default {
   fetch(request, env, ctx) {
-    return toEnd(ctx, serve(request, env));
+    return toEnd(ctx, serve(request, env, ctx));
   },
 };
 
@@ -235,7 +279,7 @@ function json(value) {
 // (`{"status":400,"error":…,"field":…}`: a thrown error's own properties do not cross a binding).
 function settle(step) {
   const value = text.decode(step.subarray(1));
-  if (step[0] === 4) throw new Error(value);
+  if ((step[0] & ~THEN_DUE) === 5) throw new Error(value);
   return JSON.parse(value);
 }
 
@@ -257,6 +301,7 @@ for (let m = 0; m < methods.length; m += 2) {
   Redcount.prototype[methods[m]] = function (...args) {
     configured(this.env);
     const call = [index, json(this.ctx.props), json(args.slice(0, params)), json(args[params + 1]), json(args[params])];
-    return toEnd(this.ctx, drive(output(rpc(put(call.join("\0")))), this.env, settle));
+    const ask = (mayWait) => output(rpc(put(call.join("\0")), Date.now(), mayWait));
+    return toEnd(this.ctx, first(ask, this.env, ending(this.ctx, this.env, settle)));
   };
 }

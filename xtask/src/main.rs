@@ -56,6 +56,10 @@ Tasks:
   bench binding
            a caller worker's quota take through the RPC binding vs as HTTP through a Service
            binding, CPU per request side by side (three runs each); printed
+  bench local
+           only the local-decisions table (the denial cache and budget leases off and on, the
+           peer with its ephemeral cache; Redis calls and CPU per request), printed; debug
+           builds of the front
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -218,9 +222,10 @@ fn soak(args: &[String]) -> Result<(), String> {
 /// `cargo xtask bench rest`
 fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
-        None | Some("all") => bench::all(true),
-        Some("workers") => bench::all(false),
+        None | Some("all") => bench::all(bench::Part::All),
+        Some("workers") => bench::all(bench::Part::Workers),
         Some("binding") => bench::binding(),
+        Some("local") => bench::all(bench::Part::Local),
         Some("rest") => bench_rest(),
         Some("replicas") => {
             setup::ensure_test_deps()?;
@@ -232,7 +237,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             eprintln!("xtask: table written to {}", out.display());
             Ok(())
         }
-        _ => Err(format!("bench takes: all (the default), workers, rest or replicas\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default), workers, local, rest or replicas\n\n{HELP}")),
     }
 }
 

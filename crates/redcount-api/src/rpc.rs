@@ -31,7 +31,9 @@ use alloc::vec::Vec;
 use rand_core::RngCore;
 use serde_json::Value as Json;
 
-use crate::{ApiError, ApiResponse, Caller, Config, Input, ROUTES, Route, RouteId, RouteSpec, Scope, Step};
+use crate::{
+    ApiError, ApiResponse, Caller, Config, Input, Local, ROUTES, Route, RouteId, RouteSpec, Scope, Step, Wait,
+};
 
 /// The routes an RPC binding calls, in table order (the shell numbers its methods so).
 pub fn methods() -> impl Iterator<Item = &'static RouteSpec> {
@@ -87,19 +89,54 @@ pub fn call<R: RngCore + ?Sized>(
     caller: &Caller,
     rng: &mut R,
 ) -> Step {
+    match parse(route, params, input, options) {
+        Ok((route, input, key)) => crate::call(config, route, Input::Json(input), caller, key.as_deref(), rng),
+        Err(e) => Step::Respond(e.response()),
+    }
+}
+
+/// [`call`], deciding with a shell's local state at `now_ms` ([`Local::call`]): the binding
+/// shares the isolate's denial cache and budget leases with its HTTP requests. [`Wait`] only
+/// when `may_wait`.
+#[allow(clippy::too_many_arguments)]
+pub fn call_local<R: RngCore + ?Sized>(
+    local: &mut Local,
+    now_ms: u64,
+    may_wait: bool,
+    config: &Config,
+    route: RouteId,
+    (params, input, options): (&[u8], &[u8], &[u8]),
+    caller: &Caller,
+    rng: &mut R,
+) -> Result<Step, Wait> {
+    match parse(route, params, input, options) {
+        Ok((route, input, key)) => {
+            local.call(config, route, Input::Json(input), caller, key.as_deref(), now_ms, may_wait, rng)
+        }
+        Err(e) => Ok(Step::Respond(e.response())),
+    }
+}
+
+/// The route, its fields' JSON and the `Idempotency-Key` an RPC call's texts name.
+fn parse<'a>(
+    route: RouteId,
+    params: &[u8],
+    input: &'a [u8],
+    options: &[u8],
+) -> Result<(Route, &'a [u8], Option<String>), ApiError> {
     let spec = route.spec();
     let (params, key) = match (parse_params(spec, params), parse_options(options)) {
         (Ok(p), Ok(k)) => (p, k),
-        (Err(e), _) | (_, Err(e)) => return Step::Respond(e.response()),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
     };
     let input = match input.iter().find(|b| !b.is_ascii_whitespace()) {
         _ if input == b"null" => &[][..],
         // What a route reads is an object (the API checks it); one that reads nothing still
         // refuses anything else, as a misplaced argument.
         Some(b'{') | None => input,
-        Some(_) => return Step::Respond(ApiError::new(400, "the input must be an object").at("body").response()),
+        Some(_) => return Err(ApiError::new(400, "the input must be an object").at("body")),
     };
-    crate::call(config, Route::with_params(route, params), Input::Json(input), caller, key.as_deref(), rng)
+    Ok((Route::with_params(route, params), input, key))
 }
 
 fn parse_params(spec: &RouteSpec, params: &[u8]) -> Result<Vec<String>, ApiError> {

@@ -15,23 +15,35 @@
 //! ```text
 //!   configure(len)                   vars             -> "" | error       once per isolate / env change
 //!   rest_target()                                     -> url \0 header \0 value …
-//!   handle(head_len, body_len)       head, body       -> step
-//!   receive(handle, status, len)     REST reply body  -> step             after a REST reply
-//!   fail(handle, len)                why              -> step             the REST front did not answer
-//!   script(handle, len)              a script's text  -> step             after a script step
+//!   handle(head_len, body_len, now, may_wait)  head, body  -> step
+//!   receive(handle, status, len, now)  REST reply body -> step           after a REST reply
+//!   fail(handle, len, now)           why              -> step             the REST front did not answer
+//!   script(handle, len, now)         a script's text  -> step             after a fetch-script step
 //!   rpc_methods()                                     -> name \0 params …  once per isolate
-//!   rpc(len)                         the call         -> step             an RPC call
-//!   stats(len)                       props            -> [3|4] json       the admin's look inside
+//!   rpc(len, now, may_wait)          the call         -> step             an RPC call
+//!   due(now)                                          -> next_ms:u32le, then send steps  (background)
+//!   stats(len)                       props            -> return | throw   the admin's look inside
 //! ```
 //!
-//! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
-//! `name\0value\0…`), `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
-//! then call `receive` or `fail` with the handle, at the latest after `timeout_ms`: the policy's,
-//! or [`MAX_WAIT_MS`]),
-//! `[2] handle:u32le sha1` (Redis lost the script whose SHA-1 this is: call `script` with
-//! the text of the worker's static asset `lua/<sha1>.lua`, or with nothing when there is none);
-//! and an RPC call's last step is `[3] json` (return the value) or `[4] json` (throw an `Error`
-//! with this message: the error's status, message and field, which the npm client reads back).
+//! A step's first byte says what the shell does next:
+//!
+//! | byte | step | then |
+//! |------|------|------|
+//! | `0`  | respond: `status:u16le headers_len:u32le headers body` (`headers` is `name\0value\0…`) | done |
+//! | `1`  | send: `handle:u32le timeout_ms:u32le rest_body` | `receive` or `fail` with the handle, at the latest after `timeout_ms` (the policy's, or [`MAX_WAIT_MS`]) |
+//! | `2`  | wait: a borrow of the same subject is under way | ask again (`handle` or `rpc`) once an exchange is answered, or after a short while; `may_wait` 0 after a second |
+//! | `3`  | fetch script: `handle:u32le sha1` (Redis lost that script) | `script` with the text of the static asset `lua/<sha1>.lua`, or nothing when there is none |
+//! | `4`  | an RPC call's return: `json` | return the value |
+//! | `5`  | an RPC call's throw: `json` | throw an `Error` with this message (the status, message and field, which the npm client reads back) |
+//! | `8`, `12`, `13` | `0`, `4`, `5` with [`THEN_DUE`] set | as those, then call `due` in the background (`waitUntil`) |
+//!
+//! `now` is `Date.now()`. `due` lists the background calls to make now (`len:u32le` then a
+//! send step, each, driven like any other; their last steps are dropped), after `next_ms`,
+//! when to call it again (`u32::MAX`: no need).
+//!
+//! The isolate keeps one [`redcount_api::Local`]: denials repeated from memory, budget leases.
+//! Every call of the isolate decides with that one (`Isolate::local`), HTTP requests and RPC
+//! calls alike, so a denial learnt over one is repeated over the other.
 //!
 //! The RPC class (`Redcount`, a `WorkerEntrypoint` in the shell) has one method per route of
 //! the API's table, made from [`rpc_methods`]: a route added to the table is a method of the
@@ -58,7 +70,7 @@ use alloc::vec::Vec;
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
-use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, RestTarget, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, Local, RestTarget, Step};
 use wasm_bindgen::prelude::wasm_bindgen;
 
 #[wasm_bindgen]
@@ -119,13 +131,52 @@ struct Isolate {
     input: Vec<u8>,
     /// Where each call leaves its output: `len:u32le`, then the bytes.
     output: Vec<u8>,
+    /// The isolate's local decisions, made at the first configuration.
+    local: Option<Local>,
+    /// The lease end the shell was last told to call `due` at (`u64::MAX`: none).
+    told: u64,
 }
+
+/// Cached denials one isolate keeps at most.
+const DENIALS: usize = 1024;
+/// Leases one isolate holds at most.
+const LEASES: usize = 256;
 
 impl Isolate {
     const fn new() -> Self {
-        Isolate { config: None, pending: Vec::new(), free: Vec::new(), input: Vec::new(), output: Vec::new() }
+        Isolate {
+            config: None,
+            pending: Vec::new(),
+            free: Vec::new(),
+            input: Vec::new(),
+            output: Vec::new(),
+            local: None,
+            told: u64::MAX,
+        }
     }
 
+    /// The local state every call of the isolate decides with.
+    fn local(&mut self) -> &mut Local {
+        self.local.get_or_insert_with(|| Local::new(DENIALS, LEASES, seed()))
+    }
+}
+
+/// A random seed for the local state's hashes: the platform's CSPRNG.
+#[cfg(target_family = "wasm")]
+fn seed() -> u64 {
+    let mut seed = [0; 8];
+    PlatformRng::fill(&mut seed);
+    u64::from_le_bytes(seed)
+}
+
+/// On the host (the unit tests), std's per-process random hasher keys.
+#[cfg(not(target_family = "wasm"))]
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
+}
+
+impl Isolate {
     fn park(&mut self, ex: (Exchange, bool)) -> u32 {
         match self.free.pop() {
             Some(h) => {
@@ -229,29 +280,41 @@ pub fn rest_target() -> *const u8 {
 /// each of the last five `+value` when present and `-` when absent (body-error: why the body
 /// could not be read). Outputs a step.
 #[wasm_bindgen]
-pub fn handle(head_len: usize, body_len: usize) -> *const u8 {
+pub fn handle(head_len: usize, body_len: usize, now: f64, may_wait: u32) -> *const u8 {
     call(head_len + body_len, |input| {
         let (head, body) = input.split_at(head_len.min(input.len()));
         let (head, body_error) = match text(head).rsplit_once('\0') {
             Some((head, error)) => (head, error.strip_prefix('+')),
             None => (text(head), None),
         };
-        handle_request(head, body, body_error)
+        handle_request(head, body, body_error, ms(now), may_wait != 0)
     })
 }
 
 /// The REST front answered the exchange `handle` with `status` and a body (the input, `len`
 /// bytes). Outputs a step.
 #[wasm_bindgen]
-pub fn receive(handle: u32, status: u16, len: usize) -> *const u8 {
-    call(len, |body| receive_reply(handle, status, body))
+pub fn receive(handle: u32, status: u16, len: usize, now: f64) -> *const u8 {
+    call(len, |body| receive_reply(handle, status, body, ms(now)))
 }
 
 /// The REST front could not be reached for the exchange `handle` (or did not answer within
 /// its policy's `timeout_ms`): the input (`len` bytes) says how. Outputs a step.
 #[wasm_bindgen]
-pub fn fail(handle: u32, len: usize) -> *const u8 {
-    call(len, |why| fail_exchange(handle, text(why)))
+pub fn fail(handle: u32, len: usize, now: f64) -> *const u8 {
+    call(len, |why| fail_exchange(handle, text(why), ms(now)))
+}
+
+/// The background calls due now (leases' unused units given back): `next_ms:u32le` (when to
+/// call again, `u32::MAX`: no need), then each call as `len:u32le` and a send step.
+#[wasm_bindgen]
+pub fn due(now: f64) -> *const u8 {
+    call(0, |_| due_calls(ms(now)))
+}
+
+/// `Date.now()` as whole ms (a clock before 1970 or not a number is 0).
+fn ms(now: f64) -> u64 {
+    if now > 0.0 { now as u64 } else { 0 }
 }
 
 /// The RPC methods, in the order [`rpc`] numbers them: `name\0params\0…`, each with its number
@@ -273,25 +336,26 @@ pub fn rpc_methods() -> *const u8 {
 }
 
 /// One RPC call: the input (`len` bytes) is `method\0props\0params\0options\0input`, the
-/// method's number in [`rpc_methods`], then JSON texts (which never hold a NUL). Outputs a
-/// step; it ends in `[3] json` (return it) or `[4] json` (throw it).
+/// method's number in [`rpc_methods`], then JSON texts (which never hold a NUL), at `now`
+/// (`may_wait` as [`handle`]'s). Outputs a step; it ends in `[4] json` (return it) or
+/// `[5] json` (throw it).
 #[wasm_bindgen]
-pub fn rpc(len: usize) -> *const u8 {
-    call(len, |bytes| rpc_call(text(bytes)))
+pub fn rpc(len: usize, now: f64, may_wait: u32) -> *const u8 {
+    call(len, |bytes| rpc_call(text(bytes), ms(now), may_wait != 0))
 }
 
 /// The isolate's stats for a binding whose props (the input, `len` bytes) say `admin: true`:
-/// `[3] {"parked":n,"memory_bytes":m}`, else `[4]` and the error.
+/// `[4] {"parked":n,"memory_bytes":m}`, else `[5]` and the error.
 #[wasm_bindgen]
 pub fn stats(len: usize) -> *const u8 {
     call(len, stats_of)
 }
 
 /// The text of the script the exchange `handle` asked for (the input, `len` bytes; empty when
-/// the shell found none). Outputs a step: the EVAL, or a 500 when the text is not the script's.
+/// the shell found none), at `now`. Outputs a step: the EVAL, or a 500 when the text is not the script's.
 #[wasm_bindgen]
-pub fn script(handle: u32, len: usize) -> *const u8 {
-    call(len, |source| give_script(handle, source))
+pub fn script(handle: u32, len: usize, now: f64) -> *const u8 {
+    call(len, |source| give_script(handle, source, ms(now)))
 }
 
 fn configure_text(vars: &str) -> String {
@@ -306,7 +370,12 @@ fn configure_text(vars: &str) -> String {
         Ok(_) => String::new(),
         Err(e) => format!("server misconfigured: {e}"),
     };
-    isolate(|i| i.config = Some(config));
+    isolate(|i| {
+        i.config = Some(config);
+        // Nothing learnt under another configuration is kept; leases end (given back by `due`).
+        i.local().reconfigure();
+        i.told = 0;
+    });
     message
 }
 
@@ -342,7 +411,7 @@ pub fn max_reply() -> u32 {
 /// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length`,
 /// each header `+value` when present and `-` when absent; `body` its bytes (empty when not
 /// read); `body_error` why it could not be read, if so.
-fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> {
+fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, may_wait: bool) -> Vec<u8> {
     let mut f = head.split('\0');
     let (method, url) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
     let mut header = || f.next().and_then(|h| h.strip_prefix('+'));
@@ -363,62 +432,77 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> 
         }
         let (path, query) = split_url(url);
         let request = ApiRequest { method, path, query, authorization, origin, idempotency_key, body };
-        let step = api::handle(config, &request, &mut PlatformRng);
-        next(i, step, false)
+        // (The configuration is borrowed from the isolate beside its local state.)
+        let Isolate { config: Some(Ok((config, _))), local: Some(local), .. } = &mut *i else {
+            return respond(api::unavailable("the worker was not configured"));
+        };
+        match local.handle(config, &request, now, may_wait, &mut PlatformRng) {
+            Ok(step) => next(i, step, false),
+            Err(api::Wait) => alloc::vec![2],
+        }
     })
 }
 
 /// One RPC call: `call` is `method\0props\0params\0options\0input` (the method's index in
 /// [`rpc_methods`], then the binding's props, the path parameters, the call options and the
-/// fields object, each as JSON).
-fn rpc_call(call: &str) -> Vec<u8> {
+/// fields object, each as JSON), decided with the isolate's local state as a request is.
+fn rpc_call(call: &str, now: u64, may_wait: bool) -> Vec<u8> {
     let mut f = call.splitn(5, '\0');
     let (method, props, params, options) = (f.next(), f.next(), f.next(), f.next());
     let input = f.next().unwrap_or("null").as_bytes();
     let method = method.and_then(|m| m.parse::<usize>().ok()).and_then(|m| api::rpc::methods().nth(m));
     isolate(|i| {
-        let config = match &i.config {
-            Some(Ok((config, _))) => config,
-            Some(Err(e)) => return answer(api::misconfigured(e)),
-            None => return answer(api::unavailable("the worker was not configured")),
-        };
         let (Some(spec), Some(props), Some(params), Some(options)) = (method, props, params, options) else {
             return lost();
         };
-        let step = match api::rpc::caller(props.as_bytes()) {
-            Ok(caller) => {
-                let (params, options) = (params.as_bytes(), options.as_bytes());
-                api::rpc::call(config, spec.id, params, input, options, &caller, &mut PlatformRng)
+        let step = match (&mut *i, api::rpc::caller(props.as_bytes())) {
+            (Isolate { config: Some(Err(e)), .. }, _) => Step::Respond(api::misconfigured(e)),
+            (Isolate { config: Some(Ok((config, _))), local: Some(local), .. }, Ok(caller)) => {
+                let texts = (params.as_bytes(), input, options.as_bytes());
+                match api::rpc::call_local(local, now, may_wait, config, spec.id, texts, &caller, &mut PlatformRng) {
+                    Ok(step) => step,
+                    Err(api::Wait) => return alloc::vec![2],
+                }
             }
-            Err(e) => Step::Respond(e.response()),
+            (Isolate { config: Some(Ok(_)), .. }, Err(e)) => Step::Respond(e.response()),
+            _ => Step::Respond(api::unavailable("the worker was not configured")),
         };
         next(i, step, true)
     })
 }
 
-fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
+fn receive_reply(handle: u32, status: u16, body: &[u8], now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some((ex, rpc)) => next(i, ex.receive(status, body), rpc),
+        Some((ex, rpc)) => {
+            let step = i.local().after(ex.receive(status, body), now);
+            next(i, step, rpc)
+        }
         None => lost(),
     })
 }
 
-fn give_script(handle: u32, source: &[u8]) -> Vec<u8> {
+fn give_script(handle: u32, source: &[u8], now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some((ex, rpc)) => next(i, ex.give_script(source), rpc),
+        Some((ex, rpc)) => {
+            let step = i.local().after(ex.give_script(source), now);
+            next(i, step, rpc)
+        }
         None => lost(),
     })
 }
+
+/// Set in a final step's first byte when the shell, after answering, must call `due` in the
+/// background: the local state has units to give back, or a lease end the shell was not told of.
+pub const THEN_DUE: u8 = 8;
 
 /// The shell's next step: answer (an HTTP response, or an RPC call's return value or error);
 /// send the REST body (`[1]`, the exchange parked until its reply); or fetch a script's text
-/// (`[2]`, parked until then).
+/// (`[3]`, parked until then).
 fn next(i: &mut Isolate, step: Step, rpc: bool) -> Vec<u8> {
     let (kind, ex) = match step {
-        Step::Respond(r) if rpc => return answer(r),
-        Step::Respond(r) => return respond(r),
+        Step::Respond(r) => return answer(i, r, rpc),
         Step::Send(ex) => (1, ex),
-        Step::Script(ex) => (2, ex),
+        Step::Script(ex) => (3, ex),
     };
     let mut out = Vec::with_capacity(9 + ex.body().len());
     out.push(kind);
@@ -434,19 +518,52 @@ fn next(i: &mut Isolate, step: Step, rpc: bool) -> Vec<u8> {
     out
 }
 
-fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
+fn fail_exchange(handle: u32, why: &str, now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some((ex, rpc)) => next(i, Step::Respond(ex.fail(why)), rpc),
+        Some((ex, rpc)) => {
+            let r = i.local().answered(ex.fail(why), now);
+            answer(i, r, rpc)
+        }
         None => lost(),
     })
 }
 
-/// An RPC call's end: `[3] json` (the value to return) or `[4] json` (the error to throw,
+fn due_calls(now: u64) -> Vec<u8> {
+    isolate(|i| {
+        let calls = i.local().due(now);
+        let next_due = i.local().next_due();
+        i.told = next_due.unwrap_or(u64::MAX);
+        let wait = next_due.map_or(u32::MAX, |t| u32::try_from(t.saturating_sub(now)).unwrap_or(u32::MAX - 1));
+        let mut out = Vec::from(wait.to_le_bytes());
+        for ex in calls {
+            let step = next(i, Step::Send(ex), false);
+            out.extend_from_slice(&(step.len() as u32).to_le_bytes());
+            out.extend_from_slice(&step);
+        }
+        out
+    })
+}
+
+/// A final step: a response (`[0]`), or an RPC call's value (`[4]`) or error (`[5]`), with
+/// [`THEN_DUE`] set when the shell has background calls to make or a lease end to wake for
+/// that it was not told of yet.
+fn answer(i: &mut Isolate, r: ApiResponse, rpc: bool) -> Vec<u8> {
+    let mut out = if rpc { rpc_end(r) } else { respond(r) };
+    let local = i.local();
+    let next_due = local.next_due().unwrap_or(u64::MAX);
+    if local.has_returns() || next_due < i.told {
+        i.told = next_due;
+        out[0] |= THEN_DUE;
+    }
+    out
+}
+
+/// An RPC call's end: `[4] json` (the value to return) or `[5] json` (the error to throw,
 /// `{status, error, field}`: see [`api::rpc::answer`]).
-fn answer(r: ApiResponse) -> Vec<u8> {
+fn rpc_end(r: ApiResponse) -> Vec<u8> {
     let (kind, json) = match api::rpc::answer(&r) {
-        Ok(json) => (3, json),
-        Err(json) => (4, json),
+        Ok(json) => (4, json),
+        Err(json) => (5, json),
     };
     let mut out = Vec::with_capacity(1 + json.len());
     out.push(kind);
@@ -464,12 +581,12 @@ fn stats_of(props: &[u8]) -> Vec<u8> {
     let memory = 0;
     match api::rpc::caller(props) {
         Ok(c) if c.is_admin() => {
-            let mut out = alloc::vec![3];
+            let mut out = alloc::vec![4];
             out.extend_from_slice(format!("{{\"parked\":{parked},\"memory_bytes\":{memory}}}").as_bytes());
             out
         }
-        Ok(_) => answer(ApiResponse::error(401, "the isolate's stats need a binding with admin: true", None)),
-        Err(e) => answer(e.response()),
+        Ok(_) => rpc_end(ApiResponse::error(401, "the isolate's stats need a binding with admin: true", None)),
+        Err(e) => rpc_end(e.response()),
     }
 }
 
@@ -546,11 +663,11 @@ mod tests {
             "http://127.0.0.1:9/\0Authorization\0Bearer rest-token-0123456789\0\
              Upstash-Encoding\0base64\0Content-Type\0application/json"
         );
-        let step = handle_request(CLAIM, b"", None);
+        let step = handle_request(CLAIM, b"", None, 1_000, true);
         let (h, timeout, rest) = parse_send(&step);
         assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
         assert_eq!(timeout, 250);
-        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#, 1_010);
         let (status, headers, body) = parse(&done);
         assert_eq!((status, body), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
         assert_eq!(
@@ -559,11 +676,11 @@ mod tests {
              RateLimit-Policy\0\"bonus\";q=1;w=86400\0RateLimit\0\"bonus\";r=0;t=0\0"
         );
         // A finished exchange's handle is spent, and its slot serves the next one.
-        assert_eq!(parse(&receive_reply(h, 200, b"{}")).0, 500);
-        let step = handle_request(CLAIM, b"", None);
+        assert_eq!(parse(&receive_reply(h, 200, b"{}", 1_010)).0, 500);
+        let step = handle_request(CLAIM, b"", None, 1_000, true);
         let (h2, ..) = parse_send(&step);
         assert_eq!(h2, h);
-        let failed = fail_exchange(h2, "connection refused");
+        let failed = fail_exchange(h2, "connection refused", 1_010);
         let (status, _, body) = parse(&failed);
         // The policy's declared answer (deny, the default), marked degraded, with the reason.
         assert_eq!(status, 503);
@@ -576,26 +693,26 @@ mod tests {
         let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
         let script = &redcount_core::script::CLAIM;
         let ask = |h: u32| {
-            let step = receive_reply(h, 400, noscript);
-            assert_eq!(step[0], 2, "a script step");
+            let step = receive_reply(h, 400, noscript, 1_010);
+            assert_eq!(step[0], 3, "a fetch-script step");
             assert_eq!(core::str::from_utf8(&step[5..]).unwrap(), script.sha1());
             u32::from_le_bytes(step[1..5].try_into().unwrap())
         };
         // No text (no asset), or another text: a 500 naming the script, nothing sent.
         for wrong in [&b""[..], b"return 1"] {
-            let (h, ..) = parse_send(&handle_request(CLAIM, b"", None));
-            let step = give_script(ask(h), wrong);
+            let (h, ..) = parse_send(&handle_request(CLAIM, b"", None, 1_000, true));
+            let step = give_script(ask(h), wrong, 1_020);
             let (status, _, body) = parse(&step);
             assert_eq!(status, 500);
             assert!(body.contains(script.sha1()), "{body}");
         }
         // The script's own text: the EVAL, with the same bound as the EVALSHA.
-        let (h, ..) = parse_send(&handle_request(CLAIM, b"", None));
-        let step = give_script(ask(h), script.source().as_bytes());
+        let (h, ..) = parse_send(&handle_request(CLAIM, b"", None, 1_000, true));
+        let step = give_script(ask(h), script.source().as_bytes(), 1_020);
         let (h, timeout, rest) = parse_send(&step);
         assert!(rest.starts_with(r#"["EVAL","#), "{rest}");
         assert_eq!(timeout, 250);
-        let (status, _, _) = parse(&receive_reply(h, 200, br#"{"result":[1,0]}"#));
+        let (status, _, _) = parse(&receive_reply(h, 200, br#"{"result":[1,0]}"#, 1_030));
         assert_eq!(status, 200);
     }
 
@@ -603,11 +720,12 @@ mod tests {
     fn headers_absent_and_empty_differ_and_big_bodies_stay_unread() {
         assert_eq!(configure_text(VARS), "");
         // An empty Idempotency-Key is refused; an absent one is no key.
-        let empty_key = parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None)).0;
+        let empty_key =
+            parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None, 1_000, true)).0;
         assert_eq!(empty_key, 400);
-        let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None);
+        let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None, 1_000, true);
         assert_eq!(parse(&big).0, 413);
-        let unread = handle_request(CLAIM, b"", Some("reset by peer"));
+        let unread = handle_request(CLAIM, b"", Some("reset by peer"), 1_000, true);
         let (status, _, body) = parse(&unread);
         assert_eq!(status, 503);
         assert!(body.contains("reset by peer"), "{body}");
@@ -620,11 +738,12 @@ mod tests {
         let methods = String::from_utf8(isolate(|i| i.output[4..].to_vec())).unwrap();
         let list: Vec<&str> = methods.split('\0').collect();
         let claim = list.chunks(2).position(|m| m == ["claim", "2"]).expect("claim takes policy and subject");
-        let step = rpc_call(&format!("{claim}\0{{\"namespace\":\"acme\"}}\0[\"bonus\",\"alice\"]\0null\0null"));
+        let step =
+            rpc_call(&format!("{claim}\0{{\"namespace\":\"acme\"}}\0[\"bonus\",\"alice\"]\0null\0null"), 1_000, true);
         let (h, _, rest) = parse_send(&step);
         assert!(rest.contains("rc.acme:{cl:bonus:alice}"), "{rest}");
-        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
-        assert_eq!(done[0], 3, "a value to return");
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#, 1_030);
+        assert_eq!(done[0], 4, "a value to return");
         let value: &str = core::str::from_utf8(&done[1..]).unwrap();
         assert!(value.starts_with(r#"{"claimed":true,"retry_after_ms":0,"headers":{"#), "{value}");
         // Bad input, and props that are not a binding's: an error to throw, nothing sent.
@@ -635,19 +754,48 @@ mod tests {
             ),
             (format!("{claim}\0{{\"admin\":1}}\0[\"bonus\",\"a\"]\0null\0null"), r#"{"status":500,"#),
         ] {
-            let out = rpc_call(&head);
-            assert_eq!(out[0], 4, "an error to throw");
+            let out = rpc_call(&head, 1_000, true);
+            assert_eq!(out[0], 5, "an error to throw");
             assert!(core::str::from_utf8(&out[1..]).unwrap().starts_with(want), "{head}");
         }
         // The front gone: a claim's declared failure mode (deny) is a value, not an error.
-        let step = rpc_call(&format!("{claim}\0null\0[\"bonus\",\"a\"]\0null\0null"));
+        let step = rpc_call(&format!("{claim}\0null\0[\"bonus\",\"a\"]\0null\0null"), 1_000, true);
         let (h, ..) = parse_send(&step);
-        let out = fail_exchange(h, "connection refused");
-        assert_eq!(out[0], 3);
+        let out = fail_exchange(h, "connection refused", 1_010);
+        assert_eq!(out[0], 4);
         assert!(core::str::from_utf8(&out[1..]).unwrap().contains(r#""degraded":true"#));
         // Stats are the admin's.
-        assert_eq!(stats_of(br#"{"admin":true}"#)[0], 3);
-        assert_eq!(stats_of(b"null")[0], 4);
+        assert_eq!(stats_of(br#"{"admin":true}"#)[0], 4);
+        assert_eq!(stats_of(b"null")[0], 5);
+    }
+
+    #[test]
+    fn a_denial_over_the_binding_is_repeated_from_the_isolates_cache() {
+        let vars = "REDCOUNT_POLICIES\0{\"day\": {\"kind\": \"quota\", \"algorithm\": \"fixed\", \"limit\": 1, \"window_ms\": 86400000}}\0\
+                    REDCOUNT_REST_URL\0http://127.0.0.1:9/\0REDCOUNT_REST_TOKEN\0rest-token-0123456789";
+        assert_eq!(configure_text(vars), "");
+        let take = api::rpc::methods().position(|s| s.rpc() == Some("take")).unwrap();
+        let call = format!("{take}\0null\0[\"day\",\"alice\"]\0null\0null");
+        let value = |step: &[u8]| {
+            assert_eq!(step[0] & !THEN_DUE, 4, "a value to return");
+            String::from_utf8(step[1..].to_vec()).unwrap()
+        };
+        // Redis denies the first take (nothing left until the window ends).
+        let (h, ..) = parse_send(&rpc_call(&call, 1_000, true));
+        let denied = value(&receive_reply(h, 200, br#"{"result":[0,1,0,50000,50000]}"#, 1_010));
+        assert!(denied.starts_with(r#"{"allowed":false,"#) && !denied.contains("cached"), "{denied}");
+        // 300 ms later the same take over the binding, then over HTTP, is answered from the
+        // isolate's one cache, nothing sent.
+        let again = value(&rpc_call(&call, 1_300, true));
+        assert!(again.starts_with(r#"{"allowed":false,"cached":true,"#), "{again}");
+        assert!(again.contains(r#""retry_after_ms":49700"#), "{again}");
+        let http = handle_request("POST\0http://h/api/quotas/day/alice\0-\0-\0-\0-", b"", None, 1_400, true);
+        let (status, _, body) = parse(&http);
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""cached":true"#), "{body}");
+        // Another subject still goes to Redis.
+        let other = format!("{take}\0null\0[\"day\",\"bob\"]\0null\0null");
+        assert_eq!(rpc_call(&other, 1_400, true)[0], 1, "a send step");
     }
 
     #[test]
@@ -662,13 +810,13 @@ mod tests {
         assert_eq!(output(), [0, 0, 0, 0], "no error");
         let head = format!("{CLAIM}\0-");
         put(format!("{head}{{}}").as_bytes());
-        handle(head.len(), 2);
+        handle(head.len(), 2, 1_000.0, 1);
         let out = output();
         assert_eq!(u32::from_le_bytes(out[..4].try_into().unwrap()) as usize, out.len() - 4);
         let (h, _, rest) = parse_send(&out[4..]);
         assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
         put(b"connection refused");
-        fail(h, 18);
+        fail(h, 18, 1_010.0);
         let out = output();
         let (status, _, body) = parse(&out[4..]);
         assert_eq!(status, 503);
@@ -676,7 +824,7 @@ mod tests {
         // A body error rides at the end of the head.
         let head = format!("{CLAIM}\0+reset by peer");
         put(head.as_bytes());
-        handle(head.len(), 0);
+        handle(head.len(), 0, 1_000.0, 1);
         let out = output();
         let (status, _, body) = parse(&out[4..]);
         assert_eq!(status, 503);
@@ -685,11 +833,11 @@ mod tests {
 
     #[test]
     fn a_bad_configuration_answers_500_naming_the_variable() {
-        assert_eq!(parse(&handle_request(CLAIM, b"", None)).0, 503, "not configured yet");
+        assert_eq!(parse(&handle_request(CLAIM, b"", None, 1_000, true)).0, 503, "not configured yet");
         let e = configure_text("REDCOUNT_REST_URL\0http://127.0.0.1:9");
         assert!(e.starts_with("server misconfigured: REDCOUNT_POLICIES"), "{e}");
         assert_eq!(rest_target_text(), "");
-        let step = handle_request(CLAIM, b"", None);
+        let step = handle_request(CLAIM, b"", None, 1_000, true);
         let (status, _, body) = parse(&step);
         assert_eq!(status, 500);
         assert!(body.contains("REDCOUNT_POLICIES"), "{body}");

@@ -3,6 +3,8 @@
 /** The `Decision` schema of the API. */
 export type Decision = {
   allowed: boolean;
+  /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
+  cached?: true;
   denied_by: string | null;
   parts: ({
     allowed: boolean;
@@ -186,6 +188,8 @@ export type QuotaPeekInput = {
 /** What `peek` answers. */
 export type QuotaPeekAnswer = {
   allowed: boolean;
+  /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
+  cached?: true;
   limit: number;
   remaining: number;
   reset_ms: number;
@@ -199,6 +203,8 @@ export type QuotaTakeInput = {
 /** What `take` answers. */
 export type QuotaTakeAnswer = {
   allowed: boolean;
+  /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
+  cached?: true;
   limit: number;
   remaining: number;
   reset_ms: number;
