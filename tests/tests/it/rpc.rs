@@ -184,6 +184,20 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
         })
         .await;
     assert!(!acme.is_empty() && acme.iter().all(|k| k.starts_with("rc.acme:")), "{acme:?}");
+    // Denied again soon after: from the isolate's memory (the local state its HTTP requests
+    // use too), for at most cache_denials_ms (1 s): a take that came later than that asked
+    // Redis again, so the first of a few in a row is enough.
+    let mut cached = None;
+    for i in 0..5 {
+        let again = s.call("ACME", "take", q.clone()).await.unwrap();
+        assert_eq!(again["allowed"], false, "{again}");
+        if again["cached"] == true {
+            assert!(again["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0), "{again}");
+            cached = Some(i);
+            break;
+        }
+    }
+    assert!(cached.is_some(), "no denial over the binding was repeated from the isolate's cache");
     let globex = s.new_keys(async { assert!(allowed(s.call("GLOBEX", "take", q.clone()).await)) }).await;
     assert!(!globex.is_empty() && globex.iter().all(|k| k.starts_with("rc.globex:")), "{globex:?}");
     let public = s.new_keys(async { assert!(allowed(s.call("REDCOUNT", "take", q.clone()).await)) }).await;
