@@ -374,7 +374,8 @@ fn configure_text(vars: &str) -> String {
         i.config = Some(config);
         // Nothing learnt under another configuration is kept; leases end (given back by `due`).
         i.local().reconfigure();
-        i.told = 0;
+        // The shell was told of no lease end yet: the next one is told at the next answer.
+        i.told = u64::MAX;
     });
     message
 }
@@ -796,6 +797,32 @@ mod tests {
         // Another subject still goes to Redis.
         let other = format!("{take}\0null\0[\"day\",\"bob\"]\0null\0null");
         assert_eq!(rpc_call(&other, 1_400, true)[0], 1, "a send step");
+    }
+
+    #[test]
+    fn a_lease_borrowed_over_the_binding_is_given_back_at_its_end() {
+        let vars = "REDCOUNT_POLICIES\0{\"hot\": {\"kind\": \"quota\", \"algorithm\": \"fixed\", \"limit\": 1000, \"window_ms\": 60000, \"borrow\": {\"units\": 50, \"ms\": 1000}}}\0\
+                    REDCOUNT_REST_URL\0http://127.0.0.1:9/\0REDCOUNT_REST_TOKEN\0rest-token-0123456789";
+        assert_eq!(configure_text(vars), "");
+        let take = api::rpc::methods().position(|s| s.rpc() == Some("take")).unwrap();
+        let call = format!("{take}\0null\0[\"hot\",\"jo\"]\0null\0null");
+        // The first take of the isolate borrows 50 units beside it.
+        let borrow = rpc_call(&call, 1_000, true);
+        let (h, _, rest) = parse_send(&borrow);
+        assert!(rest.contains(r#""borrow""#), "{rest}");
+        let first = receive_reply(h, 200, br#"{"result":[1,1000,949,30000,0,50]}"#, 1_005);
+        // Its value, and the shell told to call `due`: a lease end to wake for.
+        assert_eq!(first[0], 4 | THEN_DUE, "{:?}", String::from_utf8_lossy(&first[1..]));
+        let wake = |out: &[u8]| u32::from_le_bytes(out[..4].try_into().unwrap());
+        assert_eq!(wake(&due_calls(1_010)), 990, "a wake at the lease's end");
+        // Told once: the next answers from its stock need no `due`.
+        assert_eq!(rpc_call(&call, 1_020, true)[0], 4);
+        // At its end the 49 units not used go back, in a call of their own.
+        let back = due_calls(2_000);
+        assert_eq!(wake(&back), u32::MAX, "nothing more to wake for");
+        let len = u32::from_le_bytes(back[4..8].try_into().unwrap()) as usize;
+        let (_, _, rest) = parse_send(&back[8..8 + len]);
+        assert!(rest.contains(r#""return","49""#), "{rest}");
     }
 
     #[test]

@@ -676,11 +676,7 @@ async fn two_serve_processes_with_leases_admit_at_most_the_limit_and_give_units_
     lease_storm(false).await;
 }
 
-// One run in three or four on the loaded machine, the worker's lease of the fresh subject was
-// not given back at its end (its 48 units still charged 10 s later; see RELIABILITY.md, issue
-// 28): an under-admission, not an over-admission, cause not found. Run with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "the worker sometimes keeps a lease's units past its end (RELIABILITY.md, local decisions)"]
 async fn serve_processes_and_the_worker_with_leases_admit_at_most_the_limit_and_give_units_back() {
     lease_storm(true).await;
 }
