@@ -1517,6 +1517,9 @@ fn holder_view(ctx: &Ctx, round: usize, calls: &[&SemCall]) -> HolderView {
                     }
                 };
             }
+            // A replay reports its own grant only while that grant is the lease (the same
+            // fencing token): its NotHolder says nothing of a lease another call granted since.
+            Outcome::Done(o) if c.replay && o.result == NotHolder => {}
             Outcome::Done(o) => {
                 // Not holding when it ran (NotHolder, Full), or not any more (Released).
                 if o.result == Released {
