@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use redcount::direct::{ClusterLink, Lanes, ReplicaWait};
+use redcount_cluster::{ClusterLink, Lanes, ReplicaWait};
 use redis::aio::ConnectionLike;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
@@ -472,12 +472,19 @@ macro_rules! retried {
 /// of a Cluster hears every publication), as `login` when given.
 pub fn pubsub_info(url: &str, login: Option<&Login>) -> Result<redis::ConnectionInfo, String> {
     let first = url.split(',').next().unwrap_or("").trim();
-    let mut info = first.into_connection_info().map_err(|e| format!("ERR {e}"))?;
-    if let Some(l) = login {
-        let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
-        info = info.set_redis_settings(settings);
+    let info = first.into_connection_info().map_err(|e| format!("ERR {e}"))?;
+    Ok(logged_in(info, login))
+}
+
+/// `info` logging in as `login` when given (else as its URL says).
+fn logged_in(info: redis::ConnectionInfo, login: Option<&Login>) -> redis::ConnectionInfo {
+    match login {
+        Some(l) => {
+            let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
+            info.set_redis_settings(settings)
+        }
+        None => info,
     }
-    Ok(info)
 }
 
 impl Backend {
@@ -526,7 +533,7 @@ impl Backend {
     /// on connections of its own whatever the lane).
     pub async fn query_in(&self, cmd: &Cmd, lane: Lane) -> RedisResult<Value> {
         if let Some(waits) = &self.waits
-            && redcount::direct::waits_for_replicas(cmd)
+            && redcount_cluster::waits_for_replicas(cmd)
         {
             return retried!(self, self.conns.query_waited(cmd, waits));
         }
@@ -534,13 +541,13 @@ impl Backend {
     }
 
     /// On a Cluster, reads whether `cmd`'s first key exists (found by
-    /// [`redcount::direct::getkeys`]): that read follows a MOVED, so redis-rs's slot map learns
+    /// [`redcount_cluster::getkeys`]): that read follows a MOVED, so redis-rs's slot map learns
     /// where the key's slot went. A transaction's own MOVED does not teach it: the transaction
     /// is discarded whole (EXECABORT) and redis-rs never sees the redirection.
     pub async fn follow_slot_of(&self, cmd: &Cmd) {
-        let Some(getkeys) = redcount::direct::getkeys(cmd).filter(|_| self.is_cluster()) else { return };
+        let Some(getkeys) = redcount_cluster::getkeys(cmd).filter(|_| self.is_cluster()) else { return };
         let Ok(keys) = self.query_in(&getkeys, Lane::Bounded).await else { return };
-        let Some(key) = redcount::direct::first_key(keys) else { return };
+        let Some(key) = redcount_cluster::first_key(keys) else { return };
         let _ = self.query_in(redis::cmd("EXISTS").arg(key), Lane::Bounded).await;
     }
 
@@ -599,35 +606,28 @@ impl Backend {
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .map(|s| s.into_connection_info())
+                .map(|s| s.into_connection_info().map(|info| logged_in(info, login)))
                 .collect::<RedisResult<Vec<_>>>()?;
-            let login = login.cloned();
+            // The login goes in the seeds' settings, so the link's own connections to one node
+            // (its probe of a node that refuses the login) log in as its Cluster connection does.
             let builder = move |nodes: Vec<redis::ConnectionInfo>| {
-                let builder = ClusterClientBuilder::new(nodes)
+                ClusterClientBuilder::new(nodes)
                     .connection_timeout(connect_timeout)
                     .response_timeout(timeout)
                     // No resending by redis-rs: it would send a command again after a lost reply
                     // (a write twice), and a whole pipeline again after one entry's ASK (the
                     // entries that had run, twice). Redirections are followed by `cluster_call`.
-                    .retries(0);
-                match &login {
-                    Some(l) => builder.username(&l.user).password(&l.password),
-                    None => builder,
-                }
+                    .retries(0)
             };
             let mut lanes = Vec::new();
-            for _ in wait.iter().flat_map(|_| 0..redcount::direct::WAIT_LANES) {
-                lanes.push(ClusterLink::connect(seeds.clone(), builder.clone()).await?);
+            for _ in wait.iter().flat_map(|_| 0..redcount_cluster::WAIT_LANES) {
+                lanes.push(ClusterLink::connect(seeds.clone(), builder).await?);
             }
             waits = wait.map(|wait| Waits { wait, lanes: Some(Arc::new(Lanes::new(lanes))) });
             Conns::Cluster(ClusterLink::connect(seeds, builder).await?, timeout)
         } else {
             waits = wait.map(|wait| Waits { wait, lanes: None });
-            let mut info = url.into_connection_info()?;
-            if let Some(l) = login {
-                let settings = info.redis_settings().clone().set_username(&l.user).set_password(&l.password);
-                info = info.set_redis_settings(settings);
-            }
+            let info = logged_in(url.into_connection_info()?, login);
             let shared =
                 Shared { conns: (0..4).map(|_| tokio::sync::Mutex::new(None)).collect(), next: AtomicUsize::new(0) };
             Conns::Single(Arc::new(Pool::new(info, connections, connect_timeout, timeout, max_reply)), Arc::new(shared))
@@ -659,8 +659,8 @@ impl Conns {
                     )
                     .into());
                 };
-                match redcount::direct::cluster_call_waited(&lane, cmd, &waits.wait, inside(*timeout)).await {
-                    Err(redcount::direct::Stop::NotDurable(why)) => Err(not_durable(why)),
+                match redcount_cluster::cluster_call_waited(&lane, cmd, &waits.wait, inside(*timeout)).await {
+                    Err(redcount_cluster::Stop::NotDurable(why)) => Err(not_durable(why)),
                     other => stopped(other),
                 }
             }
@@ -704,9 +704,9 @@ async fn cluster_transaction(link: &ClusterLink, pipe: &Pipeline) -> RedisResult
     // Where the first key is now: its master answers ASK with the importing node while the
     // key has left, a plain answer while it is still there.
     let Some(key) = async {
-        let getkeys = redcount::direct::getkeys(pipe.cmd_iter().next()?)?;
+        let getkeys = redcount_cluster::getkeys(pipe.cmd_iter().next()?)?;
         let keys = link.with(async |mut c| c.req_packed_command(&getkeys).await).await.ok()?;
-        redcount::direct::first_key(keys)
+        redcount_cluster::first_key(keys)
     }
     .await
     else {
@@ -745,11 +745,11 @@ async fn cluster_transaction(link: &ClusterLink, pipe: &Pipeline) -> RedisResult
     }
 }
 
-/// [`redcount::direct::cluster_call`] with a redis-rs error: the front classifies those. It
+/// [`redcount_cluster::cluster_call`] with a redis-rs error: the front classifies those. It
 /// ends a moment before the front's own limit, so a Cluster that answered only CLUSTERDOWN or
 /// TRYAGAIN all along is answered as such (503), not as no answer (504).
 async fn cluster_call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
-    stopped(redcount::direct::cluster_call(conn, cmd, inside(timeout)).await)
+    stopped(redcount_cluster::cluster_call(conn, cmd, inside(timeout)).await)
 }
 
 /// A Cluster call's limit inside the front's own (see [`cluster_call`]).
@@ -758,8 +758,8 @@ fn inside(timeout: Duration) -> Duration {
 }
 
 /// A Cluster call's outcome as a redis-rs result.
-fn stopped(outcome: Result<Value, redcount::direct::Stop>) -> RedisResult<Value> {
-    use redcount::direct::Stop;
+fn stopped(outcome: Result<Value, redcount_cluster::Stop>) -> RedisResult<Value> {
+    use redcount_cluster::Stop;
     match outcome {
         Ok(v) => Ok(v),
         Err(Stop::Failed(e)) => Err(e),

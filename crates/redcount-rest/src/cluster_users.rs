@@ -385,7 +385,7 @@ impl Keeper {
     async fn connection<'a>(&self, round: &'a mut Round, addr: &str) -> Option<&'a mut MultiplexedConnection> {
         if !round.conns.contains_key(addr) {
             let info = if self.cluster {
-                redcount::direct::with_address(&self.template, addr)?
+                redcount_cluster::with_address(&self.template, addr)?
             } else {
                 self.template.clone()
             };

@@ -329,7 +329,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let script_timeout = Duration::from_millis(config.script_timeout_ms.max(1));
     let wait = replica_wait(&config)?;
     let unreachable = |e: redis::RedisError| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
-    let connect = |login: Option<backend::Login>, n: usize, wait: Option<redcount::direct::ReplicaWait>| {
+    let connect = |login: Option<backend::Login>, n: usize, wait: Option<redcount_cluster::ReplicaWait>| {
         let url = config.redis.clone();
         let max_reply = config.max_response_bytes.max(1024);
         async move { backend::Backend::connect(&url, config.cluster, timeout, login.as_ref(), n, max_reply, wait).await }
@@ -470,7 +470,7 @@ pub async fn run(config: Config) -> Result<(), String> {
 
 /// `--wait-replicas` and `--wait-replicas-ms`, checked: the wait must end inside the request's
 /// own time limit.
-fn replica_wait(config: &Config) -> Result<Option<redcount::direct::ReplicaWait>, String> {
+fn replica_wait(config: &Config) -> Result<Option<redcount_cluster::ReplicaWait>, String> {
     if config.wait_replicas == 0 {
         return Ok(None);
     }
@@ -480,7 +480,7 @@ fn replica_wait(config: &Config) -> Result<Option<redcount::direct::ReplicaWait>
             config.timeout_ms, config.wait_replicas_ms
         ));
     }
-    Ok(Some(redcount::direct::ReplicaWait {
+    Ok(Some(redcount_cluster::ReplicaWait {
         replicas: config.wait_replicas,
         timeout: Duration::from_millis(config.wait_replicas_ms),
     }))
@@ -613,7 +613,7 @@ async fn scoped_tokens(
     config: &Config,
     path: std::path::PathBuf,
     settings: Vec<redis::Cmd>,
-    wait: Option<redcount::direct::ReplicaWait>,
+    wait: Option<redcount_cluster::ReplicaWait>,
     keeper: Arc<cluster_users::Keeper>,
 ) -> Result<(), String> {
     let (url, cluster, timeout) =
