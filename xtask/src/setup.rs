@@ -179,7 +179,7 @@ pub fn ensure_npm() -> Result<(), String> {
 /// the directory they are in.
 pub fn build_bins(release: bool) -> Result<PathBuf, String> {
     let mut c = cargo();
-    c.args(["build", "--bins", "-p", "redcount-rest", "-p", "redcount-cli"]);
+    c.args(["build", "--bins", "-p", "redcount-front", "-p", "redcount-cli"]);
     if release {
         c.arg("--release");
     }

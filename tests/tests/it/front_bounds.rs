@@ -901,7 +901,7 @@ fn the_commands_that_share_connections_answer_one_integer() {
         ("PFADD", &["hll", "a", "b"]),
         ("PUBLISH", &["channel", "a message"]),
     ];
-    let listed: std::collections::BTreeSet<&str> = redcount_rest::INTEGER_REPLY_COMMANDS.iter().copied().collect();
+    let listed: std::collections::BTreeSet<&str> = redcount_front::INTEGER_REPLY_COMMANDS.iter().copied().collect();
     let tested: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.0).collect();
     assert_eq!(listed, tested, "every command on the shared connections has a case here");
     for (name, args) in cases {
