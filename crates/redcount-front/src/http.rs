@@ -15,7 +15,7 @@ use serde_json::{Value as Json, json};
 
 use crate::State;
 use crate::auth::{self, Access};
-use crate::backend::{Backend, Lane, REPLY_PERMITS};
+use crate::backend::{BUDGET_SPENT, Backend, Failed, Held, Lane, TOO_LARGE};
 use crate::commands;
 use crate::reply;
 use crate::scripts::{self, Rewritten};
@@ -51,7 +51,11 @@ enum Cause {
     Lost,
     /// A money call ran, but fewer replicas than `--wait-replicas` acknowledged its write.
     NotDurable,
-    /// Anything else (refused input, timeouts, limits).
+    /// No answer within the request's time limit (it may have run).
+    TimedOut,
+    /// Redis discarded a transaction whole (EXECABORT): nothing of it ran.
+    ExecAbort,
+    /// Anything else (refused input, limits).
     Other,
 }
 
@@ -139,8 +143,7 @@ impl IntoResponse for Failure {
 /// it has been sent or dropped (a client that does not read is cut off by the stall timeout),
 /// so clients that stop reading cannot make the front hold gigabytes; when that budget is
 /// spent, 503.
-fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<Response, Failure> {
-    let read = REPLY_PERMITS.try_with(|v| std::mem::take(&mut *v.borrow_mut())).unwrap_or_default();
+fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str, read: Held) -> Result<Response, Failure> {
     let mut r = if body.len() <= 16 * 1024 {
         Response::new(Body::from(body))
     } else {
@@ -168,7 +171,7 @@ fn ok_response(st: &State, body: Vec<u8>, content_type: &'static str) -> Result<
 
 /// A reply past `--max-response-bytes`: 400 naming the bound, then `how` to ask instead.
 fn too_large(st: &State, how: &str) -> Failure {
-    error(StatusCode::BAD_REQUEST, format!("ERR {} ({} bytes){how}", crate::backend::TOO_LARGE, st.max_response))
+    error(StatusCode::BAD_REQUEST, format!("ERR {TOO_LARGE} ({} bytes){how}", st.max_response))
 }
 
 /// Refuses a reply that would be larger than `--max-response-bytes` once encoded.
@@ -201,9 +204,7 @@ async fn handle(
 async fn handle_boxed(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     let start = Instant::now();
     let path = uri.path().to_string();
-    // What the request's replies hold of the reply budget, handed to its response.
-    let served = REPLY_PERMITS.scope(std::cell::RefCell::new(Vec::new()), serve(&st, &method, &uri, &headers, body));
-    let (mut response, what) = match served.await {
+    let (mut response, what) = match serve(&st, &method, &uri, &headers, body).await {
         Ok((r, what)) => (r, what),
         Err((f, what)) => (f.into_response(), what),
     };
@@ -791,49 +792,59 @@ fn reply_status(code: &str) -> StatusCode {
     }
 }
 
-fn failure(st: &State, e: &redis::RedisError) -> Failure {
-    if e.is_timeout() {
-        count_redis_error("timeout");
-        return error(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "ERR Redis did not answer within {} ms (a write may or may not have happened)",
-                st.timeout.as_millis()
-            ),
-        );
-    }
-    if e.to_string().contains(crate::backend::BUDGET_SPENT) {
-        return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {}", crate::backend::BUDGET_SPENT));
-    }
-    if e.to_string().contains(crate::backend::TOO_LARGE) {
-        return error(
+/// How a failed call is answered: the one place the backend's [`Failed`] becomes a status,
+/// a message and a cause.
+fn failure(st: &State, e: &Failed) -> Failure {
+    match e {
+        Failed::TimedOut => timed_out(st),
+        Failed::Refused(r) | Failed::Login(r) | Failed::Redis(r) if r.is_timeout() => timed_out(st),
+        Failed::BudgetSpent => error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {BUDGET_SPENT}")),
+        Failed::TooLarge { .. } => error(
             StatusCode::BAD_REQUEST,
             format!(
                 "ERR {e}: ask for less at once (GETRANGE, LRANGE/ZRANGE with a range, HSCAN, fewer commands per pipeline)"
             ),
-        );
+        ),
+        Failed::NotDurable(why) => {
+            count_redis_error("not_durable");
+            let message = format!("{NOT_DURABLE} not known durable: {why} (--wait-replicas)");
+            Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::NotDurable }
+        }
+        Failed::Redirected(_) => {
+            count_redis_error("redirect");
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {e}: nothing ran; retry"))
+        }
+        Failed::Unreachable(_) => {
+            tracing::error!("redis unreachable: {e}");
+            count_redis_error("unreachable");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("ERR Redis is unreachable (a write may or may not have happened): {e}"),
+            )
+        }
+        Failed::Refused(r) | Failed::Login(r) | Failed::Redis(r) => redis_failure(r),
     }
-    // The front's own errors (no Redis error code), not a reply that happens to hold the words.
-    let own = |what: &str| e.code().is_none() && e.to_string().contains(what);
-    if own(crate::backend::NOT_DURABLE) {
-        let text = e.to_string();
-        let why = text.split_once(crate::backend::NOT_DURABLE).map_or("", |(_, why)| why.trim());
-        count_redis_error("not_durable");
-        let message = format!("{} not known durable: {why} (--wait-replicas)", crate::backend::NOT_DURABLE);
-        return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::NotDurable };
+}
+
+/// A money call not known durable: the first word of its message.
+const NOT_DURABLE: &str = "NOTDURABLE";
+
+/// No answer within `--timeout-ms`.
+fn timed_out(st: &State) -> Failure {
+    count_redis_error("timeout");
+    Failure {
+        status: StatusCode::GATEWAY_TIMEOUT,
+        message: format!(
+            "ERR Redis did not answer within {} ms (a write may or may not have happened)",
+            st.timeout.as_millis()
+        ),
+        cause: Cause::TimedOut,
     }
-    if own(crate::backend::REDIRECTED) {
-        count_redis_error("redirect");
-        return error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR {e}: nothing ran; retry"));
-    }
-    if e.to_string().contains(crate::backend::NODE_DOWN) {
-        tracing::error!("redis unreachable: {e}");
-        count_redis_error("unreachable");
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("ERR Redis is unreachable (a write may or may not have happened): {e}"),
-        );
-    }
+}
+
+/// How a redis-rs error is answered: refused (nothing sent), lost (it may have run), Redis's
+/// own error reply.
+fn redis_failure(e: &redis::RedisError) -> Failure {
     if e.is_connection_refusal() {
         tracing::error!("redis unreachable: {e}");
         count_redis_error("unreachable");
@@ -848,17 +859,18 @@ fn failure(st: &State, e: &redis::RedisError) -> Failure {
         return Failure { status: StatusCode::SERVICE_UNAVAILABLE, message, cause: Cause::Lost };
     }
     match (e.code(), e.detail()) {
-        (Some("EXECABORT"), _) => error(
-            StatusCode::BAD_REQUEST,
-            "EXECABORT Transaction discarded because of previous errors: Redis refused a queued command (unknown command, wrong number of arguments, or not allowed to this token's Redis user); nothing ran",
-        ),
+        (Some("EXECABORT"), _) => Failure {
+            status: StatusCode::BAD_REQUEST,
+            message: "EXECABORT Transaction discarded because of previous errors: Redis refused a queued command (unknown command, wrong number of arguments, or not allowed to this token's Redis user); nothing ran".into(),
+            cause: Cause::ExecAbort,
+        },
         (Some(code), Some(detail)) => reply_failure(format!("{code} {detail}")),
         (Some(code), None) => reply_failure(code.to_string()),
         _ => error(StatusCode::SERVICE_UNAVAILABLE, format!("ERR Redis request failed: {e}")),
     }
 }
 
-async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, Failure> {
+async fn timed<T>(st: &State, f: impl std::future::Future<Output = Result<T, Failed>>) -> Result<T, Failure> {
     timed_within(st, st.timeout, f).await
 }
 
@@ -866,21 +878,12 @@ async fn timed<T>(st: &State, f: impl std::future::Future<Output = redis::RedisR
 async fn timed_within<T>(
     st: &State,
     limit: std::time::Duration,
-    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+    f: impl std::future::Future<Output = Result<T, Failed>>,
 ) -> Result<T, Failure> {
     match tokio::time::timeout(limit, f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(failure(st, &e)),
-        Err(_) => {
-            count_redis_error("timeout");
-            Err(error(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!(
-                    "ERR Redis did not answer within {} ms (a write may or may not have happened)",
-                    st.timeout.as_millis()
-                ),
-            ))
-        }
+        Err(_) => Err(timed_out(st)),
     }
 }
 
@@ -930,7 +933,8 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
     };
     let lane = lane(&[&cmd]);
     let started = Instant::now();
-    let mut first = timed(st, be.query_in(&redis_cmd, lane)).await;
+    let mut permits = Held::default();
+    let mut first = timed(st, be.query_in(&redis_cmd, lane, &mut permits)).await;
     // A cluster slot in migration answers ASK/MOVED once the client's own redirect budget is
     // spent; the migration of one slot takes milliseconds, so follow a little (at most ~0.5 s
     // in all). Replies that ran nothing and clear by themselves (BUSY while the watchdog
@@ -955,7 +959,7 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
         tokio::time::sleep(pause).await;
         // A whole limit for the try: a reply of a loading Redis can be slow, and a try cut
         // short would be a 504 "may have run" instead of Redis's own "not now".
-        first = timed(st, be.query_in(&redis_cmd, lane)).await;
+        first = timed(st, be.query_in(&redis_cmd, lane, &mut permits)).await;
     }
     let mut value = match (first, &fixup) {
         (Err(f), Fixup::Reload { rw, readonly }) if f.cause == Cause::Reply(ErrorKind::NoScript) => {
@@ -965,7 +969,7 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
             let mut eval = Cmd { name: name.into(), args: cmd.args.clone() };
             eval.args[0] = rw.source.clone();
             check(st, &eval, access)?;
-            Box::pin(timed(st, be.query(&to_redis(&eval)))).await?
+            Box::pin(timed(st, be.query_in(&to_redis(&eval), Lane::Bounded, &mut permits))).await?
         }
         (r, _) => r?,
     };
@@ -978,11 +982,11 @@ async fn run_one(st: &State, access: &Access, mut cmd: Cmd, base64: bool, resp2:
     if resp2 {
         let mut out = Vec::new();
         reply::to_resp2(&value, &mut out);
-        return ok_response(st, out, "application/octet-stream");
+        return ok_response(st, out, "application/octet-stream", permits);
     }
     let mut body = String::with_capacity(64);
     reply::write_result(&value, base64, &mut body);
-    ok_response(st, body.into_bytes(), "application/json")
+    ok_response(st, body.into_bytes(), "application/json", permits)
 }
 
 async fn run_many(
@@ -1035,6 +1039,7 @@ async fn run_many(
     let mut held = 0usize;
     // Whether a discarded Cluster transaction may be sent again (asked at its first EXECABORT).
     let mut may_run: Option<bool> = None;
+    let mut permits = Held::default();
     while items.len() < cmds.len() {
         let from = items.len();
         if from > 0 && started.elapsed() >= st.timeout {
@@ -1064,16 +1069,17 @@ async fn run_many(
         if be.is_cluster() && !atomic {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
             let one = to_redis(&part[0]);
-            let answer = be.query_in(&one, lane);
+            let answer = be.query_in(&one, lane, &mut permits);
             let value = timed_within(st, left, async {
                 match answer.await {
-                    Err(e) => redis::ServerError::try_from(e).map(Value::ServerError),
-                    ok => ok,
+                    // An error reply is this entry's answer.
+                    Err(Failed::Redis(e)) => redis::ServerError::try_from(e).map(Value::ServerError).map_err(Failed::Redis),
+                    other => other,
                 }
             })
             .await
             .map_err(|f| {
-                if f.status != StatusCode::GATEWAY_TIMEOUT {
+                if f.cause != Cause::TimedOut {
                     return f;
                 }
                 error(
@@ -1110,8 +1116,8 @@ async fn run_many(
         }
         let got = loop {
             let left = st.timeout.saturating_sub(started.elapsed()).max(std::time::Duration::from_millis(1));
-            let value = timed_within(st, left, backend(st, access).pipeline(&pipe, lane)).await.map_err(|f| {
-                if f.status != StatusCode::GATEWAY_TIMEOUT || atomic {
+            let value = timed_within(st, left, backend(st, access).pipeline(&pipe, lane, &mut permits)).await.map_err(|f| {
+                if f.cause != Cause::TimedOut || atomic {
                     return f;
                 }
                 error(
@@ -1142,7 +1148,7 @@ async fn run_many(
             // masters or cannot be served now (the queued commands answered MOVED, ASK,
             // TRYAGAIN, CLUSTERDOWN, OOM). Nothing ran, so it is sent again within the time
             // limit, then 503 (second attacker pass: it was 400, "do not retry").
-            let aborted = atomic && be.is_cluster() && matches!(&value, Err(f) if f.message.starts_with("EXECABORT"));
+            let aborted = atomic && be.is_cluster() && matches!(&value, Err(f) if f.cause == Cause::ExecAbort);
             if aborted && may_run.is_none() {
                 // Asked once per request (a scoped user's ACL DRYRUN is a round trip a command).
                 let left = st.timeout.saturating_sub(started.elapsed());
@@ -1220,7 +1226,7 @@ async fn run_many(
                 Err(f) => out.extend_from_slice(format!("-{}\r\n", f.message.replace(['\r', '\n'], " ")).as_bytes()),
             }
         }
-        return ok_response(st, out, "application/octet-stream");
+        return ok_response(st, out, "application/octet-stream", permits);
     }
     let body = Json::Array(
         answers
@@ -1232,7 +1238,7 @@ async fn run_many(
             .collect(),
     )
     .to_string();
-    ok_response(st, body.into_bytes(), "application/json")
+    ok_response(st, body.into_bytes(), "application/json", permits)
 }
 
 /// The request-parsing path of the front, on arbitrary input (for the fuzz target): path

@@ -328,7 +328,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let timeout = Duration::from_millis(config.timeout_ms.max(1));
     let script_timeout = Duration::from_millis(config.script_timeout_ms.max(1));
     let wait = replica_wait(&config)?;
-    let unreachable = |e: redis::RedisError| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
+    let unreachable = |e: backend::Failed| format!("cannot reach Redis at {}: {e}", backend::redact(&config.redis));
     let connect = |login: Option<backend::Login>, n: usize, wait: Option<redcount_cluster::ReplicaWait>| {
         let url = config.redis.clone();
         let max_reply = config.max_response_bytes.max(1024);
