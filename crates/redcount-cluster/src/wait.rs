@@ -46,7 +46,7 @@ pub struct ReplicaWait {
 
 impl ReplicaWait {
     /// `WAIT replicas timeout`.
-    pub(crate) fn command(&self) -> redis::Cmd {
+    pub fn command(&self) -> redis::Cmd {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.replicas).arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX).max(1));
         wait

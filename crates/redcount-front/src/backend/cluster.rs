@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redcount_cluster::{ClusterLink, Lanes, ReplicaWait, Stop};
+use redcount_cluster::{ClusterLink, Hop, Lanes, Node, ReplicaWait, Stop};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::SingleNodeRoutingInfo;
@@ -53,14 +53,17 @@ pub(super) async fn call(conn: &ClusterLink, cmd: &Cmd, timeout: Duration) -> Re
     stopped(redcount_cluster::cluster_call(conn, cmd, inside(timeout)).await)
 }
 
-/// [`redcount_cluster::cluster_call_waited`], its outcome as the front's.
+/// [`call`] with `WAIT` right after the command, in the same write to the node that runs it:
+/// both replies (what WAIT's means is the plan's to say).
 pub(super) async fn call_waited(
     conn: &ClusterLink,
     cmd: &Cmd,
     wait: &ReplicaWait,
     timeout: Duration,
-) -> Result<Value, Failed> {
-    stopped(redcount_cluster::cluster_call_waited(conn, cmd, wait, inside(timeout)).await)
+) -> Result<(Value, Value), Failed> {
+    let answered =
+        redcount_cluster::cluster_call_via(conn, cmd, Hop::Key, inside(timeout), Some(&wait.command())).await;
+    stopped(answered.map(|(reply, waited)| (reply, waited.unwrap_or(Value::Nil))))
 }
 
 /// A Cluster call's limit inside the front's own (see [`call`]).
@@ -69,7 +72,7 @@ fn inside(timeout: Duration) -> Duration {
 }
 
 /// A Cluster call's outcome as the front's.
-fn stopped(outcome: Result<Value, Stop>) -> Result<Value, Failed> {
+fn stopped<T>(outcome: Result<T, Stop>) -> Result<T, Failed> {
     match outcome {
         Ok(v) => Ok(v),
         // Refused: nothing was sent, so it may be sent again.
@@ -83,39 +86,30 @@ fn stopped(outcome: Result<Value, Stop>) -> Result<Value, Failed> {
     }
 }
 
-/// A transaction on a Cluster, to the master of its keys. Redis discards it whole (EXECABORT,
-/// nothing ran) when its slot is being migrated and its keys have left for the importing node:
-/// each queued command was answered ASK. Then it is sent once to that node, after ASKING, in
-/// the same write (ASKING holds through MULTI … EXEC), where Redis runs it if it has every key
-/// it names, and otherwise refuses it whole again (TRYAGAIN). When that second try ran nothing
-/// either, the first EXECABORT is the answer (the caller sends it again within its limit).
-pub(super) async fn transaction(link: &ClusterLink, pipe: &Pipeline) -> RedisResult<Value> {
-    let first = link.with(async |mut c| pipe.query_async::<Value>(&mut c).await).await;
-    let Err(aborted) = &first else { return first };
-    if aborted.code() != Some("EXECABORT") {
-        return first;
+/// Where the first key of `cmd` is now, when its slot is being migrated and the key has left
+/// for the importing node: its master answers ASK naming that node (a plain answer while the
+/// key is still there). A transaction Redis discarded whole (EXECABORT: each queued command
+/// was answered ASK) is sent there once after ASKING ([`transaction_at`]).
+pub(super) async fn asked_node(link: &ClusterLink, cmd: &Cmd) -> Option<Node> {
+    let getkeys = redcount_cluster::getkeys(cmd)?;
+    let keys = link.with(async |mut c| c.req_packed_command(&getkeys).await).await.ok()?;
+    let exists = redis::cmd("EXISTS").arg(redcount_cluster::first_key(keys)?).to_owned();
+    let Err(asked) = link.with(async |mut c| c.req_packed_command(&exists).await).await else { return None };
+    if asked.kind() != ErrorKind::Server(ServerErrorKind::Ask) {
+        return None;
     }
-    // Where the first key is now: its master answers ASK with the importing node while the
-    // key has left, a plain answer while it is still there.
-    let Some(key) = async {
-        let getkeys = redcount_cluster::getkeys(pipe.cmd_iter().next()?)?;
-        let keys = link.with(async |mut c| c.req_packed_command(&getkeys).await).await.ok()?;
-        redcount_cluster::first_key(keys)
-    }
-    .await
-    else {
-        return first;
-    };
-    let exists = redis::cmd("EXISTS").arg(&key).to_owned();
-    let Err(asked) = link.with(async |mut c| c.req_packed_command(&exists).await).await else { return first };
-    let Some((host, port)) = asked
-        .redirect_node()
-        .filter(|_| asked.kind() == ErrorKind::Server(ServerErrorKind::Ask))
-        .and_then(|(addr, _)| addr.rsplit_once(':'))
-        .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-    else {
-        return first;
-    };
+    Node::parse(asked.redirect_node()?.0)
+}
+
+/// `pipe` as a transaction sent to `node` after ASKING, in the same write (ASKING holds through
+/// MULTI … EXEC), where Redis runs it if it has every key it names: its replies; `None` when
+/// refused whole there too (a key still on the other node: TRYAGAIN; a command refused when
+/// queued: EXECABORT), so nothing ran.
+pub(super) async fn transaction_at(
+    link: &ClusterLink,
+    pipe: &Pipeline,
+    node: &Node,
+) -> Result<Option<Vec<Value>>, Failed> {
     let mut there = redis::pipe();
     there.cmd("ASKING").cmd("MULTI");
     for c in pipe.cmd_iter() {
@@ -123,18 +117,18 @@ pub(super) async fn transaction(link: &ClusterLink, pipe: &Pipeline) -> RedisRes
     }
     there.cmd("EXEC");
     let n = pipe.cmd_iter().count();
-    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+    let route = SingleNodeRoutingInfo::ByAddress { host: node.host.clone(), port: node.port };
     let exec = link.with(async |mut c| c.route_pipeline(there, n + 2, 1, route).await).await;
     match exec.map(|mut v| v.pop()) {
-        Ok(Some(Value::Array(items))) => Ok(Value::Array(items)),
-        // Refused whole there too (a key still on the other node: TRYAGAIN; a command refused
-        // when queued: EXECABORT): nothing ran.
-        Ok(Some(Value::ServerError(_))) => first,
-        Err(e) if e.code().is_some() => first,
+        Ok(Some(Value::Array(items))) => Ok(Some(items)),
+        Ok(Some(Value::ServerError(_))) => Ok(None),
+        Err(e) if e.code().is_some() => Ok(None),
         // The answer was lost: it may have run, so it is not sent again.
-        Err(e) => Err(e),
-        Ok(other) => {
-            Err(RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected EXEC reply", format!("{other:?}"))))
-        }
+        Err(e) => Err(Failed::Redis(e)),
+        Ok(other) => Err(Failed::Redis(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "unexpected EXEC reply",
+            format!("{other:?}"),
+        )))),
     }
 }

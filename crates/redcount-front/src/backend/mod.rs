@@ -221,16 +221,34 @@ impl Backend {
         self.query_in(cmd, Lane::Bounded, &mut Held::default()).await
     }
 
-    /// Sends `cmd` on the connections of `lane` (a money call that waits for replicas on
-    /// connections of its own whatever the lane); what its reply holds of the reply budget
-    /// goes to `held`.
+    /// Sends `cmd` on the connections of `lane`; what its reply holds of the reply budget goes
+    /// to `held`.
     pub async fn query_in(&self, cmd: &Cmd, lane: Lane, held: &mut Held) -> Result<Value, Failed> {
-        if let Some(waits) = &self.waits
-            && redcount_cluster::waits_for_replicas(cmd)
-        {
-            return retried!(self, self.conns.query_waited(cmd, waits, held));
-        }
         retried!(self, self.conns.query(cmd, lane, held))
+    }
+
+    /// How money calls wait for replicas (`--wait-replicas`), if they do.
+    pub fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.waits.as_ref().map(|w| w.wait)
+    }
+
+    /// Whether `cmd` is sent with `WAIT` after it ([`Backend::query_waited`]): a call of one of
+    /// redcount's money scripts, when money calls wait for replicas.
+    pub fn waits_for(&self, cmd: &Cmd) -> bool {
+        self.waits.is_some() && redcount_cluster::waits_for_replicas(cmd)
+    }
+
+    /// A money call, then `WAIT` on the same connection (on a Cluster, on connections of
+    /// their own: a WAIT holds its node connection until the replicas answer): the call's reply
+    /// and WAIT's, which says how many replicas have the write. An error reply of the call is
+    /// its failure.
+    pub async fn query_waited(&self, cmd: &Cmd, held: &mut Held) -> Result<(Value, Value), Failed> {
+        let Some(waits) = &self.waits else { return Ok((self.query_in(cmd, Lane::Bounded, held).await?, Value::Nil)) };
+        let (reply, waited) = retried!(self, self.conns.query_waited(cmd, waits, held))?;
+        match reply {
+            Value::ServerError(e) => Err(Failed::Redis(e.into())),
+            reply => Ok((reply, waited)),
+        }
     }
 
     /// On a Cluster, reads whether `cmd`'s first key exists (found by
@@ -242,6 +260,24 @@ impl Backend {
         let Ok(keys) = self.query(&getkeys).await else { return };
         let Some(key) = redcount_cluster::first_key(keys) else { return };
         let _ = self.query(redis::cmd("EXISTS").arg(key)).await;
+    }
+
+    /// On a Cluster, the node the master of `cmd`'s first key names in an ASK: where the key
+    /// went while its slot is migrated. `None` when it is still on its master, or anywhere else.
+    pub async fn locate(&self, cmd: &Cmd) -> Option<redcount_cluster::Node> {
+        let Conns::Cluster(link, _) = &self.conns else { return None };
+        cluster::asked_node(link, cmd).await
+    }
+
+    /// On a Cluster, `pipe` as a transaction after ASKING, in one write, to `node`: its
+    /// replies when it ran there, `None` when it was refused whole there too (nothing ran).
+    pub async fn transaction_at(
+        &self,
+        pipe: &Pipeline,
+        node: &redcount_cluster::Node,
+    ) -> Result<Option<Vec<Value>>, Failed> {
+        let Conns::Cluster(link, _) = &self.conns else { return Ok(None) };
+        cluster::transaction_at(link, pipe, node).await
     }
 
     /// Runs a pipeline whose per-command errors come back inline (`ignore_errors`). `None`
@@ -316,9 +352,9 @@ impl Conns {
         }
     }
 
-    /// A money call, then `WAIT` on the same connection: its reply when enough replicas have
-    /// its write, else [`Failed::NotDurable`] (an error reply is the answer as is).
-    async fn query_waited(&self, cmd: &Cmd, waits: &Waits, held: &mut Held) -> Result<Value, Failed> {
+    /// A money call, then `WAIT` in the same write on the same connection: both replies (an
+    /// error reply of the call as a value).
+    async fn query_waited(&self, cmd: &Cmd, waits: &Waits, held: &mut Held) -> Result<(Value, Value), Failed> {
         match (self, &waits.lanes) {
             (Conns::Cluster(_, timeout), Some(lanes)) => {
                 let Ok(lane) = tokio::time::timeout(*timeout, lanes.lease()).await else {
@@ -329,15 +365,9 @@ impl Conns {
             (Conns::Single(pool, _), _) => {
                 let pipe = waits.wait.pipeline(cmd);
                 let replies = pool.run(held, async |c| pipe.query_async::<Value>(c).await).await?;
-                let (reply, waited) =
-                    waits.wait.split(replies).map_err(|e| Failed::Redis(RedisError::from(io::Error::other(e))))?;
-                if let Value::ServerError(e) = reply {
-                    return Err(Failed::Redis(e.into()));
-                }
-                waits.wait.check(&waited).map_err(Failed::NotDurable)?;
-                Ok(reply)
+                waits.wait.split(replies).map_err(|e| Failed::Redis(RedisError::from(io::Error::other(e))))
             }
-            (Conns::Cluster(..), None) => self.query(cmd, Lane::Bounded, held).await,
+            (Conns::Cluster(..), None) => Ok((self.query(cmd, Lane::Bounded, held).await?, Value::Nil)),
         }
     }
 
@@ -347,7 +377,9 @@ impl Conns {
             (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
             // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
             // a pipeline's entries go one by one (`Backend::is_cluster`).
-            (Conns::Cluster(c, _), _) => Box::pin(cluster::transaction(c, pipe)).await.map_err(Failed::Redis),
+            (Conns::Cluster(c, _), _) => {
+                c.with(async |mut c| pipe.query_async::<Value>(&mut c).await).await.map_err(Failed::Redis)
+            }
         }
     }
 }
