@@ -9,6 +9,9 @@ use serde_json::Value;
 
 pub use redcount_procs::{Proc, free_port, scratch_dir};
 
+mod front;
+pub use front::{Front, SharedDb, shared_redis};
+
 /// A `redis-server` of our own, on a free port, with no persistence unless asked.
 #[derive(Debug)]
 pub struct RedisServer {

@@ -45,7 +45,7 @@ fn worker_dir(dir: &std::path::Path, toml: &str, dev_vars: &str) -> Result<(), S
     std::fs::write(dir.join(".dev.vars"), dev_vars).map_err(|e| e.to_string())
 }
 
-/// `redcount bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
+/// `redcount-bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
 /// webdis started here before the same Redis; the table is written to `out`.
 pub fn fronts(
     bins: &std::path::Path,
@@ -59,8 +59,8 @@ pub fn fronts(
     let (webdis, webdis_port) = procs::webdis(&work.join("webdis"), redis_port)?;
     let pid = |p: Option<u32>| p.map(|p| p.to_string()).ok_or("a front's process id is unknown");
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "fronts", "--rest-url", &format!("http://127.0.0.1:{front_port}")])
+        Command::new(bins.join("redcount-bench"))
+            .args(["fronts", "--rest-url", &format!("http://127.0.0.1:{front_port}")])
             .args(["--rest-pid", &pid(front_pid)?])
             .args(["--webdis-url", &format!("http://127.0.0.1:{webdis_port}"), "--webdis-pid", &pid(webdis.id())?])
             .arg("--out")
@@ -69,7 +69,7 @@ pub fn fronts(
     )
 }
 
-/// `redcount bench replicas`: a replica of the Redis on `redis_port` started here, then counter
+/// `redcount-bench replicas`: a replica of the Redis on `redis_port` started here, then counter
 /// adds and red-packet grabs without and with `--wait-replicas 1`; the table is written to `out`.
 pub fn replicas(
     bins: &std::path::Path,
@@ -79,8 +79,8 @@ pub fn replicas(
 ) -> Result<(), String> {
     let (_replica, replica_port) = procs::redis_replica(&work.join("replica"), redis_port)?;
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "replicas", "--redis", &format!("redis://127.0.0.1:{redis_port}")])
+        Command::new(bins.join("redcount-bench"))
+            .args(["replicas", "--redis", &format!("redis://127.0.0.1:{redis_port}")])
             .args(["--replica", &format!("redis://127.0.0.1:{replica_port}")])
             .arg("--out")
             .arg(out),
@@ -98,7 +98,7 @@ const COLD_RUNS: usize = 5;
 pub fn all(full: bool) -> Result<(), String> {
     setup::ensure_test_deps()?;
     workerd::ensure()?;
-    let bins = setup::build_bins(true)?;
+    let bins = setup::build_bench_bins()?;
     let (_, bundle_gz) = crate::worker::build()?;
     let work = setup::target_dir().join("bench");
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
@@ -204,8 +204,8 @@ pub fn all(full: bool) -> Result<(), String> {
 
     let workers_table = work.join("workers.md");
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
+        Command::new(bins.join("redcount-bench"))
+            .args(["workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
             .args(["--floor-url", &url(&floor), "--null-url", &url(&none)])
             .args(["--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
             .arg("--out")
@@ -225,8 +225,8 @@ pub fn all(full: bool) -> Result<(), String> {
     let table = work.join("all.md");
     let chart = root().join("BENCHMARKS.svg");
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "all", "--redis", &redis_url, "--rest-url", &front_url])
+        Command::new(bins.join("redcount-bench"))
+            .args(["all", "--redis", &redis_url, "--rest-url", &front_url])
             .args(["--worker-url", &url(&ours)])
             .args(["--peer-url", &url(&peer)])
             .arg("--out-md")
@@ -293,11 +293,11 @@ pub fn all(full: bool) -> Result<(), String> {
          {profile_table}\n\
          ## The REST front beside webdis\n\n\
          redcount-rest and webdis (Debian's package), each with one worker thread, before the same\n\
-         Redis; the load generator sends the same commands through each (`redcount bench fronts`).\n\n\
+         Redis; the load generator sends the same commands through each (`redcount-bench fronts`).\n\n\
          {fronts_table}\n\
          ## Writes of money that wait for a replica\n\n\
          `redcount serve --redis … --wait-replicas 1` (the front's `--wait-replicas` does the same): `WAIT`\n\
-         after each counter or red-packet script, on the same connection (`redcount bench replicas`).\n\n\
+         after each counter or red-packet script, on the same connection (`redcount-bench replicas`).\n\n\
          {replicas_table}\n\
          ## What the variants are\n\n\
          - **Lua over RESP**: redcount's script, one EVALSHA per operation, straight to Redis.\n\

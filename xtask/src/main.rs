@@ -205,7 +205,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         Some("rest") => bench_rest(),
         Some("replicas") => {
             setup::ensure_test_deps()?;
-            let bins = setup::build_bins(true)?;
+            let bins = setup::build_bench_bins()?;
             let work = setup::target_dir().join("bench");
             let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
             let out = work.join("replicas.md");
@@ -219,7 +219,7 @@ fn bench(args: &[String]) -> Result<(), String> {
 
 fn bench_rest() -> Result<(), String> {
     setup::ensure_test_deps()?;
-    let bins = setup::build_bins(true)?;
+    let bins = setup::build_bench_bins()?;
     let work = setup::target_dir().join("bench");
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
@@ -228,8 +228,8 @@ fn bench_rest() -> Result<(), String> {
     let (front, front_port) = procs::rest_front(&bins, &redis_url, &token, &["--threads", "1", "--log", "error"])?;
     let out = work.join("rest.md");
     setup::run(
-        std::process::Command::new(bins.join("redcount"))
-            .args(["bench", "rest", "--redis", &redis_url, "--rest-url", &format!("http://127.0.0.1:{front_port}")])
+        std::process::Command::new(bins.join("redcount-bench"))
+            .args(["rest", "--redis", &redis_url, "--rest-url", &format!("http://127.0.0.1:{front_port}")])
             .arg("--out")
             .arg(&out)
             .env("REDCOUNT_REST_TOKEN", &token),

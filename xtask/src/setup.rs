@@ -187,6 +187,23 @@ pub fn build_bins(release: bool) -> Result<PathBuf, String> {
     Ok(target_dir().join(if release { "release" } else { "debug" }))
 }
 
+/// Builds what the benchmarks run, optimised: the servers and the load generator
+/// (`redcount-bench`); returns the directory they are in.
+pub fn build_bench_bins() -> Result<PathBuf, String> {
+    run(cargo().args([
+        "build",
+        "--release",
+        "--bins",
+        "-p",
+        "redcount-front",
+        "-p",
+        "redcount-cli",
+        "-p",
+        "redcount-bench",
+    ]))?;
+    Ok(target_dir().join("release"))
+}
+
 /// The cargo target directory.
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))

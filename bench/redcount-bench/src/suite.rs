@@ -1,4 +1,4 @@
-//! `redcount bench all`: every scenario through every variant, side by side, one run.
+//! `redcount-bench all`: every scenario through every variant, side by side, one run.
 //!
 //! Variants: redcount's Lua over RESP, through redcount-rest, through the worker's HTTP
 //! API; and what a developer would write without scripts: GET-check-write in separate

@@ -1435,4 +1435,6 @@ rows! {
     static_absolute_path_stays_inside_www => get("//etc/passwd").then(404).lacks("root:"),
     static_post_is_405 => post("/index.html", "").then(405).header("allow", "GET, HEAD")
         .header("cache-control", "no-store").header("content-type", "application/json"),
+    static_post_to_a_mistyped_api_path_is_405_naming_the_api => post("/API/counters/c/x", "{}").then(405)
+        .json("/error", contains("/api/")).header("content-type", "application/json"),
 }

@@ -201,6 +201,16 @@ impl std::fmt::Debug for Config {
 }
 
 impl Config {
+    /// The configuration of the command line `args` (the program's name first), the
+    /// environment filling in what they leave out, as the binary reads its own.
+    pub fn from_args<I, T>(args: I) -> Result<Config, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Config::try_parse_from(args).map_err(|e| e.to_string())
+    }
+
     /// `--timeout-ms`.
     pub(crate) fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.max(1))
@@ -238,4 +248,25 @@ pub(crate) fn replica_wait(config: &Config) -> Result<Option<redcount_cluster::R
         replicas: config.wait_replicas,
         timeout: Duration::from_millis(config.wait_replicas_ms),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serving_flags_are_the_servers_limits() {
+        let limits = |extra: &[&str]| {
+            let args = ["redcount-rest", "--token", "a-token-for-the-test"].iter().chain(extra);
+            let l = Config::from_args(args).unwrap().limits();
+            (l.max_connections, l.max_per_ip, l.header_timeout, l.stall_timeout)
+        };
+        let (ms, s) = (Duration::from_millis, Duration::from_secs);
+        assert_eq!(limits(&[]), (10_000, 1_000, s(10), s(5)), "the defaults");
+        let flags = ["--max-connections", "20", "--max-connections-per-ip", "10", "--header-timeout-ms", "1500"];
+        assert_eq!(limits(&flags), (20, 10, ms(1500), s(5)));
+        // A slow reader is cut off at the request timeout, never under a second.
+        assert_eq!(limits(&["--timeout-ms", "60000"]).3, s(60));
+        assert_eq!(limits(&["--timeout-ms", "200"]).3, s(1));
+    }
 }

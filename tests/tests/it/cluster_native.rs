@@ -485,7 +485,7 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
         other => panic!("{other:?}"),
     }
     // The same through the REST front on the cluster: it does not resend either.
-    let front = redcount_tests::RestFront::start(&seeds[0], true);
+    let front = redcount_tests::Front::start(&seeds[0], true);
     let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
     rest.run(&add(0)).await.unwrap();
     armed.store(true, Ordering::SeqCst);
@@ -579,7 +579,7 @@ async fn a_paused_master_replaced_by_a_failover_is_routed_around() {
     // connection made from the seeds could not follow; the nodes the Cluster listed can).
     let seeds = vec![cluster.nodes[m].url()];
     let d = Direct::connect_cluster(&seeds, Duration::from_secs(2)).await.unwrap();
-    let front = redcount_tests::RestFront::start_with(&seeds.join(","), true, &["--timeout-ms", "2000"]);
+    let front = redcount_tests::Front::start_with(&seeds.join(","), true, &["--timeout-ms", "2000"]);
     let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
     let pid = cluster.nodes[m].pid();
     d.run(&add()).await.unwrap();

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use redcount_tests::{RedisServer, RestFront, scratch_dir, secret};
+use redcount_tests::{Front, RedisServer, RestFront, scratch_dir, secret};
 use serde_json::{Value, json};
 
 async fn post(url: &str, token: &str, body: Value) -> (u16, Value) {
@@ -383,7 +383,7 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
             (&t2, "app2", "pw-app2-0123456789", false),
         ],
     );
-    let front = RestFront::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
     let url = front.url();
     // The full token loads what the others run: a script that runs its arguments, and functions
     // that do (one flagged no-writes, for FCALL_RO).
@@ -582,7 +582,7 @@ async fn the_front_keeps_its_rules_on_tenant_users() {
     let file = scratch_dir("tokens-keep").join("tokens.json");
     write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
     let url = format!("redis://keeper:pw-keeper-0123456789@127.0.0.1:{}/", redis.port());
-    let front = RestFront::start_with(&url, false, &["--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&url, false, &["--tokens", file.to_str().unwrap()]);
     let base = front.url();
     let walk = json!(["EVAL", "return redis.call('keys', '*')", "0"]);
     let refused = || {
@@ -629,20 +629,9 @@ async fn the_front_keeps_its_rules_on_tenant_users() {
     // At start: a front whose user may not change users refuses to start, and says why.
     acl(&redis, &["limited", "on", ">pw-limited-0123456789", "~*", "&*", "+@all", "-@admin"]);
     let limited = format!("redis://limited:pw-limited-0123456789@127.0.0.1:{}/", redis.port());
-    let mut child = Command::new(redcount_tests::bin("redcount-rest"))
-        .args(["--listen", "127.0.0.1:0", "--redis", &limited, "--tokens", file.to_str().unwrap()])
-        .env("REDCOUNT_REST_TOKEN", secret("main"))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started without its rules on the tenant's user: {err}");
+    let started = Front::try_start_with(&limited, false, &["--tokens", file.to_str().unwrap()]);
+    // What the binary prints when it exits with a failure.
+    let err = started.err().unwrap_or_else(|| panic!("started without its rules on the tenant's user"));
     assert!(err.contains("app1") && err.contains("ACL SETUSER"), "{err}");
     assert!(!err.contains(&t1), "the token is printed: {err}");
 }
@@ -660,7 +649,7 @@ async fn the_rules_are_on_every_cluster_node() {
     let t1 = secret("t1");
     let file = scratch_dir("tokens-cluster").join("tokens.json");
     write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&cluster.urls(), true, &["--tokens", file.to_str().unwrap()]);
     let url = front.url();
     let walks = [&["keys", "*"][..], &["scan", "0"], &["flushall"], &["cluster", "getkeysinslot", "0", "10"]];
     for (i, n) in cluster.nodes.iter().enumerate() {

@@ -1,16 +1,19 @@
-//! redcount-rest: the official clients, raw HTTP edge cases, every primitive through the
-//! front on Redis and on a Redis Cluster, and Redis restarting under it.
+//! The front (binary `redcount-rest`): the official clients, raw HTTP edge cases, every
+//! primitive through the front on Redis and on a Redis Cluster, and Redis restarting under it.
+//! The front runs in this process (`redcount_tests::Front`, its app served on a loopback port)
+//! but where only its process shows what is tested: the official clients against the binary,
+//! its memory, its start-up errors.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redcount::Rest;
-use redcount_tests::{RedisCluster, RedisServer, RestFront, root, secret};
+use redcount_tests::{Front, RedisCluster, RedisServer, RestFront, root, secret, shared_redis};
 use serde_json::{Value, json};
 
 use crate::scenario;
 
-fn rest(front: &RestFront) -> Rest {
+fn rest(front: &Front) -> Rest {
     Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap()
 }
 
@@ -48,7 +51,7 @@ struct Raw {
 }
 
 impl Raw {
-    fn new(front: &RestFront) -> Self {
+    fn new(front: &Front) -> Self {
         Raw { http: redcount_tests::http(), url: front.url(), token: front.token.clone() }
     }
 
@@ -80,8 +83,8 @@ fn error_of(v: &Value) -> &str {
 
 #[tokio::test]
 async fn raw_http_edge_cases() {
-    let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-body-bytes", "4096"]);
+    let redis = shared_redis();
+    let front = Front::start_with(&redis.url(), false, &["--max-body-bytes", "4096"]);
     let raw = Raw::new(&front);
 
     for (body, want) in [
@@ -205,8 +208,8 @@ async fn raw_http_edge_cases() {
 /// response-format header checked, and a sync token on every answer.
 #[tokio::test]
 async fn arguments_and_headers_as_the_official_clients_use_them() {
-    let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let redis = shared_redis();
+    let front = Front::start(&redis.url(), false);
     let raw = Raw::new(&front);
     let get = |k: &str| {
         let mut conn = redis.conn();
@@ -286,8 +289,8 @@ async fn read_until(resp: &mut reqwest::Response, seen: &mut String, want: &str)
 /// at most --max-subscribers, given back when the client goes.
 #[tokio::test]
 async fn subscribers_get_server_sent_events() {
-    let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-subscribers", "2"]);
+    let redis = shared_redis();
+    let front = Front::start_with(&redis.url(), false, &["--max-subscribers", "2"]);
     let open = |path: &str| {
         redcount_tests::http()
             .post(format!("{}{path}", front.url()))
@@ -387,7 +390,7 @@ async fn a_subscriber_that_does_not_read_is_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_primitive_through_the_front() {
     let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let d = rest(&front);
     scenario::every_primitive(&d).await;
     scenario::grab_storm(&d, 200, 50).await;
@@ -401,7 +404,7 @@ async fn every_primitive_through_the_front() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_primitive_through_the_front_on_a_cluster() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let d = rest(&front);
     scenario::every_primitive(&d).await;
     scenario::grab_storm(&d, 200, 50).await;
@@ -424,7 +427,7 @@ async fn every_primitive_through_the_front_on_a_cluster() {
 async fn a_pipeline_across_masters_runs_each_entry_once() {
     use rand::{Rng, SeedableRng};
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
     let (status, v) = raw.post("/pipeline", r#"[["incr","k1"],["incr","k2"],["incr","k3"],["incr","k4"]]"#).await;
     assert_eq!((status, v), (200, json!([{"result": 1}, {"result": 1}, {"result": 1}, {"result": 1}])));
@@ -489,7 +492,7 @@ async fn a_pipeline_across_masters_runs_each_entry_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipelines_across_a_migrating_slot_run_each_entry_at_most_once_as_answered() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let keys: Vec<String> =
         (0..4).map(|i| format!("{{mig}}:{i}")).chain((0..8).map(|i| format!("other-{i}"))).collect();
     let mut conn = cluster.conn();
@@ -556,7 +559,7 @@ async fn pipelines_across_a_migrating_slot_run_each_entry_at_most_once_as_answer
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_under_the_front() {
     let mut redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
+    let front = Front::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
     let raw = Raw::new(&front);
     assert_eq!(raw.post("/", r#"["SET","k","v"]"#).await.0, 200);
     redis.kill();
@@ -619,7 +622,7 @@ fn migrate_slot(cluster: &RedisCluster, slot: i64) -> (usize, usize, std::time::
 async fn a_slot_migrated_in_the_middle_of_a_storm() {
     use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadStatus};
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let d = rest(&front);
     let mut rng = rand::rng();
     let id = redpacket::new_id(&mut rng);
@@ -731,7 +734,7 @@ async fn the_front_answers_again_after_its_slot_map_could_not_be_read() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let cluster = Arc::new(RedisCluster::start(3));
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let keys: Arc<Vec<String>> = Arc::new((0..40).map(|i| format!("k{i}")).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<_> = (0..40)
@@ -799,7 +802,7 @@ async fn the_front_answers_again_after_its_slot_map_could_not_be_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
     let mut cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
     let key = key_served_by(&cluster, 0, "restart");
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
@@ -845,7 +848,7 @@ async fn a_killed_cluster_master_is_answered_unreachable_before_the_time_limit()
     // No failover during the test, and the other masters go on serving their slots.
     let mut cluster =
         RedisCluster::start_with(3, &["--cluster-node-timeout", "60000", "--cluster-require-full-coverage", "no"]);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "8000"]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "8000"]);
     let raw = Raw::new(&front);
     let (dead, alive) = (key_served_by(&cluster, 0, "down"), key_served_by(&cluster, 1, "up"));
     for k in [&dead, &alive] {
@@ -895,7 +898,7 @@ async fn served_again(raw: &Raw, key: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "1000"]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "1000"]);
     let raw = Raw::new(&front);
     assert_eq!(raw.post("/", json!(["INCR", "before"]).to_string()).await.0, 200);
     // One slot served by no one: the Cluster's state becomes fail (full coverage required).
@@ -947,7 +950,7 @@ async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_nodes_changed_front_users_are_set_back() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
     let key = key_served_by(&cluster, 0, "acl");
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
@@ -1004,8 +1007,7 @@ async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_r
     let file = redcount_tests::scratch_dir("tokens-mx").join("tokens.json");
     let tokens = json!([{"token": scoped, "user": "app1", "password": "app1-password", "readonly": false}]);
     std::fs::write(&file, tokens.to_string()).unwrap();
-    let front =
-        RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000", "--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "2000", "--tokens", file.to_str().unwrap()]);
     let raw = Raw::new(&front);
     let keys = |i: usize| (format!("{{mx}}:a{i}"), format!("{{mx}}:b{i}"));
     // Keys in the slot, so that the migration moves them one by one.
@@ -1101,7 +1103,7 @@ async fn a_cluster_node_that_refused_the_fronts_login_serves_again_once_fixed() 
     }
     let seeds: Vec<String> =
         cluster.nodes.iter().map(|n| format!("redis://setup:setup-password@127.0.0.1:{}/", n.port())).collect();
-    let front = RestFront::start_with(&seeds.join(","), true, &["--timeout-ms", "3000"]);
+    let front = Front::start_with(&seeds.join(","), true, &["--timeout-ms", "3000"]);
     let raw = Raw::new(&front);
     let (key, other) = (key_served_by(&cluster, 0, "login"), key_served_by(&cluster, 1, "elsewhere"));
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
@@ -1168,7 +1170,7 @@ async fn a_cluster_node_that_refused_the_fronts_login_serves_again_once_fixed() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_whose_keys_left_mid_migration_follows_ask() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
     let raw = Raw::new(&front);
     let key = |k: &str| format!("{{ask}}:{k}");
     for k in ["a", "b", "c", "d"] {
