@@ -12,7 +12,7 @@
 -- Every check runs before the single write: Redis has no rollback.
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
-local LIM = 1000000000000000 -- 10^15, far below 2^53 so every sum stays exact
+local LIM = RUST.counter.MAX_VALUE -- 10^15, far below 2^53 so every sum stays exact
 
 local key, field = KEYS[1], ARGV[1]
 local delta = int('delta', ARGV[2], -LIM, LIM)
@@ -24,7 +24,7 @@ local mode = ARGV[5]
 if mode ~= 'clamp' and mode ~= 'reject' then
   return error({err = 'ERR redcount: mode must be clamp or reject'})
 end
-local ttl = int('ttl', ARGV[6], 0, LIM)
+local ttl = int('ttl', ARGV[6], 0, RUST.counter.MAX_TTL_MS)
 
 local replay, finish = idempotency(1, 6)
 if replay then return replay end

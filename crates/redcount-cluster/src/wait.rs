@@ -26,7 +26,7 @@ pub fn waits_for_replicas(cmd: &redis::Cmd) -> bool {
 /// the front's `--wait-replicas`). Redis acknowledges a write once its master has it and
 /// replicates it afterwards, so a failover loses what the replica that took over had not
 /// received: a master paused past its failover acknowledged writes queued for it when it went
-/// on, then dropped them on learning it had been demoted (Cluster attacker pass). With a wait,
+/// on, then dropped them on learning it had been demoted. With a wait,
 /// `WAIT replicas timeout` follows each money call on its connection, and a call that fewer
 /// replicas acknowledged in time ends not durable: it happened on the master, and may be lost.
 ///

@@ -501,8 +501,7 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
 }
 
 /// A master killed with no replica to take its place: redis-rs kept each call for its slots
-/// waiting, or bounced it between masters answering MOVED, until the time limit (attacker
-/// pass, 2026-11-26). Now a probe sees the master refuse connections and such calls end with
+/// waiting, or bounced it between masters answering MOVED, until the time limit. Now a probe sees the master refuse connections and such calls end with
 /// it named, not as timed out, before the limit; the other masters serve meanwhile, and the
 /// killed one's slots again once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -555,8 +554,7 @@ async fn a_call_for_a_killed_master_ends_unreachable_before_the_time_limit() {
 
 /// A master paused (SIGSTOP) past the failover timeout while its replica takes its place: the
 /// front and `serve` kept sending its slots to the paused node, answering 504 / 503 until it
-/// went on (35 s after the failover in the attacker pass, 2026-11-26, with the paused node a
-/// seed), and a replacement connection made from the seeds waited on that seed. redis-rs
+/// went on (35 s after the failover, with the paused node a seed), and a replacement connection made from the seeds waited on that seed. redis-rs
 /// hears no MOVED from a node that does not answer, so its slot map stays stale. The probe
 /// now sees the Cluster name a master that answers for slots the connection sends nowhere,
 /// and replaces the connection with one made from the masters that answer. CI, twice in

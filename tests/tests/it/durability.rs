@@ -143,7 +143,7 @@ fn master_of(cluster: &RedisCluster, ids: &[String], view: usize, slot: i64) -> 
 
 /// On a Cluster with replicas, through `Direct` (as `serve --cluster` runs it) and through the
 /// front on the Cluster: with the replica of the counter's master paused, an add answers not
-/// durable. Then the Cluster attacker pass's loss: the master itself paused, adds queued for it,
+/// durable. Then a failover's loss: the master itself paused, adds queued for it,
 /// its replica promoted, the old master let go on: writes it acknowledged then were lost when
 /// it learned it had been demoted. With the wait none is answered as done unless the Cluster
 /// keeps it: every add answered OK is in the counter at the end.

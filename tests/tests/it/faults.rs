@@ -127,7 +127,7 @@ async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
     let runtime_restarted = failures.iter().any(|(_, j)| restarted(j));
     for (status, j) in &failures {
         // wrangler dev's own runtime restarted under a loaded machine (seen in CI): its proxy
-        // answers for it, or (seen once, 2026-11-26, in a run where it restarted nine times)
+        // answers for it, or (in a run where it restarted nine times)
         // drops the client's connection; the retry below reaches the worker again.
         if restarted(j) || (runtime_restarted && *status == 0) {
             println!("wrangler dev restarted its runtime mid-storm ({status}: {j}):\n{}", worker.log());

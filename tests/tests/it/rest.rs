@@ -99,7 +99,7 @@ async fn raw_http_edge_cases() {
         ("[\"MULTI\"]", "/multi-exec"),
         ("[\"SELECT\",\"1\"]", "shared connection"),
         // Connection state on a Cluster: ASKING would let the next request sharing the
-        // connection run on a node that does not own its slot (attacker pass, 2026-11-26).
+        // connection run on a node that does not own its slot.
         ("[\"ASKING\"]", "shared connection"),
         ("[\"READONLY\"]", "shared connection"),
         ("[\"READWRITE\"]", "shared connection"),
@@ -798,7 +798,7 @@ async fn the_front_answers_again_after_its_slot_map_could_not_be_read() {
 /// A Cluster node restarted without an ACL file has forgotten the user the front's clients log
 /// in as, and a replica added later never had it: every login to that node was refused, its
 /// slots answered 504 until the front restarted, with about a hundred failed logins a second
-/// (attacker pass, 2026-11-26). The front makes its users again on every node that lacks them.
+/// The front makes its users again on every node that lacks them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
     let mut cluster = RedisCluster::start(3);
@@ -840,7 +840,7 @@ fn key_served_by(cluster: &RedisCluster, i: usize, prefix: &str) -> String {
 /// A master killed with no replica to take its place: redis-rs kept every call for its
 /// slots waiting, or bounced it between masters answering MOVED, and the front answered
 /// each after its whole `--timeout-ms` with 504 "did not answer" where the README documents
-/// 503 "unreachable" (attacker pass, 2026-11-26). A probe now sees that master refuse
+/// 503 "unreachable". A probe now sees that master refuse
 /// connections and such requests end with 503 naming it, well before the limit; the other
 /// masters' keys are served meanwhile, and the master's again once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -894,7 +894,7 @@ async fn served_again(raw: &Raw, key: &str) {
 /// A Cluster that cannot serve (a slot no master serves: CLUSTERDOWN) is waited out within
 /// `--timeout-ms` and then answered 503 naming CLUSTERDOWN, as the README's table says and as
 /// `redcount serve` answers; the front answered 504 "did not answer" instead, its own time
-/// limit ending the wait first (attacker pass, 2026-11-26). Nothing ran.
+/// limit ending the wait first. Nothing ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
     let cluster = RedisCluster::start(3);
@@ -915,7 +915,7 @@ async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Within the limit too: the front's own waits for "cannot serve now" came on top of the
-    // Cluster call's, three whole tries (about 3 s here; second attacker pass).
+    // Cluster call's, three whole tries (about 3 s here).
     let ro = Raw { token: front.readonly_token.clone(), ..Raw::new(&front) };
     let tries = [
         ("INCR", &raw, "/", json!(["INCR", "other"])),
@@ -945,7 +945,7 @@ async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
 /// A same-named user with other rules on a node (set by hand, or loaded from an ACL file by a
 /// restarted node): the front checked only that its users existed, so the read-only token's
 /// scripts could run administrative commands there, and a changed password made the node's
-/// slots fail for good with nothing logged (second attacker pass, 2026-11-26). The front now
+/// slots fail for good with nothing logged. The front now
 /// sets its users back to what it set, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_nodes_changed_front_users_are_set_back() {
@@ -983,8 +983,7 @@ async fn a_cluster_nodes_changed_front_users_are_set_back() {
 /// A `/multi-exec` whose slot moves between masters while it is sent: Redis refuses the queued
 /// commands (MOVED, ASK, TRYAGAIN) and discards the transaction (EXECABORT), so nothing ran;
 /// the front answered 400 "unknown command or wrong number of arguments", which tells clients
-/// not to retry (second attacker pass, 2026-11-26: 268 of ~8,300 transactions during
-/// migrations). Now every valid transaction is answered 200 or 503 (retry), never 400, each
+/// not to retry (268 of ~8,300 transactions during migrations). Now every valid transaction is answered 200 or 503 (retry), never 400, each
 /// 200 applied exactly once, and after the migration they are served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_refused() {
