@@ -120,8 +120,14 @@ fn test_run(extra: &[String]) -> Result<(), String> {
     let valkey = setup::ensure_valkey()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
+    // The API fuzzing test leaves its case count here (cargo test shows no passing test's output).
+    let fuzzed = setup::target_dir().join("schemathesis/summary.txt");
+    let _ = std::fs::remove_file(&fuzzed);
     let mut total =
         tally(setup::cargo().args(&args).env("REDCOUNT_BIN_DIR", &bins).env("REDCOUNT_VALKEY_SERVER", &valkey))?;
+    if let Ok(summary) = std::fs::read_to_string(&fuzzed) {
+        print!("{summary}");
+    }
     if redcount_procs::Server::from_env() == redcount_procs::Server::Valkey {
         return total.done(); // the whole run was on Valkey already
     }

@@ -152,7 +152,29 @@ pub fn ensure_test_deps() -> Result<(), String> {
     if !Path::new("/usr/bin/chromium").exists() {
         apt_install(&["chromium"])?;
     }
-    ensure_npm()
+    ensure_npm()?;
+    ensure_schemathesis()
+}
+
+/// The schemathesis release the API fuzzing test runs (tests/tests/it/openapi.rs).
+const SCHEMATHESIS: &str = "4.3.18";
+
+/// schemathesis from PyPI, in a venv of its own under the target dir (`target/schemathesis`),
+/// made with the machine's Python 3 when missing or of another release.
+pub fn ensure_schemathesis() -> Result<(), String> {
+    let venv = target_dir().join("schemathesis");
+    let stamp = venv.join("release");
+    if std::fs::read_to_string(&stamp).is_ok_and(|v| v.trim() == SCHEMATHESIS) {
+        return Ok(());
+    }
+    let python = ["python3.11", "python3"].into_iter().find(|p| have(p)).ok_or("schemathesis needs Python 3")?;
+    eprintln!("xtask: schemathesis {SCHEMATHESIS} into {} (pip, once)", venv.display());
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new(python).args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(format!("schemathesis=={SCHEMATHESIS}")))?;
+    std::fs::write(&stamp, SCHEMATHESIS).map_err(|e| e.to_string())
 }
 
 /// The pinned npm packages of package.json (official Upstash clients, wrangler, esbuild,

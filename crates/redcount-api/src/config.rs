@@ -9,7 +9,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Map, Value as Json};
 
 use redcount_core::keys::Namespace;
 use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
@@ -107,38 +107,96 @@ impl Policy {
 
     /// The policy as public JSON (it holds no secret).
     pub fn to_json(&self) -> Json {
-        match self {
-            Policy::Quota { algorithm, max_cost } => match *algorithm {
-                Algorithm::FixedWindow { limit, window_ms } => {
-                    json!({"kind": "quota", "algorithm": "fixed", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
+        let mut text = String::new();
+        self.write_json(&mut text);
+        serde_json::from_str(&text).unwrap_or(Json::Null)
+    }
+
+    /// Writes the policy as public JSON (the text serde_json makes of [`Policy::to_json`]).
+    pub(crate) fn write_json(&self, out: &mut String) {
+        use crate::Field::{Bool, Int, Word};
+        let opt = crate::Field::opt;
+        match *self {
+            Policy::Quota { algorithm, max_cost } => {
+                let quota = ("kind", Word("quota"));
+                let max_cost = ("max_cost", Int(max_cost));
+                match algorithm {
+                    Algorithm::FixedWindow { limit, window_ms } | Algorithm::SlidingWindow { limit, window_ms } => {
+                        let name = if matches!(algorithm, Algorithm::FixedWindow { .. }) { "fixed" } else { "sliding" };
+                        crate::object(
+                            out,
+                            &mut [
+                                quota,
+                                ("algorithm", Word(name)),
+                                ("limit", Int(limit)),
+                                ("window_ms", Int(window_ms)),
+                                max_cost,
+                            ],
+                        )
+                    }
+                    Algorithm::TokenBucket { capacity, refill, interval_ms } => crate::object(
+                        out,
+                        &mut [
+                            quota,
+                            ("algorithm", Word("bucket")),
+                            ("capacity", Int(capacity)),
+                            ("refill", Int(refill)),
+                            ("interval_ms", Int(interval_ms)),
+                            max_cost,
+                        ],
+                    ),
+                    Algorithm::Gcra { rate, period_ms, burst } => crate::object(
+                        out,
+                        &mut [
+                            quota,
+                            ("algorithm", Word("gcra")),
+                            ("rate", Int(rate)),
+                            ("period_ms", Int(period_ms)),
+                            ("burst", Int(burst)),
+                            max_cost,
+                        ],
+                    ),
                 }
-                Algorithm::SlidingWindow { limit, window_ms } => {
-                    json!({"kind": "quota", "algorithm": "sliding", "limit": limit, "window_ms": window_ms, "max_cost": max_cost})
-                }
-                Algorithm::TokenBucket { capacity, refill, interval_ms } => json!({
-                    "kind": "quota", "algorithm": "bucket", "capacity": capacity, "refill": refill,
-                    "interval_ms": interval_ms, "max_cost": max_cost
-                }),
-                Algorithm::Gcra { rate, period_ms, burst } => json!({
-                    "kind": "quota", "algorithm": "gcra", "rate": rate, "period_ms": period_ms,
-                    "burst": burst, "max_cost": max_cost
-                }),
-            },
-            Policy::Semaphore { limit, lease_ms } => json!({"kind": "semaphore", "limit": limit, "lease_ms": lease_ms}),
-            Policy::Counter { bounds, storage, max_step } => json!({
-                "kind": "counter", "min": bounds.min, "max": bounds.max,
-                "mode": match bounds.mode { Mode::Clamp => "clamp", Mode::Reject => "reject" },
-                "storage": match storage { Storage::Key => "key", Storage::HashField => "hash" },
-                "ttl_ms": bounds.ttl_ms, "max_step": max_step
-            }),
-            Policy::Claim { window_ms } => json!({"kind": "claim", "window_ms": window_ms}),
-            Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => json!({
-                "kind": "redpackets", "max_shares": max_shares, "max_total_cents": max_total_cents,
-                "min_cents": min_cents, "ttl_ms": ttl_ms
-            }),
-            Policy::Inbox { ttl_ms, max_len, max_age_s, public } => json!({
-                "kind": "inbox", "ttl_ms": ttl_ms, "max_len": max_len, "max_age_s": max_age_s, "public": public
-            }),
+            }
+            Policy::Semaphore { limit, lease_ms } => crate::object(
+                out,
+                &mut [("kind", Word("semaphore")), ("limit", Int(limit)), ("lease_ms", Int(lease_ms))],
+            ),
+            Policy::Counter { bounds, storage, max_step } => crate::object(
+                out,
+                &mut [
+                    ("kind", Word("counter")),
+                    ("min", Int(bounds.min)),
+                    ("max", opt(bounds.max)),
+                    ("mode", Word(if bounds.mode == Mode::Clamp { "clamp" } else { "reject" })),
+                    ("storage", Word(if storage == Storage::Key { "key" } else { "hash" })),
+                    ("ttl_ms", Int(bounds.ttl_ms)),
+                    ("max_step", Int(max_step)),
+                ],
+            ),
+            Policy::Claim { window_ms } => {
+                crate::object(out, &mut [("kind", Word("claim")), ("window_ms", Int(window_ms))])
+            }
+            Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => crate::object(
+                out,
+                &mut [
+                    ("kind", Word("redpackets")),
+                    ("max_shares", Int(max_shares)),
+                    ("max_total_cents", Int(max_total_cents)),
+                    ("min_cents", Int(min_cents)),
+                    ("ttl_ms", Int(ttl_ms)),
+                ],
+            ),
+            Policy::Inbox { ttl_ms, max_len, max_age_s, public } => crate::object(
+                out,
+                &mut [
+                    ("kind", Word("inbox")),
+                    ("ttl_ms", Int(ttl_ms)),
+                    ("max_len", Int(max_len)),
+                    ("max_age_s", Int(max_age_s)),
+                    ("public", Bool(public)),
+                ],
+            ),
         }
     }
 }
@@ -256,6 +314,38 @@ impl Config {
         self.failure.iter().find(|(n, _)| n == name).map(|(_, f)| *f).unwrap_or_default()
     }
 
+    /// A fingerprint of the definition of the policy called `name`: the first 8 bytes of the
+    /// SHA-1 of its public JSON and its declared failure mode, so the same definition has the
+    /// same fingerprint in every process and build, and any change to it (a redeploy that
+    /// raises a limit) another one. What a shell keys state by that must not outlive the
+    /// definition (a cache of denials). `None` when no policy has that name.
+    ///
+    /// ```
+    /// use redcount_api::Config;
+    ///
+    /// let with = |policies: &str| {
+    ///     let policies = policies.to_string();
+    ///     Config::from_env(move |v| (v == "REDCOUNT_POLICIES").then(|| policies.clone())).unwrap()
+    /// };
+    /// let a = with(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000}}"#);
+    /// let b = with(r#"{"q": {"window_ms": 1000, "limit": 5, "kind": "quota"}, "other": {"kind": "claim", "window_ms": 1}}"#);
+    /// let c = with(r#"{"q": {"kind": "quota", "limit": 6, "window_ms": 1000}}"#);
+    /// assert_eq!(a.fingerprint("q"), b.fingerprint("q"));
+    /// assert_ne!(a.fingerprint("q"), c.fingerprint("q"));
+    /// assert_eq!(a.fingerprint("nope"), None);
+    /// ```
+    pub fn fingerprint(&self, name: &str) -> Option<u64> {
+        let mut text = String::new();
+        self.policy(name)?.write_json(&mut text);
+        let mode = self.failure_mode(name);
+        text.push_str(if mode.allow { "\nallow\n" } else { "\ndeny\n" });
+        text.push_str(itoa::Buffer::new().format(mode.timeout_ms.unwrap_or(0)));
+        let digest = redcount_core::sha1::digest(text.as_bytes());
+        let mut first = [0; 8];
+        first.copy_from_slice(&digest[..8]);
+        Some(u64::from_be_bytes(first))
+    }
+
     /// The policy called `name`.
     pub fn policy(&self, name: &str) -> Option<&Policy> {
         self.policies.iter().find(|(n, _)| n == name).map(|(_, p)| p)
@@ -310,7 +400,9 @@ fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, Fai
     }
     // A map keeps the last of repeated names: a policy defined twice must not pass as one.
     if let Some(path) = crate::routes::repeated_path(text.as_bytes()) {
-        return Err(err(format!("{VAR}.{}", path.join(".")), "is defined more than once"));
+        // Joined by hand: `[String]::join` is a generic copy of its own in the bundle.
+        let at = path.iter().fold(String::from(VAR), |at, key| at + "." + key);
+        return Err(err(at, "is defined more than once"));
     }
     let mut out = Vec::with_capacity(map.len());
     let mut failure = Vec::new();

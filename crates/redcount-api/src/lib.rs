@@ -51,6 +51,9 @@
 extern crate alloc;
 
 pub mod config;
+#[cfg(feature = "std")]
+pub mod openapi;
+pub mod route;
 mod routes;
 
 use alloc::borrow::ToOwned;
@@ -59,14 +62,17 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use rand_core::RngCore;
-use serde_json::{Value as Json, json};
 
 pub use config::{Config, ConfigError, FailureMode, Policy, RestTarget};
+pub use route::{ROUTES, Route, RouteId, RouteSpec};
 
+use redcount_core::command;
 use redcount_core::error::{ErrorKind, InputError, ShapeError};
+use redcount_core::ratelimit;
 use redcount_core::rest::{self, Encoding, RestError};
 use redcount_core::script::Call;
 use redcount_core::value::Value;
+use serde_json::Value as Json;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -99,66 +105,68 @@ pub struct ApiResponse {
     pub body: String,
     /// Headers besides the ones every response carries (see [`ApiResponse::header_list`]).
     pub headers: Vec<(&'static str, String)>,
+    /// What a decision route (quota take or peek, claim, semaphore, compound decision)
+    /// decided, typed, for a shell that acts on answers without reading their JSON (the
+    /// route names the policy and the subject; [`Config::fingerprint`] the policy's definition).
+    pub verdict: Option<Verdict>,
+}
+
+/// What a decision route decided (see [`ApiResponse::verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// True when the call was admitted (claimed; holding, for a semaphore).
+    pub allowed: bool,
+    /// 0 when allowed, else the ms until a call of the same cost can pass (0 when unknown:
+    /// a claim taken for good, a full semaphore's holders without an end).
+    pub retry_after_ms: i64,
 }
 
 impl ApiResponse {
-    fn json(status: u16, body: Json) -> Self {
-        ApiResponse { status, body: body.to_string(), headers: Vec::new() }
+    /// A 200 whose body is an object, written straight to its text (see [`object`]).
+    fn flat(fields: &mut [(&str, Field<'_>)]) -> Self {
+        Self::object(200, fields)
     }
 
-    /// A 200 whose body is a flat object, written straight to its text: the same text
-    /// [`ApiResponse::json`] makes of it (keys sorted, as serde_json's map orders them), without
-    /// building a map first. For the answers of the routes called most (a quota take costs
-    /// several times as much in the worker's wasm through a map).
-    fn flat(fields: &mut [(&'static str, Field)]) -> Self {
-        // Insertion sort: a handful of fields, and no general sort's code in the bundle.
-        for i in 1..fields.len() {
-            let mut j = i;
-            while j > 0 && fields[j - 1].0 > fields[j].0 {
-                fields.swap(j - 1, j);
-                j -= 1;
-            }
-        }
+    /// An answer whose body is an object, written straight to its text (see [`object`]).
+    fn object(status: u16, fields: &mut [(&str, Field<'_>)]) -> Self {
         let mut body = String::with_capacity(16 + fields.len() * 24);
-        body.push('{');
-        for (i, (k, v)) in fields.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            // Keys and words are this crate's own identifiers: nothing to escape.
-            let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            debug_assert!(plain(k));
-            body.push('"');
-            body.push_str(k);
-            body.push_str("\":");
-            match *v {
-                Field::Int(n) => body.push_str(itoa::Buffer::new().format(n)),
-                Field::Bool(b) => body.push_str(if b { "true" } else { "false" }),
-                Field::Word(w) => {
-                    debug_assert!(plain(w));
-                    body.push('"');
-                    body.push_str(w);
-                    body.push('"');
-                }
-            }
-        }
-        body.push('}');
-        ApiResponse { status: 200, body, headers: Vec::new() }
+        object(&mut body, fields);
+        ApiResponse::text(status, body)
     }
 
-    /// An error response: `{"error": message}`, with `"field"` when one input is at fault.
+    /// An answer with `body`, JSON already written (empty for 204).
+    fn text(status: u16, body: String) -> Self {
+        ApiResponse { status, body, headers: Vec::new(), verdict: None }
+    }
+
+    /// An error response: `{"error": message}`, with `"field"` when one input is at fault
+    /// (see [`ApiError`]).
     pub fn error(status: u16, message: impl Into<String>, field: Option<&str>) -> Self {
-        let message = message.into();
-        let body = match field {
-            Some(f) => json!({ "error": message, "field": f }),
-            None => json!({ "error": message }),
-        };
-        Self::json(status, body)
+        let e = ApiError::new(status, message);
+        match field {
+            Some(f) => e.at(f),
+            None => e,
+        }
+        .response()
     }
 
     /// The response for input refused by validation: 400, naming the field.
     pub fn input(e: &InputError) -> Self {
-        Self::error(400, e.to_string(), Some(e.field))
+        ApiError::input(e).response()
+    }
+
+    /// Adds the `RateLimit-Policy` and `RateLimit` headers of `limits`, and the verdict.
+    fn decided(mut self, limits: &[ratelimit::Limit<'_>], verdict: Verdict) -> Self {
+        self.headers.reserve(3);
+        if !limits.is_empty() {
+            self.headers.push((ratelimit::POLICY_HEADER, ratelimit::policy_field(limits)));
+            self.headers.push((ratelimit::LIMIT_HEADER, ratelimit::limit_field(limits)));
+        }
+        if !verdict.allowed && verdict.retry_after_ms > 0 {
+            self.headers.push(("Retry-After", command::itoa_i(ratelimit::retry_after_s(verdict.retry_after_ms))));
+        }
+        self.verdict = Some(verdict);
+        self
     }
 
     /// Every header to send, in order: `Content-Type` (unless 204), `Cache-Control: no-store`
@@ -172,6 +180,178 @@ impl ApiResponse {
     }
 }
 
+/// An error answer, typed: its status, message, the input field at fault and any headers of
+/// its own (`Allow` on a 405). Rendered in one place ([`ApiError::response`]) as
+/// `{"error": message, "field": field}`; a producer that is not HTTP (an RPC binding) can
+/// carry the same three values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: u16,
+    /// What is wrong, for people.
+    pub message: String,
+    /// The input at fault (a body or query field, a path parameter, `path`, `body`,
+    /// `Idempotency-Key`; a decision part's as `parts[i].cost`).
+    pub field: Option<String>,
+    /// Headers of this answer's own.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    /// An error with `status` and `message`, naming no field.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into(), field: None, headers: Vec::new() }
+    }
+
+    /// The same error, naming `field`.
+    pub fn at(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// The same error with a header of its own.
+    pub fn header(mut self, name: &'static str, value: String) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// Input refused by validation: 400, naming the field.
+    pub fn input(e: &InputError) -> Self {
+        ApiError::new(400, e.to_string()).at(e.field)
+    }
+
+    /// The same error as part `i`'s own: its field becomes `parts[i].field` and its message
+    /// says which part (an error naming no field is the whole request's and stays as it is).
+    fn in_part(mut self, i: usize) -> Self {
+        if let Some(f) = self.field.take() {
+            self.message = format!("parts[{i}]: {}", self.message);
+            self.field = Some(format!("parts[{i}].{f}"));
+        }
+        self
+    }
+
+    /// The response: the status, `{"error": message, "field": field}` (no `field` when none
+    /// is at fault), the error's headers.
+    pub fn response(self) -> ApiResponse {
+        let mut fields = [("error", Field::Text(&self.message)), ("field", Field::Null)];
+        let n = match &self.field {
+            Some(f) => {
+                fields[1].1 = Field::Text(f);
+                2
+            }
+            None => 1,
+        };
+        let mut r = ApiResponse::object(self.status, &mut fields[..n]);
+        r.headers = self.headers;
+        r
+    }
+}
+
+impl From<InputError> for ApiError {
+    fn from(e: InputError) -> Self {
+        ApiError::input(&e)
+    }
+}
+
+impl core::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+impl core::error::Error for ApiError {}
+
+/// Who makes a call: the rights it has and, for a scoped caller, the part of the key space
+/// it lives in. HTTP makes [`Caller::public`] or [`Caller::admin`] from the `Authorization`
+/// header; another producer (the worker's RPC binding, from its `ctx.props`) makes it from
+/// what it trusts.
+///
+/// ```
+/// use redcount_api::{Caller, Scope};
+///
+/// let tenant = Caller::public().scoped(Scope::new("acme").unwrap());
+/// assert!(!tenant.is_admin());
+/// assert_eq!(tenant.scope().map(Scope::as_str), Some("acme"));
+/// assert!(Scope::new("acme:other").is_err(), "a scope is an id: it cannot name a key of another");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Caller {
+    admin: bool,
+    scope: Option<Scope>,
+}
+
+impl Caller {
+    /// A caller with the public rights: within each policy's public limits.
+    pub fn public() -> Caller {
+        Caller::default()
+    }
+
+    /// A caller with the admin rights (beyond public limits; resets, refunds, overrides).
+    pub fn admin() -> Caller {
+        Caller { admin: true, scope: None }
+    }
+
+    /// The same caller, confined to `scope`: every key its calls touch lives under the
+    /// deployment's namespace *and* the scope (`rc.acme:{u:alice}:…`), so its subjects, ids
+    /// and packets never meet another scope's or the unscoped ones, whatever it names.
+    pub fn scoped(mut self, scope: Scope) -> Caller {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// True for the admin rights.
+    pub fn is_admin(&self) -> bool {
+        self.admin
+    }
+
+    /// The caller's scope, if any.
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_ref()
+    }
+}
+
+/// A scoped caller's own part of the key space (see [`Caller::scoped`]): an id (letters,
+/// digits, `_`, `-`; at most 64), so it cannot hold a key separator or a hash tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope(String);
+
+impl Scope {
+    /// A scope named `name`; refused (naming `scope`) unless it is an id.
+    pub fn new(name: &str) -> Result<Scope, InputError> {
+        Ok(Scope(redcount_core::validate::id("scope", name)?.to_owned()))
+    }
+
+    /// The scope's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a route reads besides its path: its fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input<'a> {
+    /// An HTTP request's: the routes that read (`GET`) take their fields from the query
+    /// string (without `?`), the others from the body (a JSON object, or empty).
+    Http {
+        /// The body.
+        body: &'a [u8],
+        /// The query string.
+        query: &'a str,
+    },
+    /// A JSON object's text (or empty) holding the route's fields whatever its method, JSON
+    /// numbers for integers: an RPC call's options, `{"cost": 2}` for a take as for a peek.
+    Json(&'a [u8]),
+}
+
+impl<'a> Input<'a> {
+    /// The JSON text the route's body fields come from.
+    fn body(&self) -> &'a [u8] {
+        match *self {
+            Input::Http { body, .. } | Input::Json(body) => body,
+        }
+    }
+}
+
 /// What the shell does next.
 #[derive(Debug)]
 pub enum Step {
@@ -181,13 +361,122 @@ pub enum Step {
     Send(Exchange),
 }
 
-/// A value of a flat answer ([`ApiResponse::flat`]).
+/// A value of an answer written by [`object`].
 #[derive(Debug, Clone, Copy)]
-enum Field {
+enum Field<'a> {
     Int(i64),
     Bool(bool),
+    Null,
     /// A fixed word (`"won"`, `"applied"`): letters and `_` only, which need no escape.
     Word(&'static str),
+    /// Any text, escaped as serde_json escapes it.
+    Text(&'a str),
+    /// JSON this writer wrote (a nested object, or a list of them).
+    Raw(&'a str),
+}
+
+impl Field<'_> {
+    /// An integer, or null.
+    fn opt(n: Option<i64>) -> Self {
+        n.map_or(Field::Null, Field::Int)
+    }
+}
+
+/// Writes `fields` as a JSON object: the text `json!` (serde_json's map) makes of the same
+/// fields, keys sorted, without building a map first (for the answers, most of all the ones
+/// called most: a quota take costs several times as much in the worker's wasm through a map,
+/// and the map's code weighs on the bundle).
+fn object(out: &mut String, fields: &mut [(&str, Field<'_>)]) {
+    // Insertion sort: a handful of fields, and no general sort's code in the bundle.
+    for i in 1..fields.len() {
+        let mut j = i;
+        while j > 0 && fields[j - 1].0 > fields[j].0 {
+            fields.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+    out.push('{');
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // Keys and words are this crate's own identifiers: nothing to escape.
+        let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        debug_assert!(plain(k));
+        out.push('"');
+        out.push_str(k);
+        out.push_str("\":");
+        match *v {
+            Field::Int(n) => out.push_str(itoa::Buffer::new().format(n)),
+            Field::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+            Field::Null => out.push_str("null"),
+            Field::Word(w) => {
+                debug_assert!(plain(w));
+                out.push('"');
+                out.push_str(w);
+                out.push('"');
+            }
+            Field::Text(t) => rest::write_json_string(out, t),
+            Field::Raw(json) => out.push_str(json),
+        }
+    }
+    out.push('}');
+}
+
+/// Writes `v` as serde_json writes it (`Value::to_string`: keys sorted, strings escaped the
+/// same way), without serde_json's serializer in the bundle; `false` (and nothing written that
+/// counts) for a number that is not an integer, which no validated request holds.
+fn canonical(out: &mut String, v: &Json) -> bool {
+    match v {
+        Json::Null => out.push_str("null"),
+        Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => out.push_str(itoa::Buffer::new().format(i)),
+            (None, Some(u)) => out.push_str(itoa::Buffer::new().format(u)),
+            _ => return false,
+        },
+        Json::String(s) => rest::write_json_string(out, s),
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if !canonical(out, item) {
+                    return false;
+                }
+            }
+            out.push(']');
+        }
+        Json::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                rest::write_json_string(out, k);
+                out.push(':');
+                if !canonical(out, item) {
+                    return false;
+                }
+            }
+            out.push('}');
+        }
+    }
+    true
+}
+
+/// `[item, …]`, each item written by `write`.
+fn list<T>(items: impl IntoIterator<Item = T>, mut write: impl FnMut(&mut String, T)) -> String {
+    let mut out = String::from("[");
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write(&mut out, item);
+    }
+    out.push(']');
+    out
 }
 
 /// Reads a reply into the response (the operation-specific part of an exchange).
@@ -267,12 +556,16 @@ impl Exchange {
         match self.degrade {
             Some((field, allow)) => {
                 let why = format!("{why}; if the call reached Redis it may still be applied");
-                let mut body = json!({ field: allow, "degraded": true, "reason": why, "may_have_run": true });
-                if !allow {
+                let mut fields = [
+                    (field, Field::Bool(allow)),
+                    ("degraded", Field::Bool(true)),
+                    ("reason", Field::Text(&why)),
+                    ("may_have_run", Field::Bool(true)),
                     // A refusal is an error too, for clients that read `error`.
-                    body["error"] = json!(why);
-                }
-                ApiResponse::json(if allow { 200 } else { 503 }, body)
+                    ("error", Field::Text(&why)),
+                ];
+                let n = if allow { 4 } else { 5 };
+                ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n])
             }
             None => ApiResponse::error(status, why, None),
         }
@@ -350,8 +643,11 @@ impl Exchange {
     /// 503 with `"durable": false` and `"may_have_run": true`, whatever the route: the write
     /// happened on the master and may be lost in a failover.
     pub fn not_durable(self, why: &str) -> ApiResponse {
-        let body = json!({ "error": format!("not known durable: {why}"), "durable": false, "may_have_run": true });
-        let r = ApiResponse::json(503, body);
+        let error = format!("not known durable: {why}");
+        let r = ApiResponse::object(
+            503,
+            &mut [("error", Field::Text(&error)), ("durable", Field::Bool(false)), ("may_have_run", Field::Bool(true))],
+        );
         self.finish(r)
     }
 
@@ -372,10 +668,19 @@ impl Exchange {
     }
 }
 
-/// Handles one request: a response now, or a REST call to make first.
+/// Handles one HTTP request: a response now, or a REST call to make first. It reads the
+/// route ([`Route::parse`]), the caller (the `Authorization` header) and the input, then
+/// makes the same [`call`] any other producer makes.
 pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
     let cors = cors_headers(config, req.origin);
-    let step = routes::route(config, req, rng);
+    let step = match routes::http(config, req) {
+        Ok(None) => Step::Respond(routes::preflight(config, req.origin)),
+        Ok(Some((route, caller))) => {
+            let input = Input::Http { body: req.body, query: req.query };
+            call(config, route, input, &caller, req.idempotency_key, rng)
+        }
+        Err(e) => Step::Respond(e.response()),
+    };
     match step {
         Step::Respond(mut r) => {
             r.headers.extend(cors);
@@ -383,11 +688,48 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
         }
         Step::Send(mut ex) => {
             ex.cors = cors;
-            if !config.namespace.is_default() {
-                ex.move_to(&config.namespace);
+            Step::Send(ex)
+        }
+    }
+}
+
+/// Makes one call of `route` with `input`, as `caller`, from any producer (HTTP through
+/// [`handle`]; an RPC binding directly): a response now (an error, or an answer needing no
+/// Redis), or a REST call to make first, driven as [`handle`]'s is. `idempotency_key` is the
+/// `Idempotency-Key`: a write stores its first answer under it (scoped by the route's
+/// method and [`Route::path`], so HTTP and RPC calls of one route share it).
+///
+/// ```
+/// use redcount_api::{Caller, Config, Input, Route, Step};
+///
+/// let policies = r#"{"per-user": {"kind": "quota", "algorithm": "fixed", "limit": 10, "window_ms": 60000, "max_cost": 5}}"#;
+/// let config = Config::from_env(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string())).unwrap();
+/// let route = Route::QuotaTake { policy: "per-user".into(), subject: "alice".into() };
+/// let step = redcount_api::call(&config, route, Input::Json(br#"{"cost": 2}"#), &Caller::public(), None, &mut rand::rng());
+/// let Step::Send(exchange) = step else { panic!() };
+/// let Step::Respond(r) = exchange.receive(200, br#"{"result":[1,10,8,60000,0]}"#) else { panic!() };
+/// assert_eq!(r.body, r#"{"allowed":true,"limit":10,"remaining":8,"reset_ms":60000,"retry_after_ms":0}"#);
+/// assert!(r.verdict.unwrap().allowed);
+/// ```
+pub fn call<R: RngCore + ?Sized>(
+    config: &Config,
+    route: Route,
+    input: Input<'_>,
+    caller: &Caller,
+    idempotency_key: Option<&str>,
+    rng: &mut R,
+) -> Step {
+    match routes::run(config, route, input, caller, idempotency_key, rng) {
+        Ok(Step::Send(mut ex)) => {
+            match caller.scope() {
+                Some(scope) => ex.move_to(&config.namespace.scoped(scope.as_str())),
+                None if !config.namespace.is_default() => ex.move_to(&config.namespace),
+                None => {}
             }
             Step::Send(ex)
         }
+        Ok(step) => step,
+        Err(e) => Step::Respond(e.response()),
     }
 }
 
@@ -423,7 +765,10 @@ fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, Str
         Some(o) if config.cors_origins.iter().any(|a| a == o || a == "*") => {
             alloc::vec![
                 ("Access-Control-Allow-Origin", o.to_owned()),
-                ("Access-Control-Expose-Headers", "Idempotent-Replayed, Retry-After".to_owned()),
+                (
+                    "Access-Control-Expose-Headers",
+                    "Idempotent-Replayed, Retry-After, RateLimit-Policy, RateLimit".to_owned(),
+                ),
                 ("Vary", "Origin".to_owned()),
             ]
         }
@@ -434,41 +779,129 @@ fn cors_headers(config: &Config, origin: Option<&str>) -> Vec<(&'static str, Str
 pub use redcount_core::text::{percent_decode, same_secret};
 
 #[cfg(test)]
-mod flat_tests {
+mod object_tests {
     use super::*;
     use proptest::prelude::*;
+    use serde_json::{Value as Json, json};
 
     const NAMES: [&str; 8] =
         ["allowed", "limit", "remaining", "reset_ms", "retry_after_ms", "value", "amount_cents", "index"];
     const WORDS: [&str; 4] = ["won", "already", "applied", "clamped"];
 
-    fn field() -> impl Strategy<Value = Field> {
+    /// A value, and what serde_json makes of it.
+    #[derive(Debug, Clone)]
+    enum V {
+        Int(i64),
+        Bool(bool),
+        Null,
+        Word(&'static str),
+        Text(String),
+        /// A nested object of this writer's own.
+        Nested(Vec<(&'static str, i64)>),
+    }
+
+    fn value() -> impl Strategy<Value = V> {
         prop_oneof![
-            any::<i64>().prop_map(Field::Int),
-            (-1_000_i64..1_000).prop_map(Field::Int),
-            any::<bool>().prop_map(Field::Bool),
-            (0..WORDS.len()).prop_map(|i| Field::Word(WORDS[i])),
+            any::<i64>().prop_map(V::Int),
+            (-1_000_i64..1_000).prop_map(V::Int),
+            any::<bool>().prop_map(V::Bool),
+            Just(V::Null),
+            (0..WORDS.len()).prop_map(|i| V::Word(WORDS[i])),
+            // Any text: quotes, backslashes, control characters, non-ASCII.
+            any::<String>().prop_map(V::Text),
+            "[\"\\\u{0}-\u{1f}a-z]{0,8}".prop_map(V::Text),
+            proptest::sample::subsequence(NAMES.to_vec(), 0..4)
+                .prop_flat_map(|names| {
+                    let n = names.len();
+                    (Just(names), proptest::collection::vec(any::<i64>(), n))
+                })
+                .prop_map(|(names, ints)| V::Nested(names.into_iter().zip(ints).collect())),
         ]
     }
 
+    fn to_json(v: &V) -> Json {
+        match v {
+            V::Int(n) => json!(n),
+            V::Bool(b) => json!(b),
+            V::Null => Json::Null,
+            V::Word(w) => json!(w),
+            V::Text(t) => json!(t),
+            V::Nested(fields) => Json::Object(fields.iter().map(|(k, n)| ((*k).to_owned(), json!(n))).collect()),
+        }
+    }
+
     proptest! {
-        // Any set of distinct names in any order, with any values: the text `json!` (a map)
-        // made of the same fields, byte for byte.
+        // Any set of distinct names in any order, with any values: the text serde_json makes
+        // of a map of the same fields, byte for byte.
         #[test]
-        fn a_flat_answer_is_the_text_of_its_map(picked in proptest::sample::subsequence(NAMES.to_vec(), 0..=NAMES.len()).prop_shuffle(), values in proptest::collection::vec(field(), NAMES.len())) {
-            let mut fields: Vec<(&'static str, Field)> = picked.iter().copied().zip(values.iter().copied()).collect();
-            let mut map = serde_json::Map::new();
-            for (k, v) in &fields {
-                let v = match *v {
-                    Field::Int(n) => json!(n),
-                    Field::Bool(b) => json!(b),
-                    Field::Word(w) => json!(w),
+        fn an_answer_is_the_text_of_its_map(picked in proptest::sample::subsequence(NAMES.to_vec(), 0..=NAMES.len()).prop_shuffle(), values in proptest::collection::vec(value(), NAMES.len())) {
+            let nested: Vec<String> = values.iter().map(|v| match v {
+                V::Nested(f) => {
+                    let mut out = String::new();
+                    let mut f: Vec<(&str, Field<'_>)> = f.iter().map(|(k, n)| (*k, Field::Int(*n))).collect();
+                    object(&mut out, &mut f);
+                    out
+                }
+                _ => String::new(),
+            }).collect();
+            let mut fields: Vec<(&str, Field<'_>)> = picked.iter().zip(values.iter().zip(&nested)).map(|(k, (v, raw))| {
+                let f = match v {
+                    V::Int(n) => Field::Int(*n),
+                    V::Bool(b) => Field::Bool(*b),
+                    V::Null => Field::Null,
+                    V::Word(w) => Field::Word(w),
+                    V::Text(t) => Field::Text(t),
+                    V::Nested(_) => Field::Raw(raw),
                 };
-                map.insert((*k).to_owned(), v);
-            }
+                (*k, f)
+            }).collect();
+            let map: serde_json::Map<String, Json> =
+                picked.iter().zip(&values).map(|(k, v)| ((*k).to_owned(), to_json(v))).collect();
             let r = ApiResponse::flat(&mut fields);
             prop_assert_eq!(r.status, 200);
-            prop_assert_eq!(r.body, ApiResponse::json(200, Json::Object(map)).body);
+            prop_assert_eq!(r.body, Json::Object(map).to_string());
         }
+    }
+
+    /// Any JSON without fractions: what a validated request body can hold.
+    fn any_json() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<String>().prop_map(Json::String),
+            "[\"\\\u{0}-\u{1f}\u{7f}a-z]{0,6}".prop_map(Json::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                proptest::collection::btree_map("[a-z\"\\\u{1}]{0,4}", inner, 0..4)
+                    .prop_map(|m| Json::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        // The Idempotency-Key's fingerprint is of this text: it must stay what serde_json wrote.
+        #[test]
+        fn canonical_text_is_serde_jsons(v in any_json()) {
+            let mut out = String::new();
+            prop_assert!(canonical(&mut out, &v));
+            prop_assert_eq!(out, v.to_string());
+        }
+    }
+
+    #[test]
+    fn a_fraction_is_not_canonical() {
+        assert!(!canonical(&mut String::new(), &json!({"a": [1, 2.5]})));
+    }
+
+    #[test]
+    fn lists_and_errors() {
+        assert_eq!(list([1, 2], |out, n| object(out, &mut [("n", Field::Int(n))])), r#"[{"n":1},{"n":2}]"#);
+        assert_eq!(list(core::iter::empty::<i64>(), |_, _| ()), "[]");
+        let e = ApiError::new(400, "say \"hi\"\n").at("a").response();
+        assert_eq!(e.body, json!({"error": "say \"hi\"\n", "field": "a"}).to_string());
     }
 }

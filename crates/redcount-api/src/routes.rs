@@ -1,49 +1,209 @@
-//! Routing, authentication, body and query parsing, and each route's response.
+//! What each route does: authentication, body and query parsing, and each route's answer.
+//! Which route a request is, is [`crate::route`]'s business.
 
 use alloc::borrow::ToOwned;
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use rand_core::RngCore;
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Map, Value as Json};
 
-use super::{ApiRequest, ApiResponse, Config, Exchange, Field, MAX_BODY, Policy, Step, same_secret};
+use super::{
+    ApiError, ApiRequest, ApiResponse, Caller, Config, Exchange, Field, Input, MAX_BODY, Policy, Route, Step, Verdict,
+    list, object, same_secret,
+};
 use redcount_core::command::Command;
-use redcount_core::error::{InputError, ShapeError};
+use redcount_core::error::{InputError, Problem, ShapeError};
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
 use redcount_core::ops::decision::{self, Decide, LeaseResult, Part, PartOutcome};
 use redcount_core::ops::inbox::{Append, Read, Trim};
-use redcount_core::ops::quota::{OverrideQuota, RefundQuota, ResetQuota, TakeQuota};
+use redcount_core::ops::quota::{Algorithm, OverrideQuota, RefundQuota, ResetQuota, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
 use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
+use redcount_core::ratelimit::Limit;
 use redcount_core::script::Request;
 use redcount_core::split;
 use redcount_core::validate;
 use redcount_core::value::Value;
 use redcount_core::{Operation, ops};
 
-type Routed = Result<Step, ApiResponse>;
+type Routed = Result<Step, ApiError>;
 
-/// The request's `Idempotency-Key`, checked: 1 to 255 visible ASCII characters.
-fn idempotency(req: &ApiRequest<'_>) -> Result<Option<ops::Idempotency>, ApiResponse> {
-    let Some(k) = req.idempotency_key else { return Ok(None) };
-    if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiResponse::error(
-            400,
-            "Idempotency-Key must be 1 to 255 visible ASCII characters",
-            Some("Idempotency-Key"),
-        ));
+/// An HTTP request's route and caller: `None` for a CORS preflight (`OPTIONS` on any API
+/// path). Checked in this order: the path (404, 400), the body's size (413), the token (401),
+/// the route (404, 405).
+pub(crate) fn http(config: &Config, req: &ApiRequest<'_>) -> Result<Option<(Route, Caller)>, ApiError> {
+    let segments = crate::route::segments(req.path)?;
+    if req.body.len() > MAX_BODY {
+        return Err(too_large());
     }
-    // The fingerprint is of the parsed request, so `{"delta": 1}` and `{"delta":1}` are one
-    // request (objects are re-serialised with sorted keys).
-    // No body is the empty object: routes whose body is optional read it so.
-    let canonical = match serde_json::from_slice::<Json>(req.body) {
-        Ok(json) => json.to_string().into_bytes(),
-        Err(_) if req.body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
-        Err(_) => req.body.to_vec(),
-    };
-    Ok(Some(ops::Idempotency::new(&scope(k, req.method, &canonical_path(req.path)), &canonical)))
+    if req.method == "OPTIONS" {
+        return Ok(None);
+    }
+    let caller = authenticate(config, req.authorization)?;
+    Ok(Some((Route::matching(req.method, segments)?, caller)))
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(413, format!("body larger than {MAX_BODY} bytes"))
+}
+
+/// One call: what the route says to do with this input, for this caller.
+struct Cx<'a> {
+    config: &'a Config,
+    route: &'a Route,
+    input: Input<'a>,
+    caller: &'a Caller,
+    key: Option<&'a str>,
+}
+
+pub(crate) fn run<R: RngCore + ?Sized>(
+    config: &Config,
+    route: Route,
+    input: Input<'_>,
+    caller: &Caller,
+    key: Option<&str>,
+    rng: &mut R,
+) -> Routed {
+    if input.body().len() > MAX_BODY {
+        return Err(too_large());
+    }
+    let cx = Cx { config, route: &route, input, caller, key };
+    match &route {
+        Route::Health {} => Ok(Step::Send(Exchange::new(Ping, |_, ()| {
+            ApiResponse::flat(&mut [
+                ("ok", Field::Bool(true)),
+                ("rest", Field::Word("reachable")),
+                ("redis", Field::Word("reachable")),
+            ])
+        }))),
+        Route::Policies {} => {
+            // By name, as a JSON map orders them (insertion sort: a few policies, and no
+            // general sort's code in the bundle).
+            let mut sorted: Vec<&(String, Policy)> = Vec::with_capacity(config.policies.len());
+            for p in &config.policies {
+                let at = sorted.iter().position(|q| q.0 > p.0).unwrap_or(sorted.len());
+                sorted.insert(at, p);
+            }
+            let mut text = String::from("{");
+            for (i, (name, p)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                // Policy names are ids: nothing to escape.
+                text.push('"');
+                text.push_str(name);
+                text.push_str("\":");
+                p.write_json(&mut text);
+            }
+            text.push('}');
+            Ok(Step::Respond(ApiResponse::flat(&mut [("policies", Field::Raw(&text))])))
+        }
+        Route::OpenApi {} => openapi(),
+        Route::CounterGet { policy, subject } => counter_get(&cx, policy, subject),
+        Route::CounterAdd { policy, subject } => counter_add(&cx, policy, subject),
+        Route::Claim { policy, subject } => claim(&cx, policy, subject),
+        Route::QuotaPeek { policy, subject } => quota_take(&cx, policy, subject, true),
+        Route::QuotaTake { policy, subject } => quota_take(&cx, policy, subject, false),
+        Route::QuotaReset { policy, subject } => quota_reset(&cx, policy, subject),
+        Route::QuotaRefund { policy, subject } => refund(&cx, policy, subject),
+        Route::OverrideSet { policy, subject } => override_set(&cx, policy, subject),
+        Route::OverrideClear { policy, subject } => override_clear(&cx, policy, subject),
+        Route::Decide { subject } => decide(&cx, subject),
+        Route::SemaphoreAcquire { policy, name } => semaphore(&cx, policy, name, Act::Acquire),
+        Route::SemaphoreRenew { policy, name } => semaphore(&cx, policy, name, Act::Renew),
+        Route::SemaphoreRelease { policy, name } => semaphore(&cx, policy, name, Act::Release),
+        Route::SemaphoreCheck { policy, name } => semaphore(&cx, policy, name, Act::Check),
+        Route::InboxRead { user } => inbox_read(&cx, user),
+        Route::InboxAppend { user } => inbox_append(&cx, user),
+        Route::InboxTrim { user } => inbox_trim(&cx, user),
+        Route::PacketCreate {} => create_packet(&cx, rng),
+        Route::PacketStatus { id } => packet_status(&cx, id),
+        Route::PacketGrab { id } => grab(&cx, id),
+        Route::PacketGrabs { id } => grabs(&cx, id),
+    }
+}
+
+/// `GET /api/openapi.json`: generated from the route table where std is (`redcount serve`);
+/// the worker serves the same text as a static file, so its wasm carries none of it.
+fn openapi() -> Routed {
+    #[cfg(feature = "std")]
+    {
+        Ok(Step::Respond(ApiResponse::text(200, crate::openapi::document().to_owned())))
+    }
+    #[cfg(not(feature = "std"))]
+    Err(ApiError::new(404, "the OpenAPI document is served as a static file (openapi.json)"))
+}
+
+impl<'a> Cx<'a> {
+    /// The body's fields (a JSON object or empty), known names only.
+    fn body(&self, known: &[&str]) -> Result<Fields, ApiError> {
+        body(self.input.body(), known).map(Fields::Json)
+    }
+
+    /// A reading route's fields: HTTP's query string, or the JSON input's object.
+    fn query(&self, known: &[&'static str]) -> Result<Fields, ApiError> {
+        match self.input {
+            Input::Http { query, .. } => Fields::query(query, known),
+            Input::Json(bytes) => body(bytes, known).map(Fields::Json),
+        }
+    }
+
+    fn admin(&self) -> bool {
+        self.caller.is_admin()
+    }
+
+    fn require_admin(&self) -> Result<(), ApiError> {
+        match self.caller.is_admin() {
+            true => Ok(()),
+            false => Err(ApiError::new(401, "this action needs `Authorization: Bearer <admin token>`")),
+        }
+    }
+
+    /// The `Idempotency-Key`, checked (1 to 255 visible ASCII characters), as the operation's
+    /// replay key: scoped by the route's method and path, fingerprinted by the parsed body.
+    fn idempotency(&self) -> Result<Option<ops::Idempotency>, ApiError> {
+        let Some(k) = self.key else { return Ok(None) };
+        if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(
+                ApiError::new(400, "Idempotency-Key must be 1 to 255 visible ASCII characters").at("Idempotency-Key")
+            );
+        }
+        // The fingerprint is of the parsed request, so `{"delta": 1}` and `{"delta":1}` are one
+        // request (objects are re-serialised with sorted keys). No body is the empty object:
+        // routes whose body is optional read it so.
+        let body = self.input.body();
+        let canonical = match serde_json::from_slice::<Json>(body) {
+            Ok(json) => {
+                let mut text = String::with_capacity(body.len());
+                if crate::canonical(&mut text, &json) { text.into_bytes() } else { body.to_vec() }
+            }
+            Err(_) if body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
+            Err(_) => body.to_vec(),
+        };
+        let scope = scope(k, self.route.spec().method, &self.route.path());
+        Ok(Some(ops::Idempotency::new(&scope, &canonical)))
+    }
+
+    /// `op`, made replayable by the `Idempotency-Key` if the call has one.
+    fn replayable<O: ops::Replayable>(&self, op: Result<O, InputError>) -> Result<ops::Idempotent<O>, ApiError> {
+        let op = op?;
+        Ok(ops::Idempotent::new(op, self.idempotency()?))
+    }
+
+    /// The policy `name` (404 when none is configured). Callers match the variant they
+    /// want and answer [`wrong_kind`] otherwise, so no kind string is checked apart from the
+    /// data (and no generic copy of this is made per kind).
+    fn find(&self, name: &str) -> Result<&'a Policy, ApiError> {
+        validate::id("policy", name)?;
+        self.config.policy(name).ok_or_else(|| ApiError::new(404, format!("no policy named {name}")).at("policy"))
+    }
+}
+
+/// The answer for the policy `name`, a `p`, where a `kind` policy is wanted.
+fn wrong_kind(name: &str, p: &Policy, kind: &str) -> ApiError {
+    ApiError::new(404, format!("policy {name} is a {} policy, not a {kind} policy", p.kind())).at("policy")
 }
 
 /// What makes two uses of one `Idempotency-Key` the same request: the method, the route
@@ -58,253 +218,484 @@ fn scope(key: &str, method: &str, path: &str) -> Vec<u8> {
     scope
 }
 
-/// The path as routing sees it: every segment percent-decoded, then encoded one way (only
-/// bytes outside `A-Z a-z 0-9 - . _ ~` escaped, in upper-case hex). `/api/%72edpackets` and
-/// `/api/redpackets` are one route, so one scope for an idempotency key: a client or proxy
-/// that re-encodes the path between retries must not apply the request twice.
-fn canonical_path(path: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(path.len());
-    for (i, raw) in path.split('/').enumerate() {
-        if i > 0 {
-            out.push('/');
-        }
-        let bytes = redcount_core::text::percent_decode(raw).unwrap_or_else(|| raw.as_bytes().to_vec());
-        for b in bytes {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                out.push(char::from(b));
-            } else {
-                out.push('%');
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 15)]));
-            }
-        }
+impl Exchange {
+    /// Bounds the call by `policy`'s `timeout_ms`, if it declares one.
+    fn bounded_by(mut self, config: &Config, policy: &str) -> Self {
+        self.timeout_ms = config.failure_mode(policy).timeout_ms;
+        self
     }
-    out
-}
 
-#[cfg(test)]
-mod canonical_path_tests {
-    #[test]
-    fn one_route_one_scope() {
-        let p = super::canonical_path;
-        assert_eq!(p("/api/%72edpackets"), p("/api/redpackets"));
-        assert_eq!(p("/api/quot%61s/d%61ily/u%2d1"), p("/api/quotas/daily/u-1"));
-        assert_eq!(p("/api/inbox/a%2fb"), "/api/inbox/a%2Fb");
-        assert_ne!(p("/api/inbox/a%2fb"), p("/api/inbox/a/b"), "an encoded slash stays inside its segment");
+    /// A decision route: bounded by `policy`'s `timeout_ms`, and answering its declared
+    /// failure mode in `field` when Redis does not answer (`allow` only if `allowable`:
+    /// a lease cannot be granted without Redis).
+    fn deciding(mut self, config: &Config, policy: &str, field: &'static str, allowable: bool) -> Self {
+        let mode = config.failure_mode(policy);
+        self.degrade = Some((field, mode.allow && allowable));
+        self.timeout_ms = mode.timeout_ms;
+        self
     }
 }
 
-/// Applies the idempotency key, if the request has one, to a write operation.
-macro_rules! replayable {
-    ($req:expr, $op:expr) => {{
-        let op = $op;
-        ops::Idempotent::new(op, idempotency($req)?)
-    }};
+fn send(ex: Exchange) -> Routed {
+    Ok(Step::Send(ex))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caller {
-    Public,
-    Admin,
-}
-
-/// Longest path segment looked at (ids are at most 64; anything longer is refused early).
-const MAX_SEGMENT: usize = 256;
-
-pub(super) fn route<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
-    match dispatch(config, req, rng) {
-        Ok(step) => step,
-        Err(response) => Step::Respond(response),
+fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiError> {
+    let Some(h) = header else { return Ok(Caller::public()) };
+    let token = redcount_core::text::bearer_token(h).unwrap_or("");
+    match &config.admin_token {
+        Some(admin) if !token.is_empty() && same_secret(token.as_bytes(), admin.as_bytes()) => Ok(Caller::admin()),
+        _ => Err(ApiError::new(401, "invalid token (send none for public access, or the admin token)")),
     }
 }
 
-fn dispatch<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Routed {
-    let Some(rest) = req.path.strip_prefix("/api/") else {
-        return Err(ApiResponse::error(404, "not found", None));
-    };
-    let segs = segments(rest)?;
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    if req.body.len() > MAX_BODY {
-        return Err(ApiResponse::error(413, format!("body larger than {MAX_BODY} bytes"), None));
+pub(crate) fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
+    let mut r = ApiResponse::text(204, String::new());
+    if origin.is_some_and(|o| config.cors_origins.iter().any(|a| a == o || a == "*")) {
+        r.headers.push(("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS".to_owned()));
+        r.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, Idempotency-Key".to_owned()));
+        r.headers.push(("Access-Control-Max-Age", "600".to_owned()));
     }
-    if req.method == "OPTIONS" {
-        return Ok(Step::Respond(preflight(config, req.origin)));
+    r
+}
+
+/// A public request asking for more than the policy grants the public.
+fn beyond(field: &'static str, what: String) -> ApiError {
+    ApiError::new(403, format!("{field}: {what} is beyond this policy's public limit (admin token required)")).at(field)
+}
+
+// ---------------------------------------------------------------------------------------
+// Counters, claims, quotas, overrides.
+
+fn counter_policy(cx: &Cx<'_>, policy: &str) -> Result<(ops::counter::Bounds, ops::counter::Storage, i64), ApiError> {
+    match *cx.find(policy)? {
+        Policy::Counter { bounds, storage, max_step } => Ok((bounds, storage, max_step)),
+        ref p => Err(wrong_kind(policy, p, "counter")),
     }
-    let caller = authenticate(config, req.authorization)?;
-    let m = req.method;
-    let mut routed = match segs.as_slice() {
-        ["health"] => {
-            allow(m, &["GET", "HEAD"])?;
-            Ok(Step::Send(Exchange::new(Ping, |_, ()| {
-                ApiResponse::json(200, json!({"ok": true, "rest": "reachable", "redis": "reachable"}))
-            })))
-        }
-        ["policies"] => {
-            allow(m, &["GET", "HEAD"])?;
-            let mut map = Map::new();
-            for (name, p) in &config.policies {
-                map.insert(name.clone(), p.to_json());
-            }
-            Ok(respond(200, json!({ "policies": map })))
-        }
-        ["counters", policy, subject] => counters(config, req, caller, policy, subject),
-        ["claims", policy, subject] => {
-            allow(m, &["POST"])?;
-            body(req, &[])?;
-            let window_ms = find(config, policy, "claim", |p| match *p {
-                Policy::Claim { window_ms } => Some(window_ms),
-                _ => None,
-            })?;
-            let op = replayable!(req, Claim::new(policy, subject, window_ms).map_err(|e| ApiResponse::input(&e))?);
-            Ok(Step::Send(Exchange::new(op, |_, o| {
-                ApiResponse::json(200, json!({"claimed": o.claimed, "retry_after_ms": o.window_left_ms}))
-            })))
-        }
-        ["quotas", policy, subject] => quotas(config, req, caller, policy, subject),
-        ["quotas", policy, subject, "refund"] => refund(config, req, caller, policy, subject),
-        ["overrides", policy, subject] => overrides(config, req, caller, policy, subject),
-        ["decisions", subject] => decisions(config, req, caller, subject),
-        ["semaphores", policy, name, action] => {
-            allow(m, &["POST"])?;
-            let fields: &[&str] = if *action == "check" { &["holder", "fencing_token"] } else { &["holder"] };
-            let b = body(req, fields)?;
-            let action = match *action {
-                "acquire" => Action::Acquire,
-                "renew" => Action::Renew,
-                "release" => Action::Release,
-                "check" => Action::Check { fencing_token: b.int("fencing_token", 1, validate::MAX_SAFE, None)? },
-                _ => {
-                    return Err(ApiResponse::error(
-                        404,
-                        "semaphore actions are acquire, renew, release and check",
-                        None,
-                    ));
-                }
-            };
-            let holder = b.string("holder")?;
-            let (limit, lease_ms) = find(config, policy, "semaphore", |p| match *p {
-                Policy::Semaphore { limit, lease_ms } => Some((limit, lease_ms)),
-                _ => None,
-            })?;
-            let op = replayable!(
-                req,
-                UpdateLease::new(policy, name, action, &holder, limit, lease_ms).map_err(|e| ApiResponse::input(&e))?
-            );
-            Ok(Step::Send(Exchange::new(op, |_, o| {
-                let result = match o.result {
-                    SemaphoreResult::Acquired => "acquired",
-                    SemaphoreResult::Renewed => "renewed",
-                    SemaphoreResult::Full => "full",
-                    SemaphoreResult::Released => "released",
-                    SemaphoreResult::NotHolder => "not_holder",
-                    SemaphoreResult::Held => "held",
-                    SemaphoreResult::Ended => "ended",
-                    SemaphoreResult::NeverHeld => "never_held",
-                };
-                ApiResponse::json(
-                    200,
-                    json!({
-                        "result": result,
-                        "holding": matches!(
-                            o.result,
-                            SemaphoreResult::Acquired | SemaphoreResult::Renewed | SemaphoreResult::Held
-                        ),
-                        "in_use": o.in_use, "limit": o.limit,
-                        "earliest_end_ms": o.earliest_end_ms, "lease_ms": o.lease_ms,
-                        "fencing_token": o.fencing_token
-                    }),
-                )
-            })))
-        }
-        ["inbox", user, rest @ ..] => inbox(config, req, caller, user, rest),
-        ["redpackets"] => {
-            allow(m, &["POST"])?;
-            create_packet(config, req, caller, rng)
-        }
-        ["redpackets", id] => {
-            allow(m, &["GET", "HEAD"])?;
-            let op = ReadStatus::new(id).map_err(|e| ApiResponse::input(&e))?;
-            let id = (*id).to_owned();
-            Ok(Step::Send(Exchange::new(op, move |_, o| match o {
-                Some(s) => ApiResponse::json(
-                    200,
-                    json!({
-                        "id": id, "total_cents": s.total, "count": s.count, "remaining": s.remaining,
-                        "claimed": s.grabbed, "claimed_cents": s.grabbed_sum,
-                        "created_ms": s.created_ms, "expires_ms": s.expires_ms
-                    }),
-                ),
-                None => not_found_packet(),
-            })))
-        }
-        ["redpackets", id, "grab"] => {
-            allow(m, &["POST"])?;
-            let b = body(req, &["user"])?;
-            let user = b.string("user")?;
-            let op = Grab::new(id, &user).map_err(|e| ApiResponse::input(&e))?;
-            Ok(Step::Send(Exchange::new(op, |_, o| match o {
-                GrabOutcome::Won { amount, index, remaining } => ApiResponse::flat(&mut [
-                    ("outcome", Field::Word("won")),
-                    ("amount_cents", Field::Int(amount)),
-                    ("amount", Field::Int(amount)),
-                    ("index", Field::Int(index)),
-                    ("remaining", Field::Int(remaining)),
-                ]),
-                GrabOutcome::Already { amount, index } => ApiResponse::flat(&mut [
-                    ("outcome", Field::Word("already")),
-                    ("amount_cents", Field::Int(amount)),
-                    ("amount", Field::Int(amount)),
-                    ("index", Field::Int(index)),
-                ]),
-                GrabOutcome::Empty => {
-                    ApiResponse::flat(&mut [("outcome", Field::Word("empty")), ("remaining", Field::Int(0))])
-                }
-                GrabOutcome::NotFound => not_found_packet(),
-            })))
-        }
-        ["redpackets", id, "claims"] => {
-            allow(m, &["GET", "HEAD"])?;
-            let q = Query::parse(req.query, &["offset", "limit"])?;
-            let offset = q.int("offset", 0, split::MAX_COUNT, 0)?;
-            let limit = q.int("limit", 1, redpacket::MAX_PAGE, 100)?;
-            let op = ReadGrabs::new(id, offset, limit).map_err(|e| ApiResponse::input(&e))?;
-            Ok(Step::Send(Exchange::new(op, |_, claims| {
-                let list: Vec<Json> = claims
-                    .into_iter()
-                    .map(|c| json!({"user": c.user, "amount_cents": c.amount, "amount": c.amount, "index": c.index, "at_ms": c.at_ms}))
-                    .collect();
-                ApiResponse::json(200, json!({ "claims": list }))
-            })))
-        }
-        _ => Err(ApiResponse::error(404, "no such route", None)),
-    };
-    // A decision route answers its policy's declared failure mode, found by the decoded
-    // names routing used: `/api/quot%61s/d%61ily/…` gets what `/api/quotas/daily/…` gets.
-    if let Ok(Step::Send(ex)) = &mut routed {
-        let decision = match (segs.as_slice(), m) {
-            (["quotas", policy, _], "POST" | "GET" | "HEAD") => Some(("allowed", *policy)),
-            (["claims", policy, _], "POST") => Some(("claimed", *policy)),
-            (["semaphores", policy, _, _], "POST") => Some(("holding", *policy)),
-            _ => None,
+}
+
+/// `GET /api/counters/{policy}/{subject}`.
+fn counter_get(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    let (_, storage, _) = counter_policy(cx, policy)?;
+    let op = GetCounter::new(policy, subject, storage)?;
+    send(Exchange::new(op, |_, v| ApiResponse::flat(&mut [("value", Field::Int(v))])).bounded_by(cx.config, policy))
+}
+
+/// `POST /api/counters/{policy}/{subject}` `{"delta": N}`.
+fn counter_add(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    let (bounds, storage, max_step) = counter_policy(cx, policy)?;
+    let delta = cx.body(&["delta"])?.int("delta", -ops::counter::MAX_VALUE, ops::counter::MAX_VALUE, None)?;
+    if !cx.admin() && delta.abs() > max_step {
+        return Err(beyond("delta", format!("|{delta}| > {max_step}")));
+    }
+    let op = cx.replayable(AddCounter::new(policy, subject, storage, delta, bounds))?;
+    let ex = Exchange::new(op, |_, o| {
+        let status = match o.status {
+            CounterStatus::Applied => "applied",
+            CounterStatus::Clamped => "clamped",
+            CounterStatus::Rejected => "rejected",
         };
-        if let Some((field, policy)) = decision {
-            let mode = config.failure_mode(policy);
-            // Leases always deny: a lease cannot be granted without Redis.
-            ex.degrade = Some((field, mode.allow && field != "holding"));
-            ex.timeout_ms = mode.timeout_ms;
-        } else if ex.timeout_ms.is_none() {
-            // Every other call of a policy waits at most its timeout_ms too (a decision's
-            // budget and a packet create's are set where they are built).
-            ex.timeout_ms = match segs.as_slice() {
-                ["counters" | "quotas" | "overrides", policy, ..] => config.failure_mode(policy).timeout_ms,
-                ["inbox", ..] => config.first_of("inbox").and_then(|(name, _)| config.failure_mode(name).timeout_ms),
-                ["redpackets", _, ..] => packet_timeout(config),
-                _ => None,
-            };
-        }
+        ApiResponse::flat(&mut [
+            ("value", Field::Int(o.value)),
+            ("applied", Field::Int(o.applied)),
+            ("status", Field::Word(status)),
+        ])
+    });
+    send(ex.bounded_by(cx.config, policy))
+}
+
+/// `POST /api/claims/{policy}/{subject}`.
+fn claim(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    cx.body(&[])?;
+    let window_ms = match *cx.find(policy)? {
+        Policy::Claim { window_ms } => window_ms,
+        ref p => return Err(wrong_kind(policy, p, "claim")),
+    };
+    let op = cx.replayable(Claim::new(policy, subject, window_ms))?;
+    let name = policy.to_owned();
+    let ex = Exchange::new(op, move |_, o| {
+        let r = ApiResponse::flat(&mut [
+            ("claimed", Field::Bool(o.claimed)),
+            ("retry_after_ms", Field::opt(o.window_left_ms)),
+        ]);
+        let verdict =
+            Verdict { allowed: o.claimed, retry_after_ms: if o.claimed { 0 } else { o.window_left_ms.unwrap_or(0) } };
+        // A claim refused is an answer, not a throttle: no Retry-After (its wait is in the body).
+        let mut r = r.decided(&[Limit::claim(&name, window_ms, &o)], Verdict { retry_after_ms: 0, ..verdict });
+        r.verdict = Some(verdict);
+        r
+    });
+    send(ex.deciding(cx.config, policy, "claimed", true))
+}
+
+fn quota_policy(cx: &Cx<'_>, policy: &str) -> Result<(Algorithm, i64), ApiError> {
+    match *cx.find(policy)? {
+        Policy::Quota { algorithm, max_cost } => Ok((algorithm, max_cost)),
+        ref p => Err(wrong_kind(policy, p, "quota")),
     }
-    routed
+}
+
+/// `POST /api/quotas/{policy}/{subject}` `{"cost": N}` takes; `GET …?cost=N` peeks.
+fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
+    let (algorithm, max_cost) = quota_policy(cx, policy)?;
+    let name = policy.to_owned();
+    let render = move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
+        let r = ApiResponse::flat(&mut [
+            ("allowed", Field::Bool(o.allowed)),
+            ("limit", Field::Int(o.limit)),
+            ("remaining", Field::Int(o.remaining)),
+            ("reset_ms", Field::Int(o.reset_ms)),
+            ("retry_after_ms", Field::Int(o.retry_after_ms)),
+        ]);
+        r.decided(
+            &[Limit::quota(&name, &algorithm, &o)],
+            Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms },
+        )
+    };
+    let op = if peek {
+        let cost = cx.query(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
+        // A peek writes nothing, not even a stored reply.
+        ops::Idempotent::new(TakeQuota::peek(policy, subject, algorithm, cost)?, None)
+    } else {
+        let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
+        if !cx.admin() && cost > max_cost {
+            return Err(beyond("cost", format!("{cost} > {max_cost}")));
+        }
+        cx.replayable(TakeQuota::take(policy, subject, algorithm, cost))?
+    };
+    send(Exchange::new(op, render).deciding(cx.config, policy, "allowed", true))
+}
+
+/// `DELETE /api/quotas/{policy}/{subject}` (admin).
+fn quota_reset(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    let (algorithm, _) = quota_policy(cx, policy)?;
+    cx.require_admin()?;
+    let op = cx.replayable(ResetQuota::new(policy, subject, algorithm))?;
+    let ex = Exchange::new(op, |_, existed| ApiResponse::flat(&mut [("reset", Field::Bool(existed))]));
+    send(ex.bounded_by(cx.config, policy))
+}
+
+/// `POST /api/quotas/{policy}/{subject}/refund` (admin): gives units back, never above the
+/// limit; answers how many were given back.
+fn refund(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    let (algorithm, _) = quota_policy(cx, policy)?;
+    cx.require_admin()?;
+    let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
+    let op = cx.replayable(RefundQuota::new(policy, subject, algorithm, cost))?;
+    let ex = Exchange::new(op, |_, given| ApiResponse::flat(&mut [("refunded", Field::Int(given))]));
+    send(ex.bounded_by(cx.config, policy))
+}
+
+/// A quota's algorithm (`Some`) or a semaphore (`None`): the policies an override sizes.
+fn sized(cx: &Cx<'_>, policy: &str) -> Result<Option<Algorithm>, ApiError> {
+    match cx.config.policy(policy) {
+        Some(Policy::Quota { algorithm, .. }) => Ok(Some(*algorithm)),
+        Some(Policy::Semaphore { .. }) => Ok(None),
+        _ => Err(ApiError::new(404, format!("no quota or semaphore policy named `{policy}`")).at("policy")),
+    }
+}
+
+/// `PUT /api/overrides/{policy}/{subject}` (admin) `{"limit": N, "ttl_ms": T}` sets a
+/// subject's own size of a quota policy (`limit`, or the algorithm's own name for it:
+/// `capacity`, `burst`), or a semaphore's own limit, for `ttl_ms` (absent: until cleared).
+fn override_set(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    let algorithm = sized(cx, policy)?;
+    cx.require_admin()?;
+    let own = algorithm.map_or("limit", |a| a.size_field());
+    let fields: &[&str] = if own == "limit" { &["limit", "ttl_ms"] } else { &["limit", own, "ttl_ms"] };
+    let b = cx.body(fields)?;
+    let max = algorithm.map_or(ops::semaphore::MAX_LIMIT, |a| a.max_size());
+    let size = match (own != "limit" && b.has(own), b.has("limit")) {
+        (true, true) => return Err(ApiError::new(400, format!("give `limit` or `{own}`, not both")).at("limit")),
+        (true, false) => b.int(own, 1, max, None)?,
+        _ => b.int("limit", 1, max, None)?,
+    };
+    let ttl_ms = b.int("ttl_ms", 1, ops::quota::MAX_OVERRIDE_TTL_MS, Some(0))?;
+    let op = cx.replayable(match algorithm {
+        Some(a) => OverrideQuota::set(policy, subject, a, size, ttl_ms),
+        None => OverrideQuota::set_semaphore(policy, subject, size, ttl_ms),
+    })?;
+    let (name, subject) = (policy.to_owned(), subject.to_owned());
+    let ex = Exchange::new(op, move |_, replaced| {
+        ApiResponse::flat(&mut [
+            ("policy", Field::Text(&name)),
+            ("subject", Field::Text(&subject)),
+            ("limit", Field::Int(size)),
+            ("ttl_ms", Field::opt((ttl_ms != 0).then_some(ttl_ms))),
+            ("replaced", Field::Bool(replaced)),
+        ])
+    });
+    send(ex.bounded_by(cx.config, policy))
+}
+
+/// `DELETE /api/overrides/{policy}/{subject}` (admin).
+fn override_clear(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
+    let algorithm = sized(cx, policy)?;
+    cx.require_admin()?;
+    let op = cx.replayable(match algorithm {
+        Some(_) => OverrideQuota::clear(policy, subject),
+        None => OverrideQuota::clear_semaphore(policy, subject),
+    })?;
+    let ex = Exchange::new(op, |_, existed| ApiResponse::flat(&mut [("cleared", Field::Bool(existed))]));
+    send(ex.bounded_by(cx.config, policy))
+}
+
+// ---------------------------------------------------------------------------------------
+// Decisions and semaphores.
+
+/// `POST /api/decisions/{subject}` `{"parts": [{"policy": "per-second", "cost": 1},
+/// {"policy": "in-flight", "holder": "job-7"}], "peek": false}`: quota and semaphore policies
+/// of one subject decided at once, all or nothing (a denied decision consumes nothing).
+fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
+    let b = body(cx.input.body(), &["parts", "peek"])?;
+    let peek = match b.get("peek") {
+        None | Some(Json::Bool(false)) => false,
+        Some(Json::Bool(true)) => true,
+        Some(_) => return Err(ApiError::new(400, "peek must be true or false").at("peek")),
+    };
+    let list = match b.get("parts") {
+        Some(Json::Array(list)) => list,
+        None => return Err(ApiError::new(400, "parts is required").at("parts")),
+        Some(_) => return Err(ApiError::new(400, "parts must be an array of parts").at("parts")),
+    };
+    if list.is_empty() || list.len() > decision::MAX_PARTS {
+        return Err(ApiError::new(400, format!("parts must hold 1 to {} parts", decision::MAX_PARTS)).at("parts"));
+    }
+    let mut parts = Vec::with_capacity(list.len());
+    let mut kinds: Vec<(String, Option<Algorithm>)> = Vec::with_capacity(list.len());
+    // The declared failure mode of the whole: allow only when every part declares it (a
+    // lease never degrades to a pass), and the shortest time budget of the parts.
+    let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
+    for (i, item) in list.iter().enumerate() {
+        let (part, name, algorithm) = decision_part(cx, item).map_err(|e| e.in_part(i))?;
+        let mode = cx.config.failure_mode(&name);
+        allow_all &= mode.allow && algorithm.is_some();
+        timeout_ms = match (timeout_ms, mode.timeout_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        parts.push(part);
+        kinds.push((name, algorithm));
+    }
+    // A peek writes nothing, not even a stored reply: like a quota's GET it uses no key (but
+    // a malformed one is refused, as on every route that takes one).
+    let idem = cx.idempotency()?;
+    let op = match peek {
+        true => ops::Idempotent::new(Decide::peek(subject, parts)?, None),
+        false => ops::Idempotent::new(Decide::new(subject, parts)?, idem),
+    };
+    let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek));
+    ex.degrade = Some(("allowed", allow_all));
+    ex.timeout_ms = timeout_ms;
+    send(ex)
+}
+
+/// One part of a decision: the part, its policy's name, and its algorithm (`None`: a lease).
+fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algorithm>), ApiError> {
+    let Json::Object(map) = item else {
+        return Err(ApiError::new(400, "a part must be a JSON object").at("part"));
+    };
+    let part = Fields::Json(map.clone());
+    let name = part.string("policy")?;
+    let (built, algorithm) = match *cx.find(&name)? {
+        Policy::Quota { algorithm, max_cost } => {
+            known_fields(map, &["policy", "cost"])?;
+            let cost = part.int("cost", 1, algorithm.limit(), Some(1))?;
+            if !cx.admin() && cost > max_cost {
+                return Err(beyond("cost", format!("{cost} > {max_cost}")));
+            }
+            (Part::quota(&name, algorithm, cost), Some(algorithm))
+        }
+        Policy::Semaphore { limit, lease_ms } => {
+            known_fields(map, &["policy", "holder"])?;
+            (Part::lease(&name, &part.string("holder")?, limit, lease_ms), None)
+        }
+        ref other => {
+            return Err(ApiError::new(
+                400,
+                format!("policy {name} is a {} policy: a decision takes quota and semaphore policies", other.kind()),
+            )
+            .at("policy"));
+        }
+    };
+    Ok((built?, name, algorithm))
+}
+
+fn decision_response(kinds: &[(String, Option<Algorithm>)], d: decision::Decision, peek: bool) -> ApiResponse {
+    let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| match *p {
+        PartOutcome::Quota(q) => object(
+            out,
+            &mut [
+                ("policy", Field::Text(name)),
+                ("kind", Field::Word("quota")),
+                ("allowed", Field::Bool(q.allowed)),
+                ("limit", Field::Int(q.limit)),
+                ("remaining", Field::Int(q.remaining)),
+                ("reset_ms", Field::Int(q.reset_ms)),
+                ("retry_after_ms", Field::Int(q.retry_after_ms)),
+            ],
+        ),
+        PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
+            let result = match result {
+                LeaseResult::Full => "full",
+                LeaseResult::Acquired => "acquired",
+                LeaseResult::Renewed => "renewed",
+                LeaseResult::Ended => "ended",
+            };
+            object(
+                out,
+                &mut [
+                    ("policy", Field::Text(name)),
+                    ("kind", Field::Word("semaphore")),
+                    ("allowed", Field::Bool(p.allowed())),
+                    ("result", Field::Word(result)),
+                    ("in_use", Field::Int(in_use)),
+                    ("limit", Field::Int(limit)),
+                    ("earliest_end_ms", Field::opt(earliest_end_ms)),
+                    ("retry_after_ms", Field::Int(retry_after_ms)),
+                    ("lease_ms", Field::Int(lease_ms)),
+                    ("fencing_token", Field::opt(fencing_token)),
+                ],
+            )
+        }
+    });
+    let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map_or(Field::Null, |(n, _)| Field::Text(n));
+    let limits: Vec<Limit<'_>> =
+        kinds.iter().zip(&d.parts).filter_map(|((name, a), p)| Limit::part(name, a.as_ref(), p)).collect();
+    ApiResponse::flat(&mut [
+        ("allowed", Field::Bool(d.allowed)),
+        ("denied_by", denied_by),
+        ("retry_after_ms", Field::Int(d.retry_after_ms)),
+        ("peek", Field::Bool(peek)),
+        ("parts", Field::Raw(&parts)),
+    ])
+    .decided(&limits, Verdict { allowed: d.allowed, retry_after_ms: d.retry_after_ms })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Act {
+    Acquire,
+    Renew,
+    Release,
+    Check,
+}
+
+/// `POST /api/semaphores/{policy}/{name}/{acquire|renew|release|check}` `{"holder": "h"}`
+/// (`check` also takes the `fencing_token`).
+fn semaphore(cx: &Cx<'_>, policy: &str, name: &str, act: Act) -> Routed {
+    let fields: &[&str] = if act == Act::Check { &["holder", "fencing_token"] } else { &["holder"] };
+    let b = cx.body(fields)?;
+    let action = match act {
+        Act::Acquire => Action::Acquire,
+        Act::Renew => Action::Renew,
+        Act::Release => Action::Release,
+        Act::Check => Action::Check { fencing_token: b.int("fencing_token", 1, validate::MAX_SAFE, None)? },
+    };
+    let holder = b.string("holder")?;
+    let (limit, lease_ms) = match *cx.find(policy)? {
+        Policy::Semaphore { limit, lease_ms } => (limit, lease_ms),
+        ref p => return Err(wrong_kind(policy, p, "semaphore")),
+    };
+    let op = cx.replayable(UpdateLease::new(policy, name, action, &holder, limit, lease_ms))?;
+    let policy_name = policy.to_owned();
+    let ex = Exchange::new(op, move |_, o| {
+        let result = match o.result {
+            SemaphoreResult::Acquired => "acquired",
+            SemaphoreResult::Renewed => "renewed",
+            SemaphoreResult::Full => "full",
+            SemaphoreResult::Released => "released",
+            SemaphoreResult::NotHolder => "not_holder",
+            SemaphoreResult::Held => "held",
+            SemaphoreResult::Ended => "ended",
+            SemaphoreResult::NeverHeld => "never_held",
+        };
+        let holding = matches!(o.result, SemaphoreResult::Acquired | SemaphoreResult::Renewed | SemaphoreResult::Held);
+        let r = ApiResponse::flat(&mut [
+            ("result", Field::Word(result)),
+            ("holding", Field::Bool(holding)),
+            ("in_use", Field::Int(o.in_use)),
+            ("limit", Field::Int(o.limit)),
+            ("earliest_end_ms", Field::opt(o.earliest_end_ms)),
+            ("lease_ms", Field::Int(o.lease_ms)),
+            ("fencing_token", Field::opt(o.fencing_token)),
+        ]);
+        // A full semaphore is an answer, not a throttle: no Retry-After (its wait is in the body).
+        let mut r = r.decided(&[Limit::lease(&policy_name, &o)], Verdict { allowed: true, retry_after_ms: 0 });
+        let wait = if holding { 0 } else { o.earliest_end_ms.unwrap_or(0) };
+        r.verdict = Some(Verdict { allowed: holding, retry_after_ms: wait });
+        r
+    });
+    // Leases always deny when Redis does not answer: a lease cannot be granted without it.
+    send(ex.deciding(cx.config, policy, "holding", false))
+}
+
+// ---------------------------------------------------------------------------------------
+// Inboxes and red packets.
+
+/// The inbox policy (routes name none: the first one), checked against the caller.
+fn inbox_policy<'c>(cx: &Cx<'c>) -> Result<(&'c str, i64, i64, i64), ApiError> {
+    let Some((name, &Policy::Inbox { ttl_ms, max_len, max_age_s, public })) = cx.config.first_of("inbox") else {
+        return Err(ApiError::new(404, "no inbox policy is configured"));
+    };
+    if !public {
+        cx.require_admin()?;
+    }
+    Ok((name, ttl_ms, max_len, max_age_s))
+}
+
+/// `GET /api/inbox/{user}/messages?after=&limit=`.
+fn inbox_read(cx: &Cx<'_>, user: &str) -> Routed {
+    let (name, ..) = inbox_policy(cx)?;
+    let q = cx.query(&["after", "limit"])?;
+    let after = q.opt_int("after", 0, validate::MAX_SAFE)?;
+    let limit = q.int("limit", 1, ops::inbox::MAX_PAGE, Some(50))?;
+    let op = Read::new(user, after, limit)?;
+    let ex = Exchange::new(op, |_, msgs| {
+        let messages = list(msgs, |out, m| {
+            let body = String::from_utf8_lossy(&m.body);
+            object(
+                out,
+                &mut [("id", Field::Int(m.id)), ("time", Field::Int(m.time.into())), ("body", Field::Text(&body))],
+            )
+        });
+        ApiResponse::flat(&mut [("messages", Field::Raw(&messages))])
+    });
+    send(ex.bounded_by(cx.config, name))
+}
+
+/// `POST /api/inbox/{user}/messages` `{"id": N, "body": "…"}`.
+fn inbox_append(cx: &Cx<'_>, user: &str) -> Routed {
+    let (name, ttl_ms, max_len, _) = inbox_policy(cx)?;
+    let b = cx.body(&["id", "body"])?;
+    let id = b.int("id", 0, validate::MAX_SAFE, None)?;
+    let text = b.string("body")?;
+    let op = cx.replayable(Append::new(user, id, &text, ttl_ms, max_len))?;
+    let ex = Exchange::new(op, |_, o| {
+        let status = if o.stored { 201 } else { 200 };
+        ApiResponse::object(status, &mut [("stored", Field::Bool(o.stored)), ("length", Field::Int(o.length))])
+    });
+    send(ex.bounded_by(cx.config, name))
+}
+
+/// `POST /api/inbox/{user}/trim`.
+fn inbox_trim(cx: &Cx<'_>, user: &str) -> Routed {
+    let (name, _, max_len, max_age_s) = inbox_policy(cx)?;
+    cx.body(&[])?;
+    let op = cx.replayable(Trim::new(user, max_age_s, max_len, 1000))?;
+    let ex = Exchange::new(op, |_, o| {
+        ApiResponse::flat(&mut [("deleted", Field::Int(o.deleted)), ("newest_time", Field::opt(o.newest_time))])
+    });
+    send(ex.bounded_by(cx.config, name))
+}
+
+/// A red-packet policy's settings.
+fn red_packets(p: &Policy) -> Option<(i64, i64, i64, i64)> {
+    match *p {
+        Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => {
+            Some((max_shares, max_total_cents, min_cents, ttl_ms))
+        }
+        _ => None,
+    }
 }
 
 /// The bound of a call on a red packet by its id, which names no policy: the longest
@@ -321,95 +712,236 @@ fn packet_timeout(config: &Config) -> Option<u32> {
     longest
 }
 
-fn respond(status: u16, body: Json) -> Step {
-    Step::Respond(ApiResponse::json(status, body))
-}
-
 fn not_found_packet() -> ApiResponse {
     ApiResponse::error(404, "no such red packet (unknown or expired)", Some("id"))
 }
 
-/// Percent-decodes the path segments; empty segments (`//`) match no route.
-fn segments(rest: &str) -> Result<Vec<String>, ApiResponse> {
-    let bad = |why: &str| ApiResponse::error(400, format!("path: {why}"), Some("path"));
-    let mut out = Vec::new();
-    for raw in rest.split('/') {
-        if raw.len() > 3 * MAX_SEGMENT {
-            return Err(bad("a segment is too long"));
+/// `POST /api/redpackets` `{"total_cents": N, "count": N, "policy": "…", "min_cents": N}`.
+fn create_packet<R: RngCore + ?Sized>(cx: &Cx<'_>, rng: &mut R) -> Routed {
+    let b = cx.body(&["total_cents", "count", "policy", "min_cents"])?;
+    let (name, (max_shares, max_total_cents, min_cents, ttl_ms)) = match b.opt_string("policy")? {
+        Some(name) => {
+            let p = cx.find(&name)?;
+            let Some(settings) = red_packets(p) else { return Err(wrong_kind(&name, p, "redpackets")) };
+            (name, settings)
         }
-        let bytes = redcount_core::text::percent_decode(raw).ok_or_else(|| bad("malformed percent-encoding"))?;
-        let s = String::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
-        if s.len() > MAX_SEGMENT {
-            return Err(bad("a segment is too long"));
-        }
-        out.push(s);
-    }
-    if out.iter().any(String::is_empty) {
-        return Err(ApiResponse::error(404, "no such route", None));
-    }
-    Ok(out)
-}
-
-fn allow(method: &str, allowed: &[&str]) -> Result<(), ApiResponse> {
-    if allowed.contains(&method) {
-        return Ok(());
-    }
-    let mut r = ApiResponse::error(405, format!("method {method} not allowed here"), None);
-    r.headers.push(("Allow", allowed.join(", ")));
-    Err(r)
-}
-
-fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiResponse> {
-    let Some(h) = header else { return Ok(Caller::Public) };
-    let token = redcount_core::text::bearer_token(h).unwrap_or("");
-    match &config.admin_token {
-        Some(admin) if !token.is_empty() && same_secret(token.as_bytes(), admin.as_bytes()) => Ok(Caller::Admin),
-        _ => Err(ApiResponse::error(401, "invalid token (send none for public access, or the admin token)", None)),
-    }
-}
-
-fn require_admin(caller: Caller) -> Result<(), ApiResponse> {
-    match caller {
-        Caller::Admin => Ok(()),
-        Caller::Public => Err(ApiResponse::error(401, "this action needs `Authorization: Bearer <admin token>`", None)),
-    }
-}
-
-fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
-    let mut r = ApiResponse { status: 204, body: String::new(), headers: Vec::new() };
-    if origin.is_some_and(|o| config.cors_origins.iter().any(|a| a == o || a == "*")) {
-        r.headers.push(("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS".to_owned()));
-        r.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, Idempotency-Key".to_owned()));
-        r.headers.push(("Access-Control-Max-Age", "600".to_owned()));
-    }
-    r
-}
-
-/// The policy `name`, read by `pick` as the kind `kind` it must be: 404 naming what it is
-/// otherwise. (`pick` matches the one variant it wants, so no kind string is checked apart
-/// from the data.)
-fn find<T>(config: &Config, name: &str, kind: &str, pick: impl Fn(&Policy) -> Option<T>) -> Result<T, ApiResponse> {
-    validate::id("policy", name).map_err(|e| ApiResponse::input(&e))?;
-    let Some(p) = config.policy(name) else {
-        return Err(ApiResponse::error(404, format!("no policy named {name}"), Some("policy")));
+        None => match cx.config.first_of("redpackets").and_then(|(n, p)| Some((n.to_owned(), red_packets(p)?))) {
+            Some(found) => found,
+            None => return Err(ApiError::new(404, "no redpackets policy is configured").at("policy")),
+        },
     };
-    pick(p).ok_or_else(|| {
-        ApiResponse::error(404, format!("policy {name} is a {} policy, not a {kind} policy", p.kind()), Some("policy"))
-    })
+    let total = b.int("total_cents", 1, split::MAX_TOTAL, None)?;
+    let count = b.int("count", 1, split::MAX_COUNT, None)?;
+    let min = b.int("min_cents", 1, split::MAX_TOTAL, Some(min_cents))?;
+    if !cx.admin() {
+        if total > max_total_cents {
+            return Err(beyond("total_cents", format!("{total} > {max_total_cents}")));
+        }
+        if count > max_shares {
+            return Err(beyond("count", format!("{count} > {max_shares}")));
+        }
+        if min != min_cents {
+            return Err(beyond("min_cents", format!("{min} ≠ {min_cents}")));
+        }
+    }
+    // With an Idempotency-Key the id comes from the key, so a replay finds the same packet.
+    let idem = cx.idempotency()?;
+    let id = match &idem {
+        Some(i) => redpacket::id_for(i, cx.config.id_secret()),
+        None => redpacket::new_id(rng),
+    };
+    let op = ops::Idempotent::new(Create::new(&id, total, count, min, ttl_ms, rng)?, idem);
+    let timeout = cx.config.failure_mode(&name).timeout_ms;
+    let mut ex = Exchange::new(op, move |_, o| {
+        if !o.created {
+            return ApiResponse::error(409, "a packet with this id exists; try again", None);
+        }
+        ApiResponse::object(
+            201,
+            &mut [
+                ("id", Field::Text(&id)),
+                ("policy", Field::Text(&name)),
+                ("total_cents", Field::Int(total)),
+                ("count", Field::Int(count)),
+                ("expires_at_ms", Field::Int(o.expires_at_ms)),
+            ],
+        )
+    });
+    ex.timeout_ms = timeout;
+    send(ex)
 }
 
-/// A red-packet policy's settings.
-fn red_packets(p: &Policy) -> Option<(i64, i64, i64, i64)> {
-    match *p {
-        Policy::RedPackets { max_shares, max_total_cents, min_cents, ttl_ms } => {
-            Some((max_shares, max_total_cents, min_cents, ttl_ms))
+/// `GET /api/redpackets/{id}`.
+fn packet_status(cx: &Cx<'_>, id: &str) -> Routed {
+    let op = ReadStatus::new(id)?;
+    let id = id.to_owned();
+    let mut ex = Exchange::new(op, move |_, o| match o {
+        Some(s) => ApiResponse::flat(&mut [
+            ("id", Field::Text(&id)),
+            ("total_cents", Field::Int(s.total)),
+            ("count", Field::Int(s.count)),
+            ("remaining", Field::Int(s.remaining)),
+            ("claimed", Field::Int(s.grabbed)),
+            ("claimed_cents", Field::Int(s.grabbed_sum)),
+            ("created_ms", Field::Int(s.created_ms)),
+            ("expires_ms", Field::Int(s.expires_ms)),
+        ]),
+        None => not_found_packet(),
+    });
+    ex.timeout_ms = packet_timeout(cx.config);
+    send(ex)
+}
+
+/// `POST /api/redpackets/{id}/grab` `{"user": "…"}`.
+fn grab(cx: &Cx<'_>, id: &str) -> Routed {
+    let user = cx.body(&["user"])?.string("user")?;
+    let op = Grab::new(id, &user)?;
+    let mut ex = Exchange::new(op, |_, o| match o {
+        GrabOutcome::Won { amount, index, remaining } => ApiResponse::flat(&mut [
+            ("outcome", Field::Word("won")),
+            ("amount_cents", Field::Int(amount)),
+            ("amount", Field::Int(amount)),
+            ("index", Field::Int(index)),
+            ("remaining", Field::Int(remaining)),
+        ]),
+        GrabOutcome::Already { amount, index } => ApiResponse::flat(&mut [
+            ("outcome", Field::Word("already")),
+            ("amount_cents", Field::Int(amount)),
+            ("amount", Field::Int(amount)),
+            ("index", Field::Int(index)),
+        ]),
+        GrabOutcome::Empty => ApiResponse::flat(&mut [("outcome", Field::Word("empty")), ("remaining", Field::Int(0))]),
+        GrabOutcome::NotFound => not_found_packet(),
+    });
+    ex.timeout_ms = packet_timeout(cx.config);
+    send(ex)
+}
+
+/// `GET /api/redpackets/{id}/claims?offset=&limit=`: the packet's grabs, in order.
+fn grabs(cx: &Cx<'_>, id: &str) -> Routed {
+    let q = cx.query(&["offset", "limit"])?;
+    let offset = q.int("offset", 0, split::MAX_COUNT, Some(0))?;
+    let limit = q.int("limit", 1, redpacket::MAX_PAGE, Some(100))?;
+    let op = ReadGrabs::new(id, offset, limit)?;
+    let mut ex = Exchange::new(op, |_, claims| {
+        let claims = list(claims, |out, c| {
+            object(
+                out,
+                &mut [
+                    ("user", Field::Text(&c.user)),
+                    ("amount_cents", Field::Int(c.amount)),
+                    ("amount", Field::Int(c.amount)),
+                    ("index", Field::Int(c.index)),
+                    ("at_ms", Field::Int(c.at_ms)),
+                ],
+            )
+        });
+        ApiResponse::flat(&mut [("claims", Field::Raw(&claims))])
+    });
+    ex.timeout_ms = packet_timeout(cx.config);
+    send(ex)
+}
+
+// ---------------------------------------------------------------------------------------
+// Fields: a JSON body's, or a query string's.
+
+/// A route's input fields, known names only: a JSON object's, or a query string's (where
+/// integers are decimal text).
+enum Fields {
+    Json(Map<String, Json>),
+    Query(Vec<(String, String)>),
+}
+
+/// The fields of a JSON object body (empty: no fields), known names only.
+fn body(bytes: &[u8], known: &[&str]) -> Result<Map<String, Json>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    let json: Json = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::new(400, format!("body is not valid JSON: {e}")).at("body"))?;
+    let Json::Object(map) = json else {
+        return Err(ApiError::new(400, "body must be a JSON object").at("body"));
+    };
+    // A map keeps the last of repeated keys: `{"delta":1,"delta":5}` must not pass as either.
+    if let Some(k) = repeated_key(bytes) {
+        return Err(ApiError::new(400, format!("field `{k}` appears more than once")).at("body"));
+    }
+    known_fields(&map, known)?;
+    Ok(map)
+}
+
+/// Refuses a field outside `fields`.
+fn known_fields(map: &Map<String, Json>, fields: &[&str]) -> Result<(), ApiError> {
+    match map.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(k) => {
+            let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
+            Err(ApiError::new(400, format!("unknown field `{k}` (known: {known})")).at(k.as_str()))
         }
-        _ => None,
+        None => Ok(()),
     }
 }
 
-/// A JSON object body with known fields only.
-struct Body(Map<String, Json>);
+impl Fields {
+    /// Query parameters (known names only, each at most once).
+    fn query(q: &str, known: &[&'static str]) -> Result<Fields, ApiError> {
+        let mut out = Vec::new();
+        for pair in q.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if !known.contains(&k) {
+                return Err(
+                    ApiError::new(400, format!("unknown query parameter `{k}` (known: {})", known.join(", "))).at(k)
+                );
+            }
+            // As with repeated JSON fields: which one was meant is not ours to guess.
+            if out.iter().any(|(seen, _): &(String, String)| seen == k) {
+                return Err(ApiError::new(400, format!("query parameter `{k}` is given twice")).at(k));
+            }
+            out.push((k.to_owned(), v.to_owned()));
+        }
+        Ok(Fields::Query(out))
+    }
+
+    fn has(&self, field: &str) -> bool {
+        match self {
+            Fields::Json(map) => map.contains_key(field),
+            Fields::Query(pairs) => pairs.iter().any(|(k, _)| k == field),
+        }
+    }
+
+    fn opt_int(&self, field: &'static str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+        let n = match self {
+            Fields::Json(map) => match map.get(field) {
+                None => return Ok(None),
+                Some(v) => validate::int_json(field, v, min, max)?,
+            },
+            Fields::Query(pairs) => match pairs.iter().find(|(k, _)| k == field) {
+                None => return Ok(None),
+                Some((_, v)) => validate::int_str(field, v, min, max)?,
+            },
+        };
+        Ok(Some(n))
+    }
+
+    fn int(&self, field: &'static str, min: i64, max: i64, default: Option<i64>) -> Result<i64, ApiError> {
+        match (self.opt_int(field, min, max)?, default) {
+            (Some(n), _) | (None, Some(n)) => Ok(n),
+            (None, None) => Err(InputError::new(field, Problem::Missing).into()),
+        }
+    }
+
+    fn string(&self, field: &'static str) -> Result<String, ApiError> {
+        let Fields::Json(map) = self else { return Err(InputError::new(field, Problem::Missing).into()) };
+        match map.get(field) {
+            Some(Json::String(s)) => Ok(s.clone()),
+            None | Some(Json::Null) => Err(InputError::new(field, Problem::Missing).into()),
+            Some(_) => Err(InputError::new(field, Problem::WrongType("a string")).into()),
+        }
+    }
+
+    fn opt_string(&self, field: &'static str) -> Result<Option<String>, ApiError> {
+        if self.has(field) { self.string(field).map(Some) } else { Ok(None) }
+    }
+}
 
 /// The first key repeated in any JSON object within `bytes` (the body, or a decision's parts),
 /// if any.
@@ -479,490 +1011,6 @@ pub(crate) fn repeated_path(bytes: &[u8]) -> Option<Vec<String>> {
         }
     }
     serde_json::from_slice::<Keys>(bytes).ok().and_then(|k| k.0)
-}
-
-fn body(req: &ApiRequest<'_>, fields: &[&'static str]) -> Result<Body, ApiResponse> {
-    if req.body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Body(Map::new()));
-    }
-    let json: Json = serde_json::from_slice(req.body)
-        .map_err(|e| ApiResponse::error(400, format!("body is not valid JSON: {e}"), Some("body")))?;
-    let Json::Object(map) = json else {
-        return Err(ApiResponse::error(400, "body must be a JSON object", Some("body")));
-    };
-    // A map keeps the last of repeated keys: `{"delta":1,"delta":5}` must not pass as either.
-    if let Some(k) = repeated_key(req.body) {
-        return Err(ApiResponse::error(400, format!("field `{k}` appears more than once"), Some("body")));
-    }
-    let body = Body(map);
-    body.known(fields)?;
-    Ok(body)
-}
-
-impl Body {
-    /// Refuses a field outside `fields` (as [`body`] does for a whole body).
-    fn known(&self, fields: &[&str]) -> Result<(), ApiResponse> {
-        match self.0.keys().find(|k| !fields.contains(&k.as_str())) {
-            Some(k) => {
-                let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
-                Err(ApiResponse::error(400, format!("unknown field `{k}` (known: {known})"), Some(k)))
-            }
-            None => Ok(()),
-        }
-    }
-
-    fn has(&self, field: &str) -> bool {
-        self.0.contains_key(field)
-    }
-
-    fn int(&self, field: &'static str, min: i64, max: i64, default: Option<i64>) -> Result<i64, ApiResponse> {
-        match (self.0.get(field), default) {
-            (None, Some(d)) => Ok(d),
-            (None, None) => Err(ApiResponse::input(&InputError::new(field, redcount_core::error::Problem::Missing))),
-            (Some(v), _) => validate::int_json(field, v, min, max).map_err(|e| ApiResponse::input(&e)),
-        }
-    }
-
-    fn string(&self, field: &'static str) -> Result<String, ApiResponse> {
-        match self.0.get(field) {
-            Some(Json::String(s)) => Ok(s.clone()),
-            None | Some(Json::Null) => {
-                Err(ApiResponse::input(&InputError::new(field, redcount_core::error::Problem::Missing)))
-            }
-            Some(_) => {
-                Err(ApiResponse::input(&InputError::new(field, redcount_core::error::Problem::WrongType("a string"))))
-            }
-        }
-    }
-
-    fn opt_string(&self, field: &'static str) -> Result<Option<String>, ApiResponse> {
-        if self.0.contains_key(field) { self.string(field).map(Some) } else { Ok(None) }
-    }
-}
-
-/// Query parameters (known names only).
-struct Query(Vec<(String, String)>);
-
-impl Query {
-    fn parse(q: &str, known: &[&'static str]) -> Result<Query, ApiResponse> {
-        let mut out = Vec::new();
-        for pair in q.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            if !known.contains(&k) {
-                return Err(ApiResponse::error(
-                    400,
-                    format!("unknown query parameter `{k}` (known: {})", known.join(", ")),
-                    Some(k),
-                ));
-            }
-            // As with repeated JSON fields: which one was meant is not ours to guess.
-            if out.iter().any(|(seen, _): &(String, String)| seen == k) {
-                return Err(ApiResponse::error(400, format!("query parameter `{k}` is given twice"), Some(k)));
-            }
-            out.push((k.to_owned(), v.to_owned()));
-        }
-        Ok(Query(out))
-    }
-
-    fn int(&self, field: &'static str, min: i64, max: i64, default: i64) -> Result<i64, ApiResponse> {
-        match self.0.iter().find(|(k, _)| k == field) {
-            None => Ok(default),
-            Some((_, v)) => validate::int_str(field, v, min, max).map_err(|e| ApiResponse::input(&e)),
-        }
-    }
-
-    fn opt_int(&self, field: &'static str, min: i64, max: i64) -> Result<Option<i64>, ApiResponse> {
-        match self.0.iter().find(|(k, _)| k == field) {
-            None => Ok(None),
-            Some((_, v)) => validate::int_str(field, v, min, max).map(Some).map_err(|e| ApiResponse::input(&e)),
-        }
-    }
-}
-
-/// A public request asking for more than the policy grants the public.
-fn beyond(field: &'static str, what: String) -> ApiResponse {
-    ApiResponse::error(
-        403,
-        format!("{field}: {what} is beyond this policy's public limit (admin token required)"),
-        Some(field),
-    )
-}
-
-fn counters(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
-    allow(req.method, &["GET", "HEAD", "POST"])?;
-    let (bounds, storage, max_step) = find(config, policy, "counter", |p| match *p {
-        Policy::Counter { bounds, storage, max_step } => Some((bounds, storage, max_step)),
-        _ => None,
-    })?;
-    if req.method == "POST" {
-        let b = body(req, &["delta"])?;
-        let delta = b.int("delta", -ops::counter::MAX_VALUE, ops::counter::MAX_VALUE, None)?;
-        if caller == Caller::Public && delta.abs() > max_step {
-            return Err(beyond("delta", format!("|{delta}| > {max_step}")));
-        }
-        let op = replayable!(
-            req,
-            AddCounter::new(policy, subject, storage, delta, bounds).map_err(|e| ApiResponse::input(&e))?
-        );
-        Ok(Step::Send(Exchange::new(op, |_, o| {
-            let status = match o.status {
-                CounterStatus::Applied => "applied",
-                CounterStatus::Clamped => "clamped",
-                CounterStatus::Rejected => "rejected",
-            };
-            ApiResponse::flat(&mut [
-                ("value", Field::Int(o.value)),
-                ("applied", Field::Int(o.applied)),
-                ("status", Field::Word(status)),
-            ])
-        })))
-    } else {
-        let op = GetCounter::new(policy, subject, storage).map_err(|e| ApiResponse::input(&e))?;
-        Ok(Step::Send(Exchange::new(op, |_, v| ApiResponse::json(200, json!({ "value": v })))))
-    }
-}
-
-fn quotas(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
-    allow(req.method, &["GET", "HEAD", "POST", "DELETE"])?;
-    let (algorithm, max_cost) = find(config, policy, "quota", |p| match *p {
-        Policy::Quota { algorithm, max_cost } => Some((algorithm, max_cost)),
-        _ => None,
-    })?;
-    let render = |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
-        let mut r = ApiResponse::flat(&mut [
-            ("allowed", Field::Bool(o.allowed)),
-            ("limit", Field::Int(o.limit)),
-            ("remaining", Field::Int(o.remaining)),
-            ("reset_ms", Field::Int(o.reset_ms)),
-            ("retry_after_ms", Field::Int(o.retry_after_ms)),
-        ]);
-        if !o.allowed {
-            r.headers.push(("Retry-After", redcount_core::command::itoa_i(((o.retry_after_ms + 999) / 1000).max(1))));
-        }
-        r
-    };
-    match req.method {
-        "DELETE" => {
-            require_admin(caller)?;
-            let op = replayable!(req, ResetQuota::new(policy, subject, algorithm).map_err(|e| ApiResponse::input(&e))?);
-            Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "reset": existed })))))
-        }
-        "POST" => {
-            let cost = body(req, &["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
-            if caller == Caller::Public && cost > max_cost {
-                return Err(beyond("cost", format!("{cost} > {max_cost}")));
-            }
-            let op = replayable!(
-                req,
-                TakeQuota::take(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?
-            );
-            Ok(Step::Send(Exchange::new(op, render)))
-        }
-        _ => {
-            let cost = Query::parse(req.query, &["cost"])?.int("cost", 1, algorithm.limit(), 1)?;
-            let op = TakeQuota::peek(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?;
-            Ok(Step::Send(Exchange::new(ops::Idempotent::new(op, None), render)))
-        }
-    }
-}
-
-/// `POST /api/quotas/{policy}/{subject}/refund` (admin): gives units back, never above the
-/// limit; answers how many were given back.
-fn refund(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
-    allow(req.method, &["POST"])?;
-    let algorithm = find(config, policy, "quota", |p| match *p {
-        Policy::Quota { algorithm, .. } => Some(algorithm),
-        _ => None,
-    })?;
-    require_admin(caller)?;
-    let cost = body(req, &["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
-    let op = replayable!(req, RefundQuota::new(policy, subject, algorithm, cost).map_err(|e| ApiResponse::input(&e))?);
-    Ok(Step::Send(Exchange::new(op, |_, given| ApiResponse::json(200, json!({ "refunded": given })))))
-}
-
-/// `PUT /api/overrides/{policy}/{subject}` (admin) `{"limit": N, "ttl_ms": T}` sets a
-/// subject's own size of a quota policy (`limit`, or the algorithm's own name for it:
-/// `capacity`, `burst`), or a semaphore's own limit, for `ttl_ms` (absent: until cleared);
-/// `DELETE` clears it.
-fn overrides(config: &Config, req: &ApiRequest<'_>, caller: Caller, policy: &str, subject: &str) -> Routed {
-    allow(req.method, &["PUT", "DELETE"])?;
-    // A quota's size (`limit`, or the algorithm's own name for it), or a semaphore's limit
-    // (the subject is the semaphore's name).
-    let algorithm = match config.policy(policy) {
-        Some(Policy::Quota { algorithm, .. }) => Some(*algorithm),
-        Some(Policy::Semaphore { .. }) => None,
-        _ => {
-            return Err(ApiResponse::error(
-                404,
-                format!("no quota or semaphore policy named `{policy}`"),
-                Some("policy"),
-            ));
-        }
-    };
-    require_admin(caller)?;
-    let input = |e: redcount_core::error::InputError| ApiResponse::input(&e);
-    if req.method == "DELETE" {
-        let op = match algorithm {
-            Some(_) => OverrideQuota::clear(policy, subject),
-            None => OverrideQuota::clear_semaphore(policy, subject),
-        };
-        let op = replayable!(req, op.map_err(input)?);
-        return Ok(Step::Send(Exchange::new(op, |_, existed| ApiResponse::json(200, json!({ "cleared": existed })))));
-    }
-    let own = algorithm.map_or("limit", |a| a.size_field());
-    let fields: &[&str] = if own == "limit" { &["limit", "ttl_ms"] } else { &["limit", own, "ttl_ms"] };
-    let b = body(req, fields)?;
-    let max = algorithm.map_or(redcount_core::ops::semaphore::MAX_LIMIT, |a| a.max_size());
-    let size = match (own != "limit" && b.has(own), b.has("limit")) {
-        (true, true) => {
-            return Err(ApiResponse::error(400, format!("give `limit` or `{own}`, not both"), Some("limit")));
-        }
-        (true, false) => b.int(own, 1, max, None)?,
-        _ => b.int("limit", 1, max, None)?,
-    };
-    let ttl_ms = b.int("ttl_ms", 1, redcount_core::ops::quota::MAX_OVERRIDE_TTL_MS, Some(0))?;
-    let op = match algorithm {
-        Some(a) => OverrideQuota::set(policy, subject, a, size, ttl_ms),
-        None => OverrideQuota::set_semaphore(policy, subject, size, ttl_ms),
-    };
-    let op = replayable!(req, op.map_err(input)?);
-    let (policy, subject) = (policy.to_owned(), subject.to_owned());
-    Ok(Step::Send(Exchange::new(op, move |_, replaced| {
-        ApiResponse::json(
-            200,
-            json!({
-                "policy": policy, "subject": subject, "limit": size,
-                "ttl_ms": if ttl_ms == 0 { Json::Null } else { json!(ttl_ms) }, "replaced": replaced
-            }),
-        )
-    })))
-}
-
-/// `POST /api/decisions/{subject}` `{"parts": [{"policy": "per-second", "cost": 1},
-/// {"policy": "in-flight", "holder": "job-7"}], "peek": false}`: quota and semaphore policies
-/// of one subject decided at once, all or nothing (a denied decision consumes nothing).
-fn decisions(config: &Config, req: &ApiRequest<'_>, caller: Caller, subject: &str) -> Routed {
-    allow(req.method, &["POST"])?;
-    let b = body(req, &["parts", "peek"])?;
-    let peek = match b.0.get("peek") {
-        None | Some(Json::Bool(false)) => false,
-        Some(Json::Bool(true)) => true,
-        Some(_) => return Err(ApiResponse::error(400, "peek must be true or false", Some("peek"))),
-    };
-    let list = match b.0.get("parts") {
-        Some(Json::Array(list)) => list,
-        None => return Err(ApiResponse::error(400, "parts is required", Some("parts"))),
-        Some(_) => return Err(ApiResponse::error(400, "parts must be an array of parts", Some("parts"))),
-    };
-    if list.is_empty() || list.len() > decision::MAX_PARTS {
-        return Err(ApiResponse::error(
-            400,
-            format!("parts must hold 1 to {} parts", decision::MAX_PARTS),
-            Some("parts"),
-        ));
-    }
-    let mut parts = Vec::with_capacity(list.len());
-    // The declared failure mode of the whole: allow only when every part declares it (a
-    // lease never degrades to a pass), and the shortest time budget of the parts.
-    let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
-    for (i, item) in list.iter().enumerate() {
-        let at = |e: ApiResponse| in_part(i, e);
-        let Json::Object(map) = item else {
-            return Err(at(ApiResponse::error(400, "a part must be a JSON object", Some("part"))));
-        };
-        let part = Body(map.clone());
-        let name = part.string("policy").map_err(at)?;
-        let policy = find(config, &name, "quota or semaphore", |p| Some(p.clone())).map_err(at)?;
-        let built = match policy {
-            Policy::Quota { algorithm, max_cost } => {
-                part.known(&["policy", "cost"]).map_err(at)?;
-                let cost = part.int("cost", 1, algorithm.limit(), Some(1)).map_err(at)?;
-                if caller == Caller::Public && cost > max_cost {
-                    return Err(at(beyond("cost", format!("{cost} > {max_cost}"))));
-                }
-                Part::quota(&name, algorithm, cost)
-            }
-            Policy::Semaphore { limit, lease_ms } => {
-                part.known(&["policy", "holder"]).map_err(at)?;
-                allow_all = false;
-                Part::lease(&name, &part.string("holder").map_err(at)?, limit, lease_ms)
-            }
-            other => {
-                return Err(at(ApiResponse::error(
-                    400,
-                    format!(
-                        "policy {name} is a {} policy: a decision takes quota and semaphore policies",
-                        other.kind()
-                    ),
-                    Some("policy"),
-                )));
-            }
-        };
-        parts.push(built.map_err(|e| at(ApiResponse::input(&e)))?);
-        let mode = config.failure_mode(&name);
-        allow_all &= mode.allow;
-        timeout_ms = match (timeout_ms, mode.timeout_ms) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    let names: Vec<String> = parts.iter().map(|p| p.policy().to_owned()).collect();
-    // A peek writes nothing, not even a stored reply: like a quota's GET it takes no key.
-    let op = match peek {
-        true => ops::Idempotent::new(Decide::peek(subject, parts).map_err(|e| ApiResponse::input(&e))?, None),
-        false => replayable!(req, Decide::new(subject, parts).map_err(|e| ApiResponse::input(&e))?),
-    };
-    let mut ex = Exchange::new(op, move |_, d| decision_response(&names, d, peek));
-    ex.degrade = Some(("allowed", allow_all));
-    ex.timeout_ms = timeout_ms;
-    Ok(Step::Send(ex))
-}
-
-/// An error about one part's field, as the part's own: `parts[1].cost` (the shared body
-/// helpers name the field alone).
-fn in_part(i: usize, e: ApiResponse) -> ApiResponse {
-    let mut v: Json = serde_json::from_str(&e.body).unwrap_or(Json::Null);
-    if let Some(field) = v.get("field").and_then(Json::as_str).map(|f| format!("parts[{i}].{f}")) {
-        let message = v.get("error").and_then(Json::as_str).unwrap_or("").to_owned();
-        v["error"] = Json::String(format!("parts[{i}]: {message}"));
-        v["field"] = Json::String(field);
-    }
-    ApiResponse { status: e.status, body: v.to_string(), headers: e.headers }
-}
-
-fn decision_response(names: &[String], d: decision::Decision, peek: bool) -> ApiResponse {
-    let parts: Vec<Json> = names
-        .iter()
-        .zip(&d.parts)
-        .map(|(name, p)| match *p {
-            PartOutcome::Quota(q) => json!({
-                "policy": name, "kind": "quota", "allowed": q.allowed, "limit": q.limit,
-                "remaining": q.remaining, "reset_ms": q.reset_ms, "retry_after_ms": q.retry_after_ms
-            }),
-            PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
-                json!({
-                    "policy": name, "kind": "semaphore", "allowed": p.allowed(),
-                    "result": match result {
-                        LeaseResult::Full => "full",
-                        LeaseResult::Acquired => "acquired",
-                        LeaseResult::Renewed => "renewed",
-                        LeaseResult::Ended => "ended",
-                    },
-                    "in_use": in_use, "limit": limit, "earliest_end_ms": earliest_end_ms,
-                    "retry_after_ms": retry_after_ms, "lease_ms": lease_ms, "fencing_token": fencing_token
-                })
-            }
-        })
-        .collect();
-    let denied_by = d.denied_by.and_then(|i| names.get(i));
-    let mut r = ApiResponse::json(
-        200,
-        json!({
-            "allowed": d.allowed, "denied_by": denied_by, "retry_after_ms": d.retry_after_ms,
-            "peek": peek, "parts": parts
-        }),
-    );
-    if !d.allowed {
-        r.headers.push(("Retry-After", redcount_core::command::itoa_i(((d.retry_after_ms + 999) / 1000).max(1))));
-    }
-    r
-}
-
-fn inbox(config: &Config, req: &ApiRequest<'_>, caller: Caller, user: &str, rest: &[&str]) -> Routed {
-    let Some((_, &Policy::Inbox { ttl_ms, max_len, max_age_s, public })) = config.first_of("inbox") else {
-        return Err(ApiResponse::error(404, "no inbox policy is configured", None));
-    };
-    if !public {
-        require_admin(caller)?;
-    }
-    match rest {
-        ["messages"] => {
-            allow(req.method, &["GET", "HEAD", "POST"])?;
-            if req.method == "POST" {
-                let b = body(req, &["id", "body"])?;
-                let id = b.int("id", 0, validate::MAX_SAFE, None)?;
-                let text = b.string("body")?;
-                let op = replayable!(
-                    req,
-                    Append::new(user, id, &text, ttl_ms, max_len).map_err(|e| ApiResponse::input(&e))?
-                );
-                Ok(Step::Send(Exchange::new(op, |_, o| {
-                    ApiResponse::json(if o.stored { 201 } else { 200 }, json!({"stored": o.stored, "length": o.length}))
-                })))
-            } else {
-                let q = Query::parse(req.query, &["after", "limit"])?;
-                let after = q.opt_int("after", 0, validate::MAX_SAFE)?;
-                let limit = q.int("limit", 1, ops::inbox::MAX_PAGE, 50)?;
-                let op = Read::new(user, after, limit).map_err(|e| ApiResponse::input(&e))?;
-                Ok(Step::Send(Exchange::new(op, |_, msgs| {
-                    let list: Vec<Json> = msgs
-                        .into_iter()
-                        .map(|m| json!({"id": m.id, "time": m.time, "body": String::from_utf8_lossy(&m.body)}))
-                        .collect();
-                    ApiResponse::json(200, json!({ "messages": list }))
-                })))
-            }
-        }
-        ["trim"] => {
-            allow(req.method, &["POST"])?;
-            body(req, &[])?;
-            let op = replayable!(req, Trim::new(user, max_age_s, max_len, 1000).map_err(|e| ApiResponse::input(&e))?);
-            Ok(Step::Send(Exchange::new(op, |_, o| {
-                ApiResponse::json(200, json!({"deleted": o.deleted, "newest_time": o.newest_time}))
-            })))
-        }
-        _ => Err(ApiResponse::error(404, "no such route", None)),
-    }
-}
-
-fn create_packet<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, caller: Caller, rng: &mut R) -> Routed {
-    let b = body(req, &["total_cents", "count", "policy", "min_cents"])?;
-    let (name, (max_shares, max_total_cents, min_cents, ttl_ms)) = match b.opt_string("policy")? {
-        Some(name) => {
-            let p = find(config, &name, "redpackets", red_packets)?;
-            (name, p)
-        }
-        None => match config.first_of("redpackets").and_then(|(n, p)| Some((n.to_owned(), red_packets(p)?))) {
-            Some(found) => found,
-            None => return Err(ApiResponse::error(404, "no redpackets policy is configured", Some("policy"))),
-        },
-    };
-    let total = b.int("total_cents", 1, split::MAX_TOTAL, None)?;
-    let count = b.int("count", 1, split::MAX_COUNT, None)?;
-    let min = b.int("min_cents", 1, split::MAX_TOTAL, Some(min_cents))?;
-    if caller == Caller::Public {
-        if total > max_total_cents {
-            return Err(beyond("total_cents", format!("{total} > {max_total_cents}")));
-        }
-        if count > max_shares {
-            return Err(beyond("count", format!("{count} > {max_shares}")));
-        }
-        if min != min_cents {
-            return Err(beyond("min_cents", format!("{min} ≠ {min_cents}")));
-        }
-    }
-    // With an Idempotency-Key the id comes from the key, so a replay finds the same packet.
-    let idem = idempotency(req)?;
-    let id = match &idem {
-        Some(i) => redpacket::id_for(i, config.id_secret()),
-        None => redpacket::new_id(rng),
-    };
-    let op = Create::new(&id, total, count, min, ttl_ms, rng).map_err(|e| ApiResponse::input(&e))?;
-    let op = ops::Idempotent::new(op, idem);
-    let timeout_ms = config.failure_mode(&name).timeout_ms;
-    let mut ex = Exchange::new(op, move |_, o| {
-        if !o.created {
-            return ApiResponse::error(409, "a packet with this id exists; try again", None);
-        }
-        ApiResponse::json(
-            201,
-            json!({
-                "id": id, "policy": name, "total_cents": total, "count": count, "expires_at_ms": o.expires_at_ms
-            }),
-        )
-    });
-    ex.timeout_ms = timeout_ms;
-    Ok(Step::Send(ex))
 }
 
 /// `PING`: the health check's one round trip.

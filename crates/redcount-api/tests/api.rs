@@ -416,3 +416,97 @@ fn packet_ids_from_a_key_do_not_depend_on_the_transport() {
     let other_admin = id_of(&[("REDCOUNT_ADMIN_TOKEN", "another-admin-0123456")]);
     assert_ne!(other_admin, over_resp, "without REDCOUNT_ID_SECRET the admin token is");
 }
+
+/// The same operations without HTTP (an RPC binding's way in): a typed route, its input as a
+/// JSON object, a caller. Same exchanges, same answers, same idempotency scope as over HTTP.
+#[test]
+fn calls_without_http_make_the_same_exchanges() {
+    use api::{Caller, Input, Route};
+    let config = config();
+    let call = |route: Route, input: &[u8], caller: &Caller, key: Option<&str>| {
+        api::call(&config, route, Input::Json(input), caller, key, &mut StdRng::seed_from_u64(1))
+    };
+    let take = || Route::QuotaTake { policy: "daily-prize".into(), subject: "u1".into() };
+    let body = |step: Step| match step {
+        Step::Send(ex) => ex.body().to_string(),
+        Step::Respond(r) => panic!("expected a REST call, got {} {}", r.status, r.body),
+    };
+    let error = |step: Step| match step {
+        Step::Respond(r) => (r.status, json_of(&r)["field"].as_str().map(str::to_owned)),
+        Step::Send(ex) => panic!("expected an answer, sent {}", ex.body()),
+    };
+    // The same REST body as the HTTP request, the Idempotency-Key's reply key included.
+    let http =
+        ApiRequest { idempotency_key: Some("k-1"), ..req("POST", "/api/quot%61s/daily-prize/u1", r#"{"cost": 1}"#) };
+    let over_http = match step(http) {
+        Step::Send(ex) => ex.body().to_string(),
+        Step::Respond(r) => panic!("{}", r.body),
+    };
+    assert_eq!(body(call(take(), br#"{"cost":1}"#, &Caller::public(), Some("k-1"))), over_http);
+    // A peek reads its cost from the object, as JSON numbers (the query's text over HTTP).
+    let peek = || Route::QuotaPeek { policy: "daily-prize".into(), subject: "u1".into() };
+    let peeked: Value = serde_json::from_str(&body(call(peek(), br#"{"cost": 2}"#, &Caller::public(), None))).unwrap();
+    assert_eq!(peeked[7], "2", "{peeked}");
+    assert_eq!(error(call(peek(), br#"{"cost": 2.5}"#, &Caller::public(), None)), (400, Some("cost".into())));
+    assert_eq!(error(call(peek(), br#"{"after": 1}"#, &Caller::public(), None)), (400, Some("after".into())));
+    // Rights: the public limit holds for a public caller, not an admin one; admin routes need admin.
+    assert_eq!(error(call(take(), br#"{"cost":2}"#, &Caller::public(), None)), (403, Some("cost".into())));
+    body(call(take(), br#"{"cost":2}"#, &Caller::admin(), None));
+    let reset = || Route::QuotaReset { policy: "daily-prize".into(), subject: "u1".into() };
+    assert_eq!(error(call(reset(), b"", &Caller::public(), None)).0, 401);
+    body(call(reset(), b"", &Caller::admin(), None));
+    // A decision part's error names the part's field, as over HTTP.
+    let decide = Route::Decide { subject: "u1".into() };
+    let bad_part = br#"{"parts": [{"policy": "daily-prize"}, {"policy": "device-slots", "holder": "a:b"}]}"#;
+    assert_eq!(error(call(decide, bad_part, &Caller::public(), None)), (400, Some("parts[1].holder".into())));
+}
+
+/// A scoped caller (an RPC binding's `ctx.props`) lives under `namespace.scope`: every key of
+/// every call it makes, the reply key of its Idempotency-Key too, whatever it names.
+#[test]
+fn a_scoped_caller_cannot_name_another_scopes_keys() {
+    use api::{Caller, Input, Route, Scope};
+    let keys_of = |config: &Config, caller: &Caller, route: Route, input: &[u8]| -> Vec<String> {
+        match api::call(config, route, Input::Json(input), caller, Some("k"), &mut StdRng::seed_from_u64(1)) {
+            Step::Send(ex) => {
+                let b: Value = serde_json::from_str(ex.body()).unwrap();
+                let n: usize = b[2].as_str().unwrap().parse().unwrap();
+                b.as_array().unwrap()[3..3 + n].iter().map(|k| k.as_str().unwrap().to_owned()).collect()
+            }
+            Step::Respond(r) => panic!("{} {}", r.status, r.body),
+        }
+    };
+    let acme = Caller::public().scoped(Scope::new("acme").unwrap());
+    let routes = || {
+        [
+            (Route::QuotaTake { policy: "daily-prize".into(), subject: "alice".into() }, &b""[..]),
+            (Route::Claim { policy: "signup-bonus".into(), subject: "alice".into() }, b""),
+            (Route::CounterAdd { policy: "running-jobs".into(), subject: "alice".into() }, br#"{"delta":1}"#),
+            (Route::SemaphoreAcquire { policy: "device-slots".into(), name: "alice".into() }, br#"{"holder":"h"}"#),
+            (Route::PacketGrab { id: "p1".into() }, br#"{"user":"alice"}"#),
+            (Route::PacketCreate {}, br#"{"total_cents":100,"count":2}"#),
+        ]
+    };
+    let config = config();
+    for (route, input) in routes() {
+        let unscoped = keys_of(&config, &Caller::public(), route.clone(), input);
+        let scoped = keys_of(&config, &acme, route.clone(), input);
+        assert!(!scoped.is_empty());
+        for (u, s) in unscoped.iter().zip(&scoped) {
+            assert_eq!(format!("rc.acme{}", u.strip_prefix("rc").unwrap()), *s, "{route:?}");
+        }
+    }
+    // Under a configured namespace, the scope is within it.
+    let vars = |n: &str| match n {
+        "REDCOUNT_POLICIES" => Some(r#"{"signup-bonus": {"kind": "claim", "window_ms": 1000}}"#.to_string()),
+        "REDCOUNT_NAMESPACE" => Some("app2".to_string()),
+        _ => None,
+    };
+    let app2 = Config::from_env(vars).unwrap();
+    let claim = Route::Claim { policy: "signup-bonus".into(), subject: "alice".into() };
+    assert!(keys_of(&app2, &acme, claim, b"").iter().all(|k| k.starts_with("app2.acme:{")));
+    // A scope is an id: it cannot hold a separator, a hash tag or a glob.
+    for bad in ["", "a:b", "a{b", "a.b", "a*", &"x".repeat(65)] {
+        assert_eq!(Scope::new(bad).unwrap_err().field, "scope", "{bad:?}");
+    }
+}

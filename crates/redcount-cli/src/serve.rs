@@ -166,37 +166,13 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
             }
         }
     };
-    let (route, policy) = labels(&s.config, uri.path());
-    let status = response.status.to_string();
+    // From the route table: a fixed word per route family, and a configured policy's name only.
+    let (route, policy) = api::route::labels(&s.config, method.as_str(), uri.path());
+    let (status, policy) = (response.status.to_string(), policy.to_owned());
     metrics::counter!("redcount_requests_total", "route" => route, "policy" => policy, "status" => status).increment(1);
     metrics::histogram!("redcount_request_duration_seconds", "route" => route).record(started.elapsed().as_secs_f64());
     tracing::debug!(method = %method, route, status = response.status, "request");
     to_response(response)
-}
-
-/// The metrics labels of an API path: its route (the first segment, from a fixed list) and
-/// its policy (only a configured name, so a client cannot add label values).
-fn labels(config: &api::Config, path: &str) -> (&'static str, String) {
-    // Decoded as routing decodes them: `/api/quot%61s/…` is counted as `quotas`.
-    let mut parts = path.strip_prefix("/api/").unwrap_or("").split('/').map(|raw| {
-        redcount_core::text::percent_decode(raw).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
-    });
-    let route = match parts.next().unwrap_or_default().as_str() {
-        "health" => "health",
-        "policies" => "policies",
-        "counters" => "counters",
-        "claims" => "claims",
-        "quotas" => "quotas",
-        "semaphores" => "semaphores",
-        "decisions" => "decisions",
-        "overrides" => "overrides",
-        "inbox" => "inbox",
-        "redpackets" => "redpackets",
-        _ => "other",
-    };
-    let named = matches!(route, "counters" | "claims" | "quotas" | "semaphores");
-    let policy = parts.next().filter(|p| named && config.policy(p).is_some()).unwrap_or_else(|| String::from("-"));
-    (route, policy)
 }
 
 /// Whether a REST front's 503 says a call ran but is not known durable (`"durable": false`).

@@ -1001,6 +1001,33 @@ rows! {
     quota_refund_on_a_semaphore_policy_is_404 => post("/api/quotas/slots/{s}/refund", "").admin().then(404)
         .json("/field", "policy"),
 
+    // --- the standard RateLimit headers (draft-ietf-httpapi-ratelimit-headers) ---
+    ratelimit_headers_on_a_take => post(quota("fixed"), r#"{"cost":2}"#).then(200)
+        .header("ratelimit-policy", r#""fixed";q=3;w=1000000000"#)
+        .header("ratelimit", contains(r#""fixed";r=1;t="#)),
+    ratelimit_headers_on_a_peek_of_a_bucket => get(quota("bucket")).then(200)
+        .header("ratelimit-policy", r#""bucket";q=3;w=10800"#)
+        .header("ratelimit", r#""bucket";r=3;t=0"#),
+    ratelimit_reset_on_a_denial_is_the_retry_after => post(quota("sliding"), "")
+        .given([take("sliding", 2), take("sliding", 1)]).then(200).json("/allowed", false)
+        .header("ratelimit", contains(r#""sliding";r=0;t="#))
+        .check(|g: &Got| {
+            let t = g.header("ratelimit").and_then(|v| v.rsplit_once("t=")).map(|(_, t)| t.to_string());
+            assert_eq!(t.as_deref(), g.header("retry-after"), "t is the Retry-After on a denial");
+        }),
+    ratelimit_headers_on_a_claim => post("/api/claims/bonus/{s}", "").then(200)
+        .header("ratelimit-policy", r#""bonus";q=1;w=3600"#)
+        .header("ratelimit", r#""bonus";r=0;t=3600"#).header("retry-after", absent()),
+    ratelimit_headers_on_a_semaphore => sem("acquire", "h1").then(200)
+        .header("ratelimit-policy", r#""slots";q=2;qu="concurrent-requests""#)
+        .header("ratelimit", r#""slots";r=1"#),
+    ratelimit_headers_on_a_decision_name_each_part => decide(r#"[{"policy":"fixed"},{"policy":"slots","holder":"h1"}]"#)
+        .then(200).json("/allowed", true)
+        .header("ratelimit-policy", r#""fixed";q=3;w=1000000000, "slots";q=2;qu="concurrent-requests""#)
+        .header("ratelimit", contains(r#", "slots";r=1"#)),
+    ratelimit_headers_not_on_a_counter => post("/api/counters/steps/{s}", r#"{"delta":1}"#).then(200)
+        .header("ratelimit", absent()).header("ratelimit-policy", absent()),
+
     // --- compound decisions ---
     decision_admits_and_consumes_every_part => decide(r#"[{"policy":"fixed","cost":2},{"policy":"sliding"},{"policy":"slots","holder":"h1"}]"#)
         .then(200).json("/allowed", true).json("/denied_by", Value::Null).json("/retry_after_ms", 0)
@@ -1371,7 +1398,7 @@ rows! {
         .raw(""),
     cors_allowed_origin_may_read_the_answer => get("/api/policies").origin(ORIGIN).then(200)
         .header("access-control-allow-origin", ORIGIN)
-        .header("access-control-expose-headers", "Idempotent-Replayed, Retry-After")
+        .header("access-control-expose-headers", "Idempotent-Replayed, Retry-After, RateLimit-Policy, RateLimit")
         .header("vary", "Origin"),
     cors_another_origin_gets_no_allow_origin => get("/api/policies").origin(EVIL).then(200)
         .header("access-control-allow-origin", absent()),

@@ -126,6 +126,11 @@ fn words() -> BTreeSet<String> {
             }
         }
     }
+    // The route table's own path words (its paths are whole strings, `/api/quotas/{policy}/…`).
+    for spec in redcount_api::ROUTES {
+        let literal = spec.path.split('/').filter(|w| !w.is_empty() && *w != "api" && !w.starts_with('{'));
+        out.extend(literal.map(String::from));
+    }
     assert!(out.len() > 20, "found the words of {}", dir.display());
     out
 }

@@ -36,6 +36,19 @@ impl Namespace {
         &self.0
     }
 
+    /// The namespace of `scope` (an id) within this one: `{namespace}.{scope}`. No id holds a
+    /// `.`, so a scoped namespace never equals a configured one, nor another scope's.
+    ///
+    /// ```
+    /// use redcount_core::keys::{self, Namespace};
+    ///
+    /// let acme = Namespace::default().scoped("acme");
+    /// assert_eq!(acme.apply(&keys::claim("bonus", "alice")), "rc.acme:{cl:bonus:alice}");
+    /// ```
+    pub fn scoped(&self, scope: &str) -> Namespace {
+        Namespace(concat(&[&self.0, ".", scope]))
+    }
+
     /// True for [`PREFIX`], where keys need no change.
     pub fn is_default(&self) -> bool {
         self.0 == PREFIX

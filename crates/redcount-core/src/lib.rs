@@ -40,6 +40,7 @@ pub mod command;
 pub mod error;
 pub mod keys;
 pub mod ops;
+pub mod ratelimit;
 pub mod rest;
 pub mod script;
 pub mod sha1;

@@ -342,19 +342,19 @@ fn send(i: &mut Isolate, ex: Exchange) -> Vec<u8> {
 
 /// The API's response as a step: status, headers (as the API listed them), body.
 fn respond(r: ApiResponse) -> Vec<u8> {
-    let mut headers = String::new();
-    for (k, v) in r.header_list() {
-        headers.push_str(k);
-        headers.push('\0');
-        headers.push_str(v);
-        headers.push('\0');
-    }
     let body = if r.status == 204 { "" } else { r.body.as_str() };
-    let mut out = Vec::with_capacity(7 + headers.len() + body.len());
+    let mut out = Vec::with_capacity(7 + 160 + body.len());
     out.push(0);
     out.extend_from_slice(&r.status.to_le_bytes());
-    out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
-    out.extend_from_slice(headers.as_bytes());
+    out.extend_from_slice(&[0; 4]); // the header block's length, known once it is written
+    for (k, v) in r.header_list() {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    let len = (out.len() - 7) as u32;
+    out[3..7].copy_from_slice(&len.to_le_bytes());
     out.extend_from_slice(body.as_bytes());
     out
 }
@@ -415,7 +415,11 @@ mod tests {
         let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
         let (status, headers, body) = parse(&done);
         assert_eq!((status, body), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
-        assert_eq!(headers, "Content-Type\0application/json\0Cache-Control\0no-store\0");
+        assert_eq!(
+            headers,
+            "Content-Type\0application/json\0Cache-Control\0no-store\0\
+             RateLimit-Policy\0\"bonus\";q=1;w=86400\0RateLimit\0\"bonus\";r=0;t=0\0"
+        );
         // A finished exchange's handle is spent, and its slot serves the next one.
         assert_eq!(parse(&receive_reply(h, 200, b"{}")).0, 500);
         let step = handle_request(CLAIM, b"", None);

@@ -1,6 +1,7 @@
 //! Native drivers of redcount-core: run an operation in one round trip, falling back to
 //! EVAL once on NOSCRIPT, over RESP ([`Direct`]) or, with feature `rest`, an
-//! Upstash-compatible REST front (`Rest`).
+//! Upstash-compatible REST front (`Rest`). With feature `tower`, a tower layer rate-limits
+//! HTTP requests (axum, hyper, tonic) over either (`tower::RateLimitLayer`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), redcount::Error> {
@@ -41,6 +42,8 @@ pub mod error;
 #[cfg(feature = "rest")]
 pub mod rest;
 pub mod tls;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 use std::future::Future;
 

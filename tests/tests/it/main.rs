@@ -16,6 +16,7 @@ mod gcra;
 mod model;
 mod namespace;
 mod observability;
+mod openapi;
 mod primitives;
 mod rest;
 mod scenario;

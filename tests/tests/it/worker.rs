@@ -117,6 +117,13 @@ async fn route_contract(kind: Kind) {
     assert_eq!(p.json["policies"]["device-slots"], json!({"kind": "semaphore", "limit": 2, "lease_ms": 300000}));
     let text = p.json.to_string();
     assert!(secrets.iter().all(|s| !text.contains(s)), "no secret in a response");
+    // The OpenAPI document: the committed text, from every shell (the worker serves it as a
+    // static file, so its wasm carries none of it).
+    let doc = api.http.get(format!("{}/api/openapi.json", api.base)).send().await.unwrap();
+    assert_eq!(doc.status(), 200);
+    assert!(doc.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "{kind:?}");
+    let committed = std::fs::read_to_string(redcount_tests::root().join("openapi.json")).unwrap();
+    assert!(doc.text().await.unwrap() == committed, "{kind:?}: /api/openapi.json is not the committed openapi.json");
 
     // Counter: never below 0, public step limited, admin may exceed.
     let c = api.post("/api/counters/running-jobs/app-1", r#"{"delta":-1}"#).await;
@@ -142,6 +149,9 @@ async fn route_contract(kind: Kind) {
         if !want {
             assert!(q.headers.get("retry-after").is_some());
         }
+        // The standard RateLimit headers, on every shell.
+        assert_eq!(q.headers["ratelimit-policy"], r#""daily-prize";q=2;w=86400"#);
+        assert!(q.headers["ratelimit"].to_str().unwrap().starts_with(r#""daily-prize";r="#), "{:?}", q.headers);
     }
     assert_eq!(api.get("/api/quotas/daily-prize/bob").await.json["remaining"], 0);
     assert_error(&api.call("DELETE", "/api/quotas/daily-prize/bob", None, false).await, 401, None);
