@@ -151,7 +151,7 @@ pub struct Config {
     #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBER_BACKLOG_BYTES", default_value_t = 1 << 20)]
     pub max_subscriber_backlog_bytes: usize,
     /// More tokens, one per app, each logged in to Redis as its own ACL user (a JSON array of
-    /// `{"token", "user", "password", "readonly"}`; see the README). Reloaded on SIGHUP.
+    /// `{"token", "user", "password", "readonly"}`; see docs/front.md). Reloaded on SIGHUP.
     ///
     /// Redis's key patterns (`~app1:*`) do not stop commands that name no key, so the front
     /// adds its own rules to each user (ACL SETUSER, also in each of its selectors; at start,

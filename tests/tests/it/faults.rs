@@ -247,7 +247,7 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
     assert_eq!((status, j["remaining"].as_i64()), (200, Some(1)), "{j}");
 }
 
-/// A master given `min-replicas-to-write` (README: what Redis keeps) that has lost its
+/// A master given `min-replicas-to-write` (docs/self-hosting.md: what Redis keeps) that has lost its
 /// replicas refuses every write with NOREPLICAS and runs nothing: that is "try again" (503),
 /// as MASTERDOWN is, from the front and from the API, never 400 (the command is not wrong)
 /// or 502, and nothing is written. Writes are served again once the replica is back.

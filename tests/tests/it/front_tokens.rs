@@ -65,7 +65,7 @@ async fn scoped_tokens_are_held_to_their_redis_users() {
         assert!(v["error"].as_str().is_some_and(|e| e.contains("NOPERM") || e.contains("permission")), "{cmd}: {v}");
     }
     // Commands that reach every app's keys at once are refused to a file token, whatever its
-    // ACL user may do (the README's example user may run them).
+    // ACL user may do (docs/front.md's example user may run them).
     for cmd in [
         json!(["FLUSHALL"]),
         json!(["FLUSHDB"]),
@@ -205,11 +205,11 @@ async fn a_removed_token_loses_its_subscriptions_and_connections() {
     assert_eq!(post(&url, &t1, json!(["GET", "app1:x"])).await, (200, json!({"result": "1"})));
 }
 
-/// The README's example user for a `--tokens` app, exactly as written there (`ACL SETUSER app1
+/// docs/front.md's example user for a `--tokens` app, exactly as written there (`ACL SETUSER app1
 /// on >… <rules>`): its rules, with `app1` replaced by `name`.
 fn readme_user_rules(name: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(redcount_tests::root().join("README.md")).unwrap();
-    let start = readme.find("`ACL SETUSER app1 on >… ").expect("the README's example --tokens user");
+    let readme = std::fs::read_to_string(redcount_tests::root().join("docs/front.md")).unwrap();
+    let start = readme.find("`ACL SETUSER app1 on >… ").expect("docs/front.md's example --tokens user");
     let rest = &readme[start + "`ACL SETUSER app1 on >… ".len()..];
     let rules = &rest[..rest.find('`').unwrap()];
     rules.split(' ').map(|r| r.replace("app1", name)).collect()
@@ -346,7 +346,7 @@ fn pooled_connections(c: &mut redis::Connection, users: &[&str]) -> Vec<String> 
 /// The attack, generated: every command the `COMMAND` table shows reaching beyond one
 /// app (all keys, the server, another database, every app's scripts) or changing the
 /// connection, sent by every kind of token as a command and inside EVAL, EVAL_RO, EVALSHA,
-/// EVALSHA_RO, FCALL and FCALL_RO, with the README's example users exactly as written. A
+/// EVALSHA_RO, FCALL and FCALL_RO, with docs/front.md's example users exactly as written. A
 /// `--tokens` token is refused each, and nothing of any database changes; the read-only token
 /// changes nothing; no token's request changes the front's pooled connections; a connection
 /// change is refused as a command to every token. Then the operator's later edits: a rule that

@@ -839,7 +839,7 @@ fn key_served_by(cluster: &RedisCluster, i: usize, prefix: &str) -> String {
 
 /// A master killed with no replica to take its place: redis-rs kept every call for its
 /// slots waiting, or bounced it between masters answering MOVED, and the front answered
-/// each after its whole `--timeout-ms` with 504 "did not answer" where the README documents
+/// each after its whole `--timeout-ms` with 504 "did not answer" where docs/front.md documents
 /// 503 "unreachable". A probe now sees that master refuse
 /// connections and such requests end with 503 naming it, well before the limit; the other
 /// masters' keys are served meanwhile, and the master's again once it is back.
@@ -892,7 +892,7 @@ async fn served_again(raw: &Raw, key: &str) {
 }
 
 /// A Cluster that cannot serve (a slot no master serves: CLUSTERDOWN) is waited out within
-/// `--timeout-ms` and then answered 503 naming CLUSTERDOWN, as the README's table says and as
+/// `--timeout-ms` and then answered 503 naming CLUSTERDOWN, as docs/front.md's table says and as
 /// `redcount serve` answers; the front answered 504 "did not answer" instead, its own time
 /// limit ending the wait first. Nothing ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
