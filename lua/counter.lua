@@ -5,9 +5,10 @@
 -- ARGV[3]  min: integer
 -- ARGV[4]  max: integer >= min, or "" for no maximum
 -- ARGV[5]  mode: "clamp" (apply the part of delta that stays in bounds) or "reject" (all or nothing)
--- ARGV[6]  ttl in ms, renewed by every write, so a counter lives this long after its own last
---          write; 0 for none. Hash storage: the hash lives this long after the last write
---          to any of its counters, and each field too where Redis has per-field expiry (7.4+)
+-- ARGV[6]  ttl in ms (0 .. counter::MAX_TTL_MS), renewed by every write, so a counter lives
+--          this long after its own last write; 0 for none. Hash storage: the hash lives this
+--          long after the last write to any of its counters, and each field too where Redis
+--          has per-field expiry (7.4+)
 -- Reply: {value, applied, flag}; flag 0 = applied as asked, 1 = clamped, 2 = rejected.
 -- Every check runs before the single write: Redis has no rollback.
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).

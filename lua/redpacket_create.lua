@@ -4,7 +4,7 @@
 -- KEYS[3]  hash user -> "amount:index" of grabs made
 -- KEYS[4]  list of grab records "user:amount:index:time_ms", in grab order
 -- (all four share one hash tag, so the packet lives in one cluster slot)
--- ARGV[1]  ttl in ms (1 .. 10^10)
+-- ARGV[1]  ttl in ms (1 .. redpacket::MAX_TTL_MS, 30 days)
 -- ARGV[2]  total in cents (1 .. 10^13)
 -- ARGV[3..] the shares, count = #ARGV - 2 (1 .. 10000), each >= 1, summing to the total
 -- KEYS[5], ARGV[#ARGV-1], ARGV[#ARGV]: optional idempotency key, its TTL and fingerprint
