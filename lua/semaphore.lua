@@ -20,8 +20,9 @@
 -- slow holder can never reset the others. A call that writes nothing (full, not a holder,
 -- check) stores no reply either.
 -- Optional: KEYS[4] + two last ARGV make it idempotent (prelude.lua). A replayed acquire or
--- renew tells the current truth: the lease left now, or 4 (not a holder) once it has ended;
--- a replay never grants a slot that is not held.
+-- renew tells the current truth: the lease left now, or 4 (not a holder) once it has ended,
+-- also when the holder holds a later lease (another fencing token); a replay never grants a
+-- slot that is not held.
 -- (Runs after prelude.lua and lib_lease.lua.)
 
 local key, tokens, op = KEYS[1], KEYS[2], ARGV[1]
@@ -56,8 +57,11 @@ if held and held <= now then held = nil end
 if replay then
   if replay[1] ~= 1 and replay[1] ~= 2 then return replay end
   local in_use = lease_live(key, now)
-  if held then
-    return {replay[1], in_use, limit, lease_earliest(key, now), held - now, lease_token_of(tokens, holder), 'replayed'}
+  -- The replayed grant's own lease only: the holder may hold a later one (another token),
+  -- which the original call did not get.
+  local token = held and lease_token_of(tokens, holder) or 0
+  if held and token == replay[6] then
+    return {replay[1], in_use, limit, lease_earliest(key, now), held - now, token, 'replayed'}
   end
   return {4, in_use, limit, lease_earliest(key, now), 0, 0, 'replayed'}
 end

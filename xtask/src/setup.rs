@@ -159,22 +159,30 @@ pub fn ensure_test_deps() -> Result<(), String> {
 /// The schemathesis release the API fuzzing test runs (tests/tests/it/openapi.rs).
 const SCHEMATHESIS: &str = "4.3.18";
 
+/// Every package of the schemathesis venv, pinned: schemathesis's own ranges let pip take a
+/// hypothesis that its hypothesis-jsonschema no longer runs on (6.170 dropped `many.more`).
+const SCHEMATHESIS_LOCK: &str = include_str!("../schemathesis-requirements.txt");
+
 /// schemathesis from PyPI, in a venv of its own under the target dir (`target/schemathesis`),
-/// made with the machine's Python 3 when missing or of another release.
+/// made with the machine's Python 3 when missing or of another lock.
 pub fn ensure_schemathesis() -> Result<(), String> {
     let venv = target_dir().join("schemathesis");
     let stamp = venv.join("release");
-    if std::fs::read_to_string(&stamp).is_ok_and(|v| v.trim() == SCHEMATHESIS) {
+    let want = format!("{SCHEMATHESIS}\n{SCHEMATHESIS_LOCK}");
+    if std::fs::read_to_string(&stamp).is_ok_and(|v| v == want) {
         return Ok(());
     }
     let python = ["python3.11", "python3"].into_iter().find(|p| have(p)).ok_or("schemathesis needs Python 3")?;
     eprintln!("xtask: schemathesis {SCHEMATHESIS} into {} (pip, once)", venv.display());
     let _ = std::fs::remove_dir_all(&venv);
     run(Command::new(python).args(["-m", "venv"]).arg(&venv))?;
+    if !SCHEMATHESIS_LOCK.lines().any(|l| l.trim() == format!("schemathesis=={SCHEMATHESIS}")) {
+        return Err("xtask/schemathesis-requirements.txt does not pin schemathesis at SCHEMATHESIS".into());
+    }
     run(Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check"])
-        .arg(format!("schemathesis=={SCHEMATHESIS}")))?;
-    std::fs::write(&stamp, SCHEMATHESIS).map_err(|e| e.to_string())
+        .args(["install", "--quiet", "--disable-pip-version-check", "--no-deps", "-r"])
+        .arg(root().join("xtask/schemathesis-requirements.txt")))?;
+    std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }
 
 /// The pinned npm packages of package.json (official Upstash clients, wrangler, esbuild,

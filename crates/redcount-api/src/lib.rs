@@ -516,6 +516,8 @@ pub struct Exchange {
     degrade: Option<(&'static str, bool)>,
     /// The policy's `timeout_ms`.
     timeout_ms: Option<u32>,
+    /// A write route's call (any method but GET): when Redis did not answer it may still run.
+    writes: bool,
 }
 
 impl core::fmt::Debug for Exchange {
@@ -536,7 +538,15 @@ impl Exchange {
     {
         let call = Call::new(op.request());
         let body = call.command().to_rest_body();
-        Exchange { call, body, render: Box::new(With { op, f }), cors: Vec::new(), degrade: None, timeout_ms: None }
+        Exchange {
+            call,
+            body,
+            render: Box::new(With { op, f }),
+            cors: Vec::new(),
+            degrade: None,
+            timeout_ms: None,
+            writes: false,
+        }
     }
 
     /// The most this call may wait for its answer, in ms, when its policy declares one
@@ -547,11 +557,13 @@ impl Exchange {
 
     /// The answer when Redis did not answer: on a decision route (quota, claim, semaphore,
     /// compound decision) the policy's declared one, marked `"degraded": true` with the
-    /// reason; elsewhere `plain`.
+    /// reason; elsewhere a `status` error.
     ///
     /// A call that reached Redis before its answer was given up may still be applied when
     /// Redis answers (a paused Redis runs it on waking): a degraded answer says so
-    /// (`"may_have_run": true`), so a client does not take "denied" for "not charged".
+    /// (`"may_have_run": true`), so a client does not take "denied" for "not charged"; so does
+    /// the error of a write route (a red packet created then, a counter added), so a client
+    /// retries with the same `Idempotency-Key` rather than a new call.
     fn unavailable(&self, status: u16, why: String) -> ApiResponse {
         match self.degrade {
             Some((field, allow)) => {
@@ -566,6 +578,10 @@ impl Exchange {
                 ];
                 let n = if allow { 4 } else { 5 };
                 ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n])
+            }
+            None if self.writes => {
+                let why = format!("{why}; if the call reached Redis it may still be applied");
+                ApiResponse::object(status, &mut [("error", Field::Text(&why)), ("may_have_run", Field::Bool(true))])
             }
             None => ApiResponse::error(status, why, None),
         }

@@ -70,7 +70,21 @@ pub(crate) fn run<R: RngCore + ?Sized>(
         return Err(too_large());
     }
     let cx = Cx { config, route: &route, input, caller, key };
-    match &route {
+    let routed = dispatch(&cx, &route, rng);
+    // A write route's call may still run when Redis answers late: its failure says so.
+    match routed {
+        Ok(Step::Send(mut ex)) => {
+            ex.writes = route.id().spec().method != "GET";
+            Ok(Step::Send(ex))
+        }
+        other => other,
+    }
+}
+
+/// The handler of `route`.
+fn dispatch<R: RngCore + ?Sized>(cx: &Cx<'_>, route: &Route, rng: &mut R) -> Routed {
+    let (cx, config) = (cx, cx.config);
+    match route {
         Route::Health {} => Ok(Step::Send(Exchange::new(Ping, |_, ()| {
             ApiResponse::flat(&mut [
                 ("ok", Field::Bool(true)),
@@ -101,27 +115,27 @@ pub(crate) fn run<R: RngCore + ?Sized>(
             Ok(Step::Respond(ApiResponse::flat(&mut [("policies", Field::Raw(&text))])))
         }
         Route::OpenApi {} => openapi(),
-        Route::CounterGet { policy, subject } => counter_get(&cx, policy, subject),
-        Route::CounterAdd { policy, subject } => counter_add(&cx, policy, subject),
-        Route::Claim { policy, subject } => claim(&cx, policy, subject),
-        Route::QuotaPeek { policy, subject } => quota_take(&cx, policy, subject, true),
-        Route::QuotaTake { policy, subject } => quota_take(&cx, policy, subject, false),
-        Route::QuotaReset { policy, subject } => quota_reset(&cx, policy, subject),
-        Route::QuotaRefund { policy, subject } => refund(&cx, policy, subject),
-        Route::OverrideSet { policy, subject } => override_set(&cx, policy, subject),
-        Route::OverrideClear { policy, subject } => override_clear(&cx, policy, subject),
-        Route::Decide { subject } => decide(&cx, subject),
-        Route::SemaphoreAcquire { policy, name } => semaphore(&cx, policy, name, Act::Acquire),
-        Route::SemaphoreRenew { policy, name } => semaphore(&cx, policy, name, Act::Renew),
-        Route::SemaphoreRelease { policy, name } => semaphore(&cx, policy, name, Act::Release),
-        Route::SemaphoreCheck { policy, name } => semaphore(&cx, policy, name, Act::Check),
-        Route::InboxRead { user } => inbox_read(&cx, user),
-        Route::InboxAppend { user } => inbox_append(&cx, user),
-        Route::InboxTrim { user } => inbox_trim(&cx, user),
-        Route::PacketCreate {} => create_packet(&cx, rng),
-        Route::PacketStatus { id } => packet_status(&cx, id),
-        Route::PacketGrab { id } => grab(&cx, id),
-        Route::PacketGrabs { id } => grabs(&cx, id),
+        Route::CounterGet { policy, subject } => counter_get(cx, policy, subject),
+        Route::CounterAdd { policy, subject } => counter_add(cx, policy, subject),
+        Route::Claim { policy, subject } => claim(cx, policy, subject),
+        Route::QuotaPeek { policy, subject } => quota_take(cx, policy, subject, true),
+        Route::QuotaTake { policy, subject } => quota_take(cx, policy, subject, false),
+        Route::QuotaReset { policy, subject } => quota_reset(cx, policy, subject),
+        Route::QuotaRefund { policy, subject } => refund(cx, policy, subject),
+        Route::OverrideSet { policy, subject } => override_set(cx, policy, subject),
+        Route::OverrideClear { policy, subject } => override_clear(cx, policy, subject),
+        Route::Decide { subject } => decide(cx, subject),
+        Route::SemaphoreAcquire { policy, name } => semaphore(cx, policy, name, Act::Acquire),
+        Route::SemaphoreRenew { policy, name } => semaphore(cx, policy, name, Act::Renew),
+        Route::SemaphoreRelease { policy, name } => semaphore(cx, policy, name, Act::Release),
+        Route::SemaphoreCheck { policy, name } => semaphore(cx, policy, name, Act::Check),
+        Route::InboxRead { user } => inbox_read(cx, user),
+        Route::InboxAppend { user } => inbox_append(cx, user),
+        Route::InboxTrim { user } => inbox_trim(cx, user),
+        Route::PacketCreate {} => create_packet(cx, rng),
+        Route::PacketStatus { id } => packet_status(cx, id),
+        Route::PacketGrab { id } => grab(cx, id),
+        Route::PacketGrabs { id } => grabs(cx, id),
     }
 }
 

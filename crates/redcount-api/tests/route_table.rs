@@ -283,3 +283,84 @@ fn every_row_of_the_route_table() {
         }
     }
 }
+
+/// A valid call of every route of the route table (a new route makes this match fail to
+/// compile): its method, path (the table's, with each parameter filled) and body.
+fn valid_call(spec: &api::RouteSpec) -> (&'static str, String, &'static str) {
+    use api::RouteId::*;
+    let (policy, body) = match spec.id {
+        Health | Policies | OpenApi | InboxRead | PacketStatus | PacketGrabs => ("", ""),
+        CounterGet => ("jobs", ""),
+        CounterAdd => ("jobs", r#"{"delta":1}"#),
+        Claim => ("bonus", ""),
+        QuotaPeek | QuotaReset | OverrideClear => ("daily", ""),
+        QuotaTake | QuotaRefund => ("daily", r#"{"cost":1}"#),
+        OverrideSet => ("daily", r#"{"limit":5}"#),
+        Decide => ("", r#"{"parts":[{"policy":"daily"}]}"#),
+        SemaphoreAcquire | SemaphoreRenew | SemaphoreRelease => ("slots", r#"{"holder":"h1"}"#),
+        SemaphoreCheck => ("slots", r#"{"holder":"h1","fencing_token":1}"#),
+        InboxAppend => ("", r#"{"id":1,"body":"hi"}"#),
+        InboxTrim => ("", "{}"),
+        PacketCreate => ("", r#"{"total_cents":100,"count":2,"policy":"packets"}"#),
+        PacketGrab => ("", r#"{"user":"alice"}"#),
+    };
+    let path = spec
+        .path
+        .replace("{policy}", policy)
+        .replace("{id}", "0123456789abcdef0123456789abcdef")
+        .replace("{subject}", "u1")
+        .replace("{name}", "n1")
+        .replace("{user}", "u1");
+    (spec.method, path, body)
+}
+
+/// A call Redis did not answer (the policy's `timeout_ms`, the front or Redis unreachable) may
+/// still run when Redis answers: every write route's failure says `"may_have_run": true` (a red
+/// packet created when a paused Redis woke was answered a plain 503, and its retry without
+/// the key made a second one), as the degraded answers of decision routes do; a read's does
+/// not. Every route of the route table that sends a call, each way a call fails.
+#[test]
+fn a_write_that_got_no_answer_may_have_run() {
+    let config = config();
+    let auth = format!("Bearer {ADMIN}");
+    let mut sent = 0;
+    for spec in api::ROUTES {
+        let (method, path, body) = valid_call(spec);
+        let request = ApiRequest {
+            method,
+            path: &path,
+            query: "",
+            authorization: Some(&auth),
+            origin: None,
+            idempotency_key: None,
+            body: body.as_bytes(),
+        };
+        for way in 0..3 {
+            let ex = match api::handle(&config, &request, &mut StdRng::seed_from_u64(1)) {
+                Step::Send(ex) => ex,
+                Step::Respond(r) if r.status < 400 => break,
+                Step::Respond(r) => panic!("{method} {path}: {} {}", r.status, r.body),
+            };
+            sent += 1;
+            let response = match way {
+                0 => ex.fail("the REST front did not answer within the policy's timeout_ms (300 ms)"),
+                1 => ex.fail_at("Redis", "connection refused"),
+                _ => match ex.receive(503, br#"{"error":"ERR Redis is unreachable"}"#) {
+                    Step::Respond(resp) => resp,
+                    Step::Send(_) => panic!("{method} {path}: a second call after a 503"),
+                },
+            };
+            let what = format!("{method} {path} (way {way}): {} {}", response.status, response.body);
+            let got: Value = serde_json::from_str(&response.body).unwrap();
+            if got["degraded"] == json!(true) {
+                assert_eq!(got["may_have_run"], json!(true), "{what}");
+                continue;
+            }
+            assert_eq!(response.status, 503, "{what}");
+            assert!(got["error"].is_string(), "{what}");
+            let write = method != "GET";
+            assert_eq!(got["may_have_run"], if write { json!(true) } else { Value::Null }, "{what}");
+        }
+    }
+    assert!(sent >= 3 * 20, "{sent} failed calls");
+}

@@ -1359,6 +1359,16 @@ rows! {
         .given([sem("acquire", "h1").key("k-{s}").ok(200), sem("release", "h1").ok(200)]).then(200)
         .json("/result", "not_holder").json("/holding", false).json("/in_use", 0).json("/lease_ms", 0)
         .header("idempotent-replayed", "true"),
+    // The holder's later lease is another grant (another fencing token), not the replayed one's.
+    idempotent_acquire_replay_after_a_new_lease_is_not_holder => sem("acquire", "h1").key("k-{s}")
+        .given([sem("acquire", "h1").key("k-{s}").ok(200), sem("release", "h1").ok(200), sem("acquire", "h1").ok(200)])
+        .then(200).json("/result", "not_holder").json("/holding", false).json("/in_use", 1).json("/lease_ms", 0)
+        .json("/fencing_token", Value::Null).header("idempotent-replayed", "true"),
+    idempotent_renew_replay_after_a_new_lease_is_not_holder => sem("renew", "h1").key("r-{s}")
+        .given([sem("acquire", "h1").ok(200), sem("renew", "h1").key("r-{s}").ok(200), sem("release", "h1").ok(200),
+            sem("acquire", "h1").ok(200)])
+        .then(200).json("/result", "not_holder").json("/holding", false).json("/in_use", 1)
+        .header("idempotent-replayed", "true"),
     idempotent_inbox_append_replays => post("/api/inbox/{s}/messages", r#"{"id":1,"body":"hi"}"#).admin().key("k-{s}")
         .given([post("/api/inbox/{s}/messages", r#"{"id":1,"body":"hi"}"#).admin().key("k-{s}").ok(201)]).then(201)
         .json("", json!({"stored": true, "length": 1})).header("idempotent-replayed", "true"),

@@ -1,12 +1,12 @@
 //! Bearer token checks, in constant time.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 // The core's constant-time comparison, so the API and the front check tokens alike.
 use redcount_core::text::same_secret as same;
 
 use crate::backend::Backend;
+use crate::cluster_users::Guard;
 
 /// What a request may do, and on whose Redis connections it runs.
 #[derive(Clone)]
@@ -25,9 +25,10 @@ pub enum Access {
         /// Cancelled when a reload removes the token (or changes its login): its open
         /// subscriptions end.
         revoked: tokio_util::sync::CancellationToken,
-        /// False while the front cannot keep its rules on the token's Redis user: its
-        /// requests are refused.
-        guarded: Arc<AtomicBool>,
+        /// Says why while the token is refused: the front cannot keep its rules on the
+        /// token's Redis user, or the operator's user is off, gone, or no longer accepts the
+        /// file's password.
+        guarded: Arc<Guard>,
     },
 }
 
@@ -62,7 +63,9 @@ pub struct Scoped {
     /// See [`Access::Scoped`].
     pub revoked: tokio_util::sync::CancellationToken,
     /// See [`Access::Scoped`].
-    pub guarded: Arc<AtomicBool>,
+    pub guarded: Arc<Guard>,
+    /// The Redis user the token logs in as, derived from the file's.
+    pub tenant: crate::cluster_users::Tenant,
 }
 
 /// Checks the `Authorization` header against every token. Each is compared in full, whatever

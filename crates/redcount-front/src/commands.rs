@@ -21,25 +21,58 @@ pub struct Flags {
     /// COMMAND's arity: the number of arguments with the name, at least its absolute value
     /// when negative; 0 for an unknown command.
     arity: i64,
-    /// Reaches beyond the keys an ACL key pattern names, so that one app's token must not
-    /// run it, even inside a script: it names no key yet reaches every key or the server
-    /// (`@keyspace` reads and writes, `@dangerous`, administration: KEYS, SCAN, RANDOMKEY,
-    /// DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), replaces every app's functions
-    /// (`@scripting` writes naming no key: FUNCTION LOAD, FLUSH, DELETE, RESTORE), or is one of
-    /// [`BEYOND_ONE_APP`].
+    /// Reaches beyond the keys and channels an ACL user's patterns name, so that one app's
+    /// token must not run it, even inside a script: it names no key yet reaches every key or
+    /// the server (`@keyspace` reads and writes, `@dangerous`, administration: KEYS, SCAN,
+    /// RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), replaces every app's
+    /// functions (`@scripting` writes naming no key: FUNCTION LOAD, FLUSH, DELETE, RESTORE), is
+    /// one of [`BEYOND_ONE_APP`], or a subcommand of a container of [`SHARED_STATE`] but those
+    /// it keeps.
     pub beyond_one_app: bool,
+    /// A read-only token may not run it: it walks or counts the whole keyspace (keyless
+    /// `@keyspace` reads: KEYS, SCAN, RANDOMKEY, DBSIZE), or one of [`KEYSPACE_READS`].
+    pub walks_keyspace: bool,
     /// Changes the connection it runs on (category `@connection`, but for the few that only
     /// read it, [`READS_THE_CONNECTION`]): on the front's shared connections it would change
     /// them for every later request.
     pub changes_connection: bool,
 }
 
-/// What Redis's table cannot tell about reaching beyond one app's keys: SCRIPT FLUSH (every
-/// app's scripts), SELECT, MOVE and COPY (another database: MOVE always, COPY with `DB`, which
-/// an ACL rule cannot tell apart), CLUSTER GETKEYSINSLOT and COUNTKEYSINSLOT (any app's keys of
-/// a slot), MEMORY STATS (every database's key count). Their entries flag none of that.
-const BEYOND_ONE_APP: &[&str] =
-    &["script|flush", "select", "move", "copy", "cluster|getkeysinslot", "cluster|countkeysinslot", "memory|stats"];
+/// What Redis's table cannot tell about reaching beyond one app's keys, though each names a
+/// key: SELECT, MOVE and COPY (another database: MOVE always, COPY with `DB`, which an ACL rule
+/// cannot tell apart); MIGRATE (another database, or any host Redis can reach, with any
+/// credentials); RESTORE and RESTORE-ASKING (a crafted payload, which Redis checks only with
+/// `sanitize-dump-payload`, can crash the server for every app). Their entries flag none of
+/// that.
+const BEYOND_ONE_APP: &[&str] = &["select", "move", "copy", "migrate", "restore", "restore-asking"];
+
+/// Containers whose subcommands read or change what every app shares, with the few of each
+/// that an app may still run (its own key, or help): every other subcommand, a newer server's
+/// new one included, reaches beyond one app. PUBSUB (every app's channels and their
+/// subscribers), FUNCTION (every app's functions: their code, what runs now, killing it),
+/// SCRIPT (KILL stops another app's script, FLUSH every app's, SHOW on Valkey reads any app's
+/// source), MEMORY (the server's memory, every app's together; PURGE spends its time), CLUSTER
+/// (GETKEYSINSLOT, COUNTKEYSINSLOT, SLOT-STATS on Valkey: any app's keys of a slot; the
+/// topology stays readable).
+const SHARED_STATE: &[(&str, &[&str])] = &[
+    ("pubsub", &["help"]),
+    ("function", &["help"]),
+    ("script", &["exists", "load", "help"]),
+    ("memory", &["usage", "help"]),
+    ("cluster", &["info", "keyslot", "links", "myid", "myshardid", "nodes", "shards", "slots", "help"]),
+];
+
+/// Reads the table does not flag as walking the keyspace, yet naming or counting any key:
+/// CLUSTER GETKEYSINSLOT, COUNTKEYSINSLOT and SLOT-STATS (a slot's keys, or their number),
+/// MEMORY STATS (every database's key count).
+const KEYSPACE_READS: &[&str] =
+    &["cluster|getkeysinslot", "cluster|countkeysinslot", "cluster|slot-stats", "memory|stats"];
+
+/// Whether `name` (`container|sub`) is a subcommand of [`SHARED_STATE`] an app may not run.
+fn shared_state(name: &str) -> bool {
+    let Some((container, sub)) = name.split_once('|') else { return false };
+    SHARED_STATE.iter().any(|(c, keeps)| *c == container && !keeps.contains(&sub))
+}
 
 /// Commands of category `@connection` that only read the connection (or the command table);
 /// every other one, a newer server's new CLIENT subcommand included, changes it.
@@ -109,7 +142,10 @@ impl Table {
             },
             beyond_one_app: (keyless && ((category("@keyspace") && data) || category("@dangerous") || admin))
                 || (keyless && category("@scripting") && has("write"))
-                || BEYOND_ONE_APP.contains(&name.as_str()),
+                || BEYOND_ONE_APP.contains(&name.as_str())
+                || shared_state(&name),
+            walks_keyspace: (keyless && category("@keyspace") && has("readonly"))
+                || KEYSPACE_READS.contains(&name.as_str()),
             changes_connection: category("@connection")
                 && !READS_THE_CONNECTION.contains(&name.as_str())
                 && name != "command"
@@ -155,18 +191,30 @@ impl Table {
     /// (each command or subcommand by name, `-keys`, `-config|set`…), the front's database
     /// `db` excepted for SELECT (its connections select it when it is not 0).
     pub fn one_app_rules(&self, db: i64) -> Vec<String> {
-        let mut names: Vec<&String> = self
-            .flags
-            .iter()
-            .filter(|(name, f)| f.beyond_one_app && !self.containers.contains_key(*name))
-            .map(|(name, _)| name)
-            .collect();
-        names.sort();
-        let mut rules: Vec<String> = names.into_iter().map(|n| format!("-{n}")).collect();
+        let mut rules = self.denying(|f| f.beyond_one_app);
         if db != 0 && self.flags.contains_key("select") {
             rules.push(format!("+select|{db}"));
         }
         rules
+    }
+
+    /// The ACL rules that deny a read-only token's Redis user every read of the whole keyspace
+    /// ([`Flags::walks_keyspace`]: `-keys`, `-randomkey`, `-cluster|getkeysinslot`…).
+    pub fn keyspace_walk_rules(&self) -> Vec<String> {
+        self.denying(|f| f.walks_keyspace)
+    }
+
+    /// `-name` for every command or subcommand (never a container) whose flags `pick` takes,
+    /// in name order.
+    fn denying(&self, pick: impl Fn(&Flags) -> bool) -> Vec<String> {
+        let mut names: Vec<&String> = self
+            .flags
+            .iter()
+            .filter(|(name, f)| pick(f) && !self.containers.contains_key(*name))
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names.into_iter().map(|n| format!("-{n}")).collect()
     }
 
     /// One call of each command [`Table::one_app_rules`] denies, its arguments as many `0`s as
@@ -193,13 +241,15 @@ impl Table {
 }
 
 /// Commands a read-only token may not run although Redis flags them read-only: keyspace
-/// walks (Upstash refuses them to read-only tokens too) and PFCOUNT.
+/// walks and counts (Upstash refuses KEYS and SCAN to read-only tokens too; RANDOMKEY, called
+/// often enough, lists every key name) and PFCOUNT. (Its Redis user is denied them too, with
+/// the few reads of the whole keyspace the table does not flag: `Table::keyspace_walk_rules`.)
 pub fn readonly_refusal(name: &str) -> Option<String> {
     let upper = name.to_ascii_uppercase();
     match upper.as_str() {
-        "KEYS" | "SCAN" => {
-            Some(format!("NOPERM this token is read-only and may not run {upper}: it walks the whole keyspace"))
-        }
+        "KEYS" | "SCAN" | "RANDOMKEY" | "DBSIZE" => Some(format!(
+            "NOPERM this token is read-only and may not run {upper}: it walks or counts the whole keyspace"
+        )),
         // Flagged read-only, yet it stores the cardinality it computed in the value (and
         // Redis replicates that as a write).
         "PFCOUNT" => Some(
@@ -372,6 +422,44 @@ mod tests {
                 described("function|list", -2, &["noscript"], &["@slow", "@scripting"], false, vec![]),
             ],
         ));
+        // Keyed, yet reaching the server or another database; containers whose subcommands
+        // reach every app's state but the few kept.
+        t.add(&described(
+            "restore",
+            -4,
+            &["write", "denyoom"],
+            &["@keyspace", "@write", "@slow", "@dangerous"],
+            true,
+            vec![],
+        ));
+        t.add(&described("migrate", -6, &["write"], &["@keyspace", "@write", "@slow", "@dangerous"], true, vec![]));
+        let sub =
+            |name: &str, flags: &[&str], cats: &[&str], keyed: bool| described(name, -2, flags, cats, keyed, vec![]);
+        let container = |name: &str, subs| described(name, -2, &[], &["@slow"], false, subs);
+        t.add(&container(
+            "pubsub",
+            vec![
+                sub("pubsub|channels", &["pubsub"], &["@pubsub", "@slow"], false),
+                sub("pubsub|help", &[], &["@slow"], false),
+            ],
+        ));
+        t.add(&container(
+            "memory",
+            vec![
+                sub("memory|usage", &["readonly"], &["@read", "@slow"], true),
+                sub("memory|doctor", &[], &["@slow"], false),
+                sub("memory|stats", &[], &["@slow"], false),
+            ],
+        ));
+        t.add(&container(
+            "script",
+            vec![
+                sub("script|exists", &["noscript"], &["@slow", "@scripting"], false),
+                sub("script|kill", &["noscript"], &["@slow", "@scripting"], false),
+                sub("script|show", &["noscript"], &["@slow", "@scripting"], false),
+            ],
+        ));
+        t.add(&described("randomkey", 1, &["readonly"], &["@keyspace", "@read", "@slow"], false, vec![]));
         let args = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
         for sub in ["SETNAME", "setinfo", "CAPA", "no-touch"] {
             assert!(t.flags("CLIENT", &args(&[sub, "x"])).changes_connection, "CLIENT {sub}");
@@ -380,19 +468,62 @@ mod tests {
             assert!(!t.flags(name, &args(a)).changes_connection, "{name} {a:?}");
         }
         assert!(t.flags("select", &args(&["1"])).changes_connection);
-        let beyond = ["keys", "dbsize", "move", "info", "select", "function|load"];
+        let beyond = [
+            "keys",
+            "dbsize",
+            "move",
+            "info",
+            "select",
+            "function|load",
+            "function|list",
+            "restore",
+            "migrate",
+            "pubsub|channels",
+            "memory|doctor",
+            "memory|stats",
+            "script|kill",
+            "script|show",
+        ];
         for name in beyond {
             let mut words = name.split('|');
             let (cmd, sub) = (words.next().unwrap(), words.next());
             assert!(t.flags(cmd, &args(&sub.into_iter().collect::<Vec<_>>())).beyond_one_app, "{name}");
         }
-        for (name, a) in [("get", &["k"][..]), ("lolwut", &[]), ("function", &["list"]), ("ping", &[])] {
-            assert!(!t.flags(name, &args(a)).beyond_one_app, "{name}");
+        for (name, a) in [
+            ("get", &["k"][..]),
+            ("lolwut", &[]),
+            ("ping", &[]),
+            ("pubsub", &["help"]),
+            ("memory", &["usage", "k"]),
+            ("script", &["exists", "x"]),
+        ] {
+            assert!(!t.flags(name, &args(a)).beyond_one_app, "{name} {a:?}");
         }
         // The ACL rules name each one (never a container), the front's own database excepted.
         let mut rules = t.one_app_rules(0);
         rules.sort();
-        assert_eq!(rules, ["-dbsize", "-function|load", "-info", "-keys", "-move", "-select"]);
+        assert_eq!(
+            rules,
+            [
+                "-dbsize",
+                "-function|list",
+                "-function|load",
+                "-info",
+                "-keys",
+                "-memory|doctor",
+                "-memory|stats",
+                "-migrate",
+                "-move",
+                "-pubsub|channels",
+                "-randomkey",
+                "-restore",
+                "-script|kill",
+                "-script|show",
+                "-select"
+            ]
+        );
+        // A read-only token's user: every walk or count of the keyspace.
+        assert_eq!(t.keyspace_walk_rules(), ["-dbsize", "-keys", "-memory|stats", "-randomkey"]);
         assert_eq!(t.one_app_rules(3).last().map(String::as_str), Some("+select|3"));
         let probes = t.one_app_probes(0);
         assert!(probes.contains(&vec!["function".to_string(), "load".into(), "0".into()]), "{probes:?}");

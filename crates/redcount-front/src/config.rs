@@ -13,11 +13,17 @@ use crate::backend;
 const SERVERS: &str = "\
 Servers: tested with Redis 7.0 and Valkey 8.1 (also as a Cluster). The front reads what a \
 command may do from the server's own COMMAND table, so each server's commands are treated \
-by their flags. On Valkey, for a client: SCRIPT SHOW gives the full token (and a --tokens \
-user allowed to script) the source of any cached script (read-only tokens are refused it); \
+by their flags. On Valkey, for a client: SCRIPT SHOW gives the full token the source of any \
+cached script (read-only and --tokens tokens are refused it); \
 a blocking command inside a script (BLPOP...) answers at once instead of being refused; \
 COMMANDLOG is refused as administrative, like SLOWLOG; and error texts differ after their \
 first word (NOSCRIPT, an ACL refusal inside a script), which clients should read alone.
+
+Settings the front makes on Redis (at start, on every new connection, on every Cluster node; \
+they apply to every client of that Redis): busy-reply-threshold (--script-timeout-ms), \
+client-output-buffer-limit normal (--redis-output-limit-bytes), and sanitize-dump-payload \
+clients where it is no (Redis's default): Redis then checks every client's RESTORE payload, \
+refusing a corrupt one instead of crashing when its key is next read.
 
 TLS: rediss:// (Redis over TLS) trusts the system's root certificates. To trust a private CA \
 instead, set SSL_CERT_FILE to a PEM file of it (it replaces the system's roots): \
@@ -150,23 +156,29 @@ pub struct Config {
     /// --max-subscribers times this for subscribers.
     #[arg(long, env = "REDCOUNT_REST_MAX_SUBSCRIBER_BACKLOG_BYTES", default_value_t = 1 << 20)]
     pub max_subscriber_backlog_bytes: usize,
-    /// More tokens, one per app, each logged in to Redis as its own ACL user (a JSON array of
-    /// `{"token", "user", "password", "readonly"}`; see docs/front.md). Reloaded on SIGHUP.
+    /// More tokens, one per app (a JSON array of `{"token", "user", "password", "readonly"}`;
+    /// see docs/front.md). Reloaded on SIGHUP.
     ///
-    /// Redis's key patterns (`~app1:*`) do not stop commands that name no key, so the front
-    /// adds its own rules to each user (ACL SETUSER, also in each of its selectors; at start,
-    /// on SIGHUP, on one Redis before each new connection, and within 2 s of any change to the
-    /// user or of a node's restart, on every Cluster node) and checks with ACL DRYRUN that Redis then refuses them: every
-    /// command or subcommand that names no key yet reaches every key or the server (Redis's
-    /// COMMAND table: reads and writes of @keyspace, @dangerous, administration: KEYS, SCAN,
-    /// RANDOMKEY, DBSIZE, FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), that replaces every app's
-    /// functions (FUNCTION LOAD/FLUSH/DELETE/RESTORE), and SCRIPT FLUSH, SELECT, MOVE, COPY
-    /// (another database), CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT, MEMORY STATS. So a file
-    /// token may not run them as commands nor inside scripts, whatever its user allows. The
-    /// --redis URL's user needs the right to run ACL SETUSER, GETUSER and DRYRUN; where the
-    /// front cannot put its rules on a user it refuses to start (on SIGHUP: keeps the tokens
-    /// in force; later: refuses that user's tokens with 503 until it can). A user must be the
-    /// app's own: the rules apply to every client that logs in as it.
+    /// Each token logs in to Redis as a user the front derives from the file's ACL user
+    /// (`redcount-rest-t-<user>-…`: its passwords, key and channel patterns, commands and
+    /// selectors, as ACL GETUSER shows them), with the front's own rules added, since key
+    /// patterns (`~app1:*`) do not stop commands that name no key. Derived at start, on SIGHUP,
+    /// and within 2 s of any change to either user or of a node's restart (on every Cluster
+    /// node); ACL DRYRUN then checks that Redis refuses them: every command or subcommand that
+    /// names no key yet reaches every key or the server (Redis's COMMAND table: reads and
+    /// writes of @keyspace, @dangerous, administration: KEYS, SCAN, RANDOMKEY, DBSIZE,
+    /// FLUSHALL, FLUSHDB, SWAPDB, INFO, CONFIG…), that replaces every app's functions
+    /// (FUNCTION LOAD/FLUSH/DELETE/RESTORE), every subcommand of PUBSUB, FUNCTION, SCRIPT,
+    /// MEMORY and CLUSTER but HELP, SCRIPT EXISTS/LOAD, MEMORY USAGE and the Cluster's topology
+    /// (every app's channels, functions, running script, memory, keys of a slot), and SELECT,
+    /// MOVE, COPY, MIGRATE (another database or host), RESTORE, RESTORE-ASKING (a crafted
+    /// payload). So a file token may not run them as commands nor inside scripts, whatever its
+    /// user allows, and nothing done to that user removes them. The user off, deleted or no
+    /// longer accepting the file's password: within 2 s the front deletes the derived user
+    /// (closing its connections) and answers the token 503 saying why, until it is back. The
+    /// --redis URL's user needs the right to run ACL SETUSER, GETUSER, DELUSER and DRYRUN;
+    /// where the front cannot derive a user it refuses to start (on SIGHUP: keeps the tokens in
+    /// force; later: refuses that user's tokens with 503 until it can).
     #[arg(long, env = "REDCOUNT_REST_TOKENS_FILE")]
     pub tokens: Option<std::path::PathBuf>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Reloaded, with the

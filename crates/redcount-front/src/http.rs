@@ -125,12 +125,9 @@ fn admit(st: &State, headers: &HeaderMap) -> Result<Access, Failure> {
         ));
     };
     if let Access::Scoped { guarded, .. } = &access
-        && !guarded.load(std::sync::atomic::Ordering::Relaxed)
+        && let Some(why) = guarded.refusal()
     {
-        return Err(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ERR the front cannot keep its rules on this token's Redis user (its scripts could reach beyond its app): refused until it can; the front's log says why",
-        ));
+        return Err(error(StatusCode::SERVICE_UNAVAILABLE, why));
     }
     Ok(access)
 }

@@ -60,7 +60,7 @@ impl Rules<'_> {
             return Err(error(
                 StatusCode::FORBIDDEN,
                 format!(
-                    "NOPERM {} reaches beyond one app's keys (every key, another database, every app's scripts, or the server); a --tokens token may not run it",
+                    "NOPERM {} reaches beyond one app's keys (every key or channel, another database or server, every app's scripts or functions, or the server itself); a --tokens token may not run it",
                     display_name(cmd)
                 ),
             ));

@@ -11,18 +11,8 @@ use crate::{Config, State, backend, cluster_users, scripts, tokens};
 /// worker or `redcount serve --rest-url`) need `maxmemory-policy noeviction`. The front
 /// serves other data too (a cache may want eviction), so it warns rather than refuses.
 pub(crate) async fn warn_if_evicting(killer: &backend::Backend) {
-    let get = |name: &'static str| async move {
-        match killer.query(redis::cmd("CONFIG").arg("GET").arg(name)).await {
-            Ok(redis::Value::Array(pair)) => {
-                pair.get(1).and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
-            }
-            Ok(redis::Value::Map(pairs)) => {
-                pairs.first().and_then(|(_, v)| redis::from_redis_value::<String>(v.clone()).ok())
-            }
-            _ => None,
-        }
-    };
-    if let (Some(policy), Some(max)) = (get("maxmemory-policy").await, get("maxmemory").await)
+    if let (Some(policy), Some(max)) =
+        (config_get(killer, "maxmemory-policy").await, config_get(killer, "maxmemory").await)
         && max != "0"
         && policy != "noeviction"
     {
@@ -32,26 +22,56 @@ pub(crate) async fn warn_if_evicting(killer: &backend::Backend) {
     }
 }
 
+/// One setting of Redis's (`CONFIG GET name`), if Redis tells it.
+async fn config_get(backend: &backend::Backend, name: &str) -> Option<String> {
+    match backend.query(redis::cmd("CONFIG").arg("GET").arg(name)).await {
+        Ok(redis::Value::Array(pair)) => pair.get(1).and_then(|v| redis::from_redis_value::<String>(v.clone()).ok()),
+        Ok(redis::Value::Map(pairs)) => {
+            pairs.first().and_then(|(_, v)| redis::from_redis_value::<String>(v.clone()).ok())
+        }
+        _ => None,
+    }
+}
+
 /// Sets Redis's output-buffer limit for normal clients to `bytes` (0: leaves it). Returns the
 /// command that did it, to send again to a restarted Redis.
 pub(crate) async fn bound_output_buffers(backend: &backend::Backend, bytes: usize) -> Option<redis::Cmd> {
     if bytes == 0 {
         return None;
     }
+    let said = format!("Redis drops a normal client whose pending reply passes {bytes} bytes");
+    let risk = "a request for a huge reply makes Redis build it whole before the front refuses it";
+    config_set(backend, "client-output-buffer-limit", &format!("normal {bytes} 0 0"), &said, risk).await
+}
+
+/// `CONFIG SET name value`, logging `said` when Redis takes it, else the error and `risk`.
+/// Returns the command, to send again to a restarted Redis.
+async fn config_set(backend: &backend::Backend, name: &str, value: &str, said: &str, risk: &str) -> Option<redis::Cmd> {
     let mut set = redis::cmd("CONFIG");
-    set.arg("SET").arg("client-output-buffer-limit").arg(format!("normal {bytes} 0 0"));
+    set.arg("SET").arg(name).arg(value);
     match backend.query(&set).await {
         Ok(_) => {
-            tracing::info!("Redis drops a normal client whose pending reply passes {bytes} bytes");
+            tracing::info!("{said}");
             Some(set)
         }
         Err(e) => {
-            tracing::error!(
-                "cannot set client-output-buffer-limit ({e}): a request for a huge reply makes Redis build it whole before the front refuses it"
-            );
+            tracing::error!("cannot set {name} ({e}): {risk}");
             None
         }
     }
+}
+
+/// Makes Redis check the payload of every client's RESTORE deeply (`sanitize-dump-payload
+/// clients`, where it is `no`, Redis's default): unchecked, a crafted payload is accepted and
+/// the next read of its key crashes Redis. Returns the command that did it, to send again to a
+/// restarted Redis; `None` where Redis already checks every payload (`yes`) or refused.
+pub(crate) async fn sanitize_restores(backend: &backend::Backend) -> Option<redis::Cmd> {
+    if config_get(backend, "sanitize-dump-payload").await.as_deref() == Some("yes") {
+        return None;
+    }
+    let said = "Redis checks every client's RESTORE payload (sanitize-dump-payload clients)";
+    let risk = "a RESTORE of a crafted payload by the full token could crash Redis";
+    config_set(backend, "sanitize-dump-payload", "clients", said, risk).await
 }
 
 /// Redis only answers other clients (and so SCRIPT KILL) while a script runs once
@@ -81,8 +101,8 @@ pub(crate) enum Restriction {
     /// The full token: no administration (flag `admin` / category `@admin`), no MIGRATE, no
     /// script debugger, so scripts cannot reach them either.
     Full,
-    /// The read-only token: also no writes, pub/sub, blocking, keyspace walks, nor PFCOUNT
-    /// (it rewrites its value's cached cardinality).
+    /// The read-only token: also no writes, pub/sub, blocking, keyspace walks and counts
+    /// (`Table::keyspace_walk_rules`), nor PFCOUNT (it rewrites its value's cached cardinality).
     ReadOnly,
 }
 
@@ -93,6 +113,7 @@ pub(crate) async fn restricted_login(
     setup: &backend::Backend,
     token: &str,
     kind: Restriction,
+    extra: &[String],
 ) -> Result<(backend::Login, redis::Cmd), String> {
     let (tag, rules): (&str, &[&str]) = match kind {
         Restriction::Full => ("full", &["+@all", "-@admin", "-migrate", "-script|debug", "-lcs"]),
@@ -123,6 +144,7 @@ pub(crate) async fn restricted_login(
     for rule in rules {
         setuser.arg(*rule);
     }
+    setuser.arg(extra);
     setup.query(&setuser).await.map_err(|e| e.to_string())?;
     Ok((backend::Login { user, password }, setuser))
 }
@@ -149,11 +171,11 @@ pub(crate) async fn scoped_tokens(
                 (state.clone(), url.clone(), path.clone(), settings.clone(), reserved.clone(), keeper.clone());
             async move {
                 let connect = |login: backend::Login| {
-                    // Before each new connection the front's rules go on the user again: a
-                    // restarted Redis may have made it from its own files without them.
+                    // After each new connection logs in the front's rules go on the user again:
+                    // a restarted Redis may have made it from its own files without them.
                     let mut on_connect = settings.clone();
                     on_connect.push(keeper.root_rules(&login.user));
-                    let (url, state) = (url.clone(), state.clone());
+                    let (url, state, keeper) = (url.clone(), state.clone(), keeper.clone());
                     async move {
                         let b =
                             backend::Backend::connect(&url, cluster, timeout, Some(&login), per_token, max_reply, wait)
@@ -161,7 +183,13 @@ pub(crate) async fn scoped_tokens(
                                 .map_err(|e| e.to_string())?;
                         b.on_connect(on_connect, Some(&state.killer));
                         b.charge_replies(&state.response_budget);
-                        Ok(b)
+                        // A restarted Redis that forgot the token's user: derived again, from
+                        // the operator's user as it is then.
+                        let derived = login.user.clone();
+                        Ok(b.restore_by(Arc::new(move || {
+                            let (keeper, derived) = (keeper.clone(), derived.clone());
+                            Box::pin(async move { keeper.derive_now(&derived).await })
+                        })))
                     }
                 };
                 let previous = state.scoped.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -227,7 +255,7 @@ pub(crate) async fn connect(config: &Config, wait: Option<redcount_cluster::Repl
     let full_login = if config.allow_admin_commands {
         None
     } else {
-        restricted_login(&killer, &config.token, Restriction::Full)
+        restricted_login(&killer, &config.token, Restriction::Full, &[])
             .await
             .inspect_err(|e| {
                 tracing::error!(
@@ -251,7 +279,7 @@ pub(crate) async fn connect(config: &Config, wait: Option<redcount_cluster::Repl
     };
     let readonly = match &config.readonly_token {
         None => None,
-        Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly).await {
+        Some(ro) => match restricted_login(&killer, ro, Restriction::ReadOnly, &commands.keyspace_walk_rules()).await {
             Ok((login, setuser)) => {
                 made_users.push((login.user.clone(), setuser.clone()));
                 let ro = connect(Some(login), config.redis_connections, None).await.map_err(unreachable)?;
@@ -269,8 +297,9 @@ pub(crate) async fn connect(config: &Config, wait: Option<redcount_cluster::Repl
     Ok(Connected { killer, commands, backend, readonly, made_users, settings, output_limit, run_id })
 }
 
-/// Sets Redis's output-buffer limit, reads its run id and warns if it may evict: the settings
-/// to keep on Redis (with `kill_setting`), the output limit in force (0: none) and the run id.
+/// Sets Redis's output-buffer limit and its checking of RESTORE payloads, reads its run id and
+/// warns if it may evict: the settings to keep on Redis (with `kill_setting`), the output limit
+/// in force (0: none) and the run id.
 async fn keep_settings(
     config: &Config,
     killer: &backend::Backend,
@@ -282,7 +311,8 @@ async fn keep_settings(
     let run_id = if config.cluster { None } else { crate::driver::run_id(killer).await };
     warn_if_evicting(killer).await;
     let output_limit = if output_set.is_some() { output_limit } else { 0 };
-    (kill_setting.into_iter().chain(output_set).collect(), output_limit, run_id)
+    let sanitize = sanitize_restores(killer).await;
+    (kill_setting.into_iter().chain(output_set).chain(sanitize).collect(), output_limit, run_id)
 }
 
 /// One connection of the URL's own user, for the front itself (the script watchdog's).

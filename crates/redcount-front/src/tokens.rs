@@ -1,5 +1,6 @@
-//! `--tokens FILE`: several apps on one front, each token logged in to Redis as its own ACL
-//! user, so Redis itself enforces what the token may touch (key patterns, commands).
+//! `--tokens FILE`: several apps on one front, each token logged in to Redis as a user of its
+//! own, derived from the app's ACL user, so Redis itself enforces what the token may touch (key
+//! and channel patterns, commands).
 //!
 //! The file is a JSON array:
 //!
@@ -10,12 +11,12 @@
 //! ]
 //! ```
 //!
-//! The users are the operator's (`ACL SETUSER app1 on >… ~app1:* +@all -@admin`). Before it
-//! logs in as them, the front appends its own rules to each (the commands that reach beyond
-//! one app's keys, which key patterns do not stop: `Table::one_app_rules`), and keeps them
-//! there (`cluster_users::Keeper`). It is read at start and again on SIGHUP; a file that
-//! cannot be read, a user that cannot log in or that the front cannot put its rules on keeps
-//! the tokens in force.
+//! The users are the operator's (`ACL SETUSER app1 on >… ~app1:* +@all -@admin`). The front
+//! logs each token in as a user derived from them (`cluster_users::Tenant`: the operator's
+//! passwords, patterns and commands, and the front's own rules: the commands that reach beyond
+//! one app's keys, which key patterns do not stop, `Table::one_app_rules`), and keeps it derived
+//! (`cluster_users::Keeper`). It is read at start and again on SIGHUP; a file that cannot be
+//! read, a user that cannot log in or that the front cannot derive keeps the tokens in force.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 
 use crate::auth::Scoped;
 use crate::backend::{Backend, Login};
-use crate::cluster_users::Keeper;
+use crate::cluster_users::{Keeper, Tenant};
 
 /// Shortest token accepted in the file.
 const MIN_TOKEN_LEN: usize = 16;
@@ -52,7 +53,8 @@ fn read(path: &Path, reserved: &[&str], own_user: &str) -> Result<Vec<Entry>, St
         if e.user.is_empty() {
             return Err(format!("{at}: no user"));
         }
-        // The front appends its rules to the user: its own set-up user must keep its rights.
+        // The front derives a user of its own from it, deleted when it finds the user off: its
+        // own set-up user must keep its rights, and its own users are not an app's.
         if e.user == own_user || e.user.starts_with("redcount-rest-") {
             return Err(format!(
                 "{at}: the user is the front's own (the --redis URL's, or one it makes): give the app a Redis user of its own"
@@ -82,39 +84,62 @@ where
     Fut: std::future::Future<Output = Result<Backend, String>>,
 {
     let entries = read(path, reserved, keeper.own_user())?;
-    // The rules on every user first (those kept as well: the operator may have edited them
-    // before the reload), so that no connection of a token runs before them.
-    let mut users: Vec<String> = entries.iter().map(|e| e.user.clone()).collect();
-    users.sort();
-    users.dedup();
-    keeper.keep_tenants(&users).await.map_err(|e| format!("{}: {e}", path.display()))?;
+    // Every token's user derived first (those kept as well: the operator may have edited
+    // theirs before the reload), so that no connection of a token runs before its rules.
+    let tenants: Vec<Tenant> =
+        entries.iter().map(|e| Tenant::new(&e.token, &e.user, &e.password, e.readonly)).collect();
+    let in_force: Vec<Tenant> = previous.iter().map(|s| s.tenant.clone()).collect();
+    // The new logins are checked first, changing nothing: a file the reload refuses leaves the
+    // users of the tokens in force as they are.
+    let new: Vec<usize> = (0..entries.len()).filter(|i| !in_force.contains(&tenants[*i])).collect();
+    let fresh: Vec<Tenant> = new.iter().map(|i| tenants[*i].clone()).collect();
+    if let Err((j, why)) = keeper.check_logins(&fresh).await {
+        let i = new.get(j).copied().unwrap_or(0);
+        return Err(format!("{} entry {i}: cannot log in to Redis as {:?}: {why}", path.display(), entries[i].user));
+    }
+    if let Err(e) = keeper.keep_tenants(&tenants).await {
+        keeper.settle(&in_force).await;
+        return Err(format!("{}: {e}", path.display()));
+    }
     let mut out = Vec::with_capacity(entries.len());
     let mut new_logins = HashMap::new();
-    for (i, e) in entries.into_iter().enumerate() {
+    for (i, (e, tenant)) in entries.into_iter().zip(tenants.iter().cloned()).enumerate() {
         let same_login = logins.get(&e.token).is_some_and(|(u, p)| *u == e.user && *p == e.password);
         let kept =
             previous.iter().find(|s| same_login && s.token == e.token).map(|s| (s.backend.clone(), s.revoked.clone()));
+        let guarded = keeper.guard(&tenant.derived);
         let (backend, revoked) = match kept {
             Some(k) => k,
             None => {
-                let login = Login { user: e.user.clone(), password: e.password.clone() };
-                let b = connect(login).await.map_err(|why| {
+                let cannot = |why: String| {
                     format!("{} entry {i}: cannot log in to Redis as {:?}: {why}", path.display(), e.user)
-                })?;
-                (Arc::new(b), tokio_util::sync::CancellationToken::new())
+                };
+                let attempt = match guarded.refusal() {
+                    Some(why) => Err(cannot(why)),
+                    None => {
+                        let login = Login { user: tenant.derived.clone(), password: e.password.clone() };
+                        connect(login).await.map_err(cannot)
+                    }
+                };
+                match attempt {
+                    Ok(b) => (Arc::new(b), tokio_util::sync::CancellationToken::new()),
+                    Err(e) => {
+                        keeper.settle(&in_force).await;
+                        return Err(e);
+                    }
+                }
             }
         };
-        let guarded = keeper.guard(&e.user);
         new_logins.insert(e.token.clone(), (e.user, e.password));
-        out.push(Scoped { token: e.token, readonly: e.readonly, backend, revoked, guarded });
+        out.push(Scoped { token: e.token, readonly: e.readonly, backend, revoked, guarded, tenant });
     }
-    keeper.retain_tenants(&users);
+    keeper.settle(&tenants).await;
     Ok((out, new_logins))
 }
 
 /// Ends what the tokens of `previous` that `now` no longer has (or has with another login)
-/// hold open: their subscriptions. Their pooled connections close as the last request using
-/// them ends.
+/// hold open: their subscriptions. (The users of removed tokens are deleted, which closes
+/// their connections: `Keeper::settle`.)
 pub(crate) fn revoke_dropped(previous: &[Scoped], now: &[Scoped]) {
     for p in previous {
         if !now.iter().any(|s| s.token == p.token && Arc::ptr_eq(&s.backend, &p.backend)) {

@@ -6,11 +6,14 @@
 //!
 //! - at most [`Limits::max_connections`] at once, and [`Limits::max_per_ip`] from one client
 //!   address; past either a connection gets `503` with a JSON error and is closed, so
-//!   clients see why. At either cap, the connection that has had no request at work for
-//!   longest (a second at least: still shaking hands, sending its head, trickling its body,
-//!   or parked between requests; at the per-address cap, of that address) is closed to make
-//!   room, so a flood of such connections cannot keep a working client out, nor one user
-//!   behind a shared address (a NAT, a proxy) the others; a request at work is never cut off;
+//!   clients see why. At the per-address cap, the connection of that address that has had no
+//!   request at work for longest (still shaking hands, sending its head, trickling its body, or
+//!   parked between requests, however briefly) is closed to make room, so one user behind a
+//!   shared address (a NAT, a proxy) cannot lock the others out, even with every connection
+//!   busy with cheap requests. At the global cap, the one idle longest if that is a second or
+//!   more (so clients do not take each other's places in turns), else the one idle longest of
+//!   the address holding the most connections, when that is more than the newcomer's holds: a
+//!   flood from a few addresses gives way to the others. A request at work is never cut off;
 //! - a `401` response closes its connection: a client without a valid token cannot keep one
 //!   open by sending requests;
 //! - [`Limits::header_timeout`]: a connection must deliver a complete request head within
@@ -175,11 +178,13 @@ pub async fn serve_tls(
     Ok(())
 }
 
-/// Finds `tcp` its places at a full cap: closes the connection that has had no request at
-/// work for longest, if that is a second or more (a flood of slow handshakes, heads or bodies
-/// and of parked keep-alive connections is made of those; a client at work is never cut off),
-/// of its address when that address holds its limit, then waits briefly for the place it
-/// gave back; refuses with 503 when none comes.
+/// Finds `tcp` its places at a full cap: closes a connection that has no request at work (a
+/// client at work is never cut off; an idle one simply reconnects), then waits briefly for the
+/// place it gave back; refuses with 503 when none comes. At its address's cap, that address's
+/// idle longest, however briefly: its own clients take turns, however busy one of them keeps
+/// its connections. At the global cap, the one idle longest if a second or more, else the one
+/// idle longest of the address holding the most connections when that holds more than this
+/// one's (so equal shares never evict each other).
 async fn admit(conn: Conn, tcp: TcpStream, ip_slot: Option<IpSlot>, ip: IpAddr, caps: Arc<Caps>) {
     let tls = conn.tls.is_some();
     let wait = Duration::from_millis(300);
@@ -188,7 +193,7 @@ async fn admit(conn: Conn, tcp: TcpStream, ip_slot: Option<IpSlot>, ip: IpAddr, 
         None => {
             // Waiting only for a place given back by an eviction: a flood past its address's
             // limit with nothing to evict is refused at once, holding nothing.
-            let freed = conn.idle.evict_oldest(EVICTABLE, Some(ip));
+            let freed = conn.idle.evict_oldest(Duration::ZERO, Some(ip));
             let entered = match freed {
                 true => tokio::time::timeout(wait, caps.per_ip.clone().enter_when_free(ip)).await.ok(),
                 false => caps.per_ip.clone().enter(ip),
@@ -206,7 +211,11 @@ async fn admit(conn: Conn, tcp: TcpStream, ip_slot: Option<IpSlot>, ip: IpAddr, 
     let permit = match caps.slots.clone().try_acquire_owned() {
         Ok(p) => p,
         Err(_) => {
-            conn.idle.evict_oldest(EVICTABLE, None);
+            if !conn.idle.evict_oldest(EVICTABLE, None)
+                && let Some(largest) = caps.per_ip.larger_than(ip)
+            {
+                conn.idle.evict_oldest(Duration::ZERO, Some(largest));
+            }
             match tokio::time::timeout(wait, caps.slots.clone().acquire_owned()).await {
                 Ok(Ok(p)) => p,
                 _ => {
@@ -228,8 +237,8 @@ struct Caps {
     refusing: AtomicUsize,
 }
 
-/// How long a connection must have had no request at work before a newcomer at a full cap
-/// may take its place.
+/// How long a connection must have had no request at work before a newcomer at the global cap
+/// may take its place whatever its address.
 const EVICTABLE: Duration = Duration::from_secs(1);
 
 /// Writes a refusal, unless 256 are being written already (then just closes). Over TLS it
@@ -611,6 +620,14 @@ impl PerIp {
         }
     }
 
+    /// The address holding the most connections, if it holds more than `ip` does (0 when the
+    /// places per address are not counted).
+    fn larger_than(&self, ip: IpAddr) -> Option<IpAddr> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (largest, n) = held.iter().max_by_key(|(_, n)| **n)?;
+        (*n > held.get(&ip).copied().unwrap_or(0)).then_some(*largest)
+    }
+
     /// A place for one more connection from `ip`, or `None` when it holds its limit.
     fn enter(self: Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
         if self.limit == 0 {
@@ -804,25 +821,70 @@ mod tests {
         assert_eq!(per_ip.held.lock().unwrap().get(&ip), Some(&1));
     }
 
-    /// A server whose one address holds its limit in half-sent heads serves a newcomer of that
-    /// address once they are a second old, closing the oldest; before that it refuses.
-    #[tokio::test]
-    async fn at_the_per_address_cap_a_newcomer_takes_the_oldest_heads_place() {
+    /// A request on a fresh connection from `from` (any loopback address) to `addr`: its answer.
+    async fn ask_from(addr: std::net::SocketAddr, from: [u8; 4]) -> String {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((IpAddr::from(from), 0).into()).unwrap();
+        let mut c = socket.connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer).await;
+        answer
+    }
+
+    /// A server on a free port with `limits`, answering "hello"; and the way to stop it.
+    async fn hello_server(
+        limits: Limits,
+    ) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<io::Result<()>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new().fallback(|| async { "hello" });
-        let limits = Limits { max_per_ip: 3, ..Limits::default() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(listener, app, limits, async {
             let _ = stopped.await;
         }));
-        let ask = || async move {
-            let mut c = TcpStream::connect(addr).await.unwrap();
-            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-            let mut answer = String::new();
-            let _ = c.read_to_string(&mut answer).await;
-            answer
-        };
+        (addr, stop, server)
+    }
+
+    /// Keep-alive connections from `from`, each sending a request every `every` until `stop`:
+    /// busy, so never idle a second, but parked between requests.
+    fn busy(
+        addr: std::net::SocketAddr,
+        from: [u8; 4],
+        n: usize,
+        every: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Vec<tokio::task::JoinHandle<usize>> {
+        (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                    socket.bind((IpAddr::from(from), 0).into()).unwrap();
+                    let Ok(mut c) = socket.connect(addr).await else { return 0 };
+                    let mut served = 0;
+                    let mut buf = vec![0u8; 4096];
+                    while !stop.load(Ordering::Relaxed) {
+                        if c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.is_err() {
+                            break;
+                        }
+                        match c.read(&mut buf).await {
+                            Ok(n) if n > 0 && buf[..n].starts_with(b"HTTP/1.1 200") => served += 1,
+                            _ => break,
+                        }
+                        tokio::time::sleep(every).await;
+                    }
+                    served
+                })
+            })
+            .collect()
+    }
+
+    /// A server whose one address holds its limit in half-sent heads serves a newcomer of that
+    /// address at once, closing the oldest head.
+    #[tokio::test]
+    async fn at_the_per_address_cap_a_newcomer_takes_the_oldest_heads_place() {
+        let (addr, stop, server) = hello_server(Limits { max_per_ip: 3, ..Limits::default() }).await;
         let mut heads = Vec::new();
         for _ in 0..3 {
             let mut c = TcpStream::connect(addr).await.unwrap();
@@ -830,10 +892,7 @@ mod tests {
             heads.push(c);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let young = ask().await;
-        assert!(young.starts_with("HTTP/1.1 503") && young.contains("from one address"), "{young}");
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
-        let answer = ask().await;
+        let answer = ask_from(addr, [127, 0, 0, 1]).await;
         assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"), "{answer}");
         let mut closed = Vec::new();
         for h in &mut heads {
@@ -844,6 +903,78 @@ mod tests {
             ));
         }
         assert_eq!(closed, [true, false, false], "the oldest head made room");
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
+
+    /// One client of an address keeps every place of it with keep-alive connections each
+    /// busy more often than once a second: a newcomer of that address still gets in, taking
+    /// the place of one parked between its requests (which reconnects).
+    #[tokio::test]
+    async fn at_the_per_address_cap_busy_parked_connections_make_room() {
+        let (addr, stop, server) = hello_server(Limits { max_per_ip: 8, ..Limits::default() }).await;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flood = busy(addr, [127, 0, 0, 5], 8, Duration::from_millis(100), done.clone());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..5 {
+            let answer = ask_from(addr, [127, 0, 0, 5]).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        done.store(true, Ordering::Relaxed);
+        let mut served = 0;
+        for f in flood {
+            served += f.await.unwrap();
+        }
+        assert!(served > 8, "the flood was served too ({served})");
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
+
+    /// An address whose every connection has a request at work still has its limit: a newcomer
+    /// of it is refused with 503 at once, and no request at work is cut off.
+    #[tokio::test]
+    async fn at_the_per_address_cap_requests_at_work_are_never_cut_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(|| async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            "slow"
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let limits = Limits { max_per_ip: 3, ..Limits::default() };
+        let server = tokio::spawn(serve(listener, app, limits, async {
+            let _ = stopped.await;
+        }));
+        let at_work: Vec<_> = (0..3).map(|_| tokio::spawn(ask_from(addr, [127, 0, 0, 9]))).collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let refused = ask_from(addr, [127, 0, 0, 9]).await;
+        assert!(refused.starts_with("HTTP/1.1 503") && refused.contains("from one address"), "{refused}");
+        assert!(started.elapsed() < Duration::from_millis(500), "refused at once: {:?}", started.elapsed());
+        for a in at_work {
+            let answer = a.await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("slow"), "{answer}");
+        }
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
+
+    /// At the global cap, held by two busy addresses, a third address's newcomer gets in: the
+    /// largest address gives up a parked connection.
+    #[tokio::test]
+    async fn at_the_global_cap_the_largest_address_gives_way() {
+        let limits = Limits { max_connections: 8, max_per_ip: 5, ..Limits::default() };
+        let (addr, stop, server) = hello_server(limits).await;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut flood = busy(addr, [127, 0, 0, 6], 4, Duration::from_millis(100), done.clone());
+        flood.extend(busy(addr, [127, 0, 0, 7], 4, Duration::from_millis(100), done.clone()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let answer = ask_from(addr, [127, 0, 0, 8]).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "another address: {answer}");
+        done.store(true, Ordering::Relaxed);
+        for f in flood {
+            f.await.unwrap();
+        }
         let _ = stop.send(());
         server.await.unwrap().unwrap();
     }

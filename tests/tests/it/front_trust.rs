@@ -405,17 +405,56 @@ async fn the_readonly_token_runs_only_scripts_the_full_token_loaded() {
     assert_eq!(s, 403, "{v}");
 }
 
+/// Every read of the whole keyspace (a key name, or their number) the read-only token may not
+/// run, from the `COMMAND` table: keyless `@keyspace` reads (KEYS, SCAN, RANDOMKEY, DBSIZE), and
+/// those the table does not flag, naming or counting any key of a slot or database.
+fn walks_the_keyspace(e: &Entry) -> bool {
+    let name = e.words.join("|");
+    (e.keyless && e.categories.iter().any(|c| c == "@keyspace") && e.flags.iter().any(|f| f == "readonly"))
+        || ["cluster|getkeysinslot", "cluster|countkeysinslot", "cluster|slot-stats", "memory|stats"]
+            .contains(&name.as_str())
+}
+
 #[tokio::test]
 async fn the_readonly_token_may_not_walk_the_keyspace() {
     let redis = RedisServer::start();
     let front = Front::start(&redis.url(), false);
     let c = Client { http: redcount_tests::http(), url: front.url() };
-    for cmd in [json!(["KEYS", "*"]), json!(["SCAN", "0"]), json!(["scan", "0", "MATCH", "*"])] {
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut redis.conn()).unwrap();
+    for cmd in [
+        json!(["KEYS", "*"]),
+        json!(["SCAN", "0"]),
+        json!(["scan", "0", "MATCH", "*"]),
+        json!(["RANDOMKEY"]),
+        json!(["randomkey"]),
+        json!(["DBSIZE"]),
+    ] {
         let (s, v) = c.send(&front.readonly_token, "/", Some(cmd.clone()), false).await;
         assert_eq!(s, 403, "{cmd}: {v}");
         assert!(v["error"].as_str().unwrap().contains("read-only"), "{v}");
+        let (s, v) = c.send(&front.readonly_token, "/pipeline", Some(json!([cmd.clone()])), false).await;
+        assert!(s == 200 && v[0]["error"].as_str().is_some_and(|e| e.contains("read-only")), "{cmd} piped: {v}");
         let (s, _) = c.send(&front.token, "/", Some(cmd), false).await;
         assert_eq!(s, 200);
+    }
+    // Every such read of the table, inside a script the full token loaded: its Redis user may not.
+    let generic = "return redis.call(unpack(ARGV))";
+    let (s, _) = c.send(&front.token, "/", Some(json!(["SCRIPT", "LOAD", generic])), false).await;
+    assert_eq!(s, 200);
+    let walks: Vec<Vec<String>> =
+        entries(&redis).iter().filter(|e| walks_the_keyspace(e)).flat_map(|e| argument_lists(e, "k", "0")).collect();
+    let names: Vec<String> = walks.iter().map(|w| w.join(" ")).collect();
+    for must in ["keys", "scan", "randomkey", "dbsize", "cluster", "memory stats"] {
+        assert!(names.iter().any(|n| n.starts_with(must)), "{must} is among the walks: {names:?}");
+    }
+    for words in &walks {
+        let way = [vec!["EVAL_RO".to_string(), generic.to_string(), "0".into()], words.clone()].concat();
+        let (s, v) = c.send(&front.readonly_token, "/", Some(json!(way)), false).await;
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(
+            s == 400 && (e.contains("can't run this command") || e.contains("no permissions")),
+            "{words:?} in a read-only script: {s} {v}"
+        );
     }
     // Inside a script too (one the full token loaded): the read-only connections log in as
     // a user without them.

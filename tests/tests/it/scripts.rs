@@ -273,7 +273,8 @@ async fn what_redcount_relies_on_in_the_server() {
 /// What differs between Redis and Valkey for a client of the REST front, checked on the
 /// server this run starts (docs/front.md, redcount-rest --help): Valkey's SCRIPT SHOW gives the full
 /// token the source of any cached script (the read-only token is refused it on either, as every
-/// command COMMAND does not flag read-only), a blocking command inside a script answers at
+/// command COMMAND does not flag read-only, and a `--tokens` token, as reading other apps'
+/// scripts), a blocking command inside a script answers at
 /// once on Valkey where Redis refuses it (never a stall on either), and Valkey's COMMANDLOG is
 /// refused as administrative, from its COMMAND flags, like SLOWLOG.
 #[tokio::test]
@@ -285,7 +286,11 @@ async fn what_differs_on_valkey_through_the_front() {
 
     let valkey = Server::from_env() == Server::Valkey;
     let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    super::front_tokens::readme_users(&redis, &["app1"]);
+    let tenant = redcount_tests::secret("t1");
+    let file = redcount_tests::scratch_dir("valkey-differs").join("tokens.json");
+    super::front_tokens::write_tokens(&file, &[(&tenant, "app1", "pw-app1-0123456789", false)]);
+    let front = RestFront::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
     let http = redcount_tests::http();
     let call = |token: &str, body: J| {
         let r = http.post(front.url()).bearer_auth(token).body(body.to_string()).send();
@@ -305,6 +310,13 @@ async fn what_differs_on_valkey_through_the_front() {
     }
     let (status, shown) = call(&front.readonly_token, json!(["SCRIPT", "SHOW", sha])).await;
     assert_eq!(status, 403, "{shown}");
+    // Another app's script, by a tenant (on Valkey it read any cached script's source before).
+    let (status, shown) = call(&tenant, json!(["SCRIPT", "SHOW", sha])).await;
+    assert!(status == 403 || (!valkey && status == 400), "a --tokens token's SCRIPT SHOW: {status} {shown}");
+    assert!(!shown.to_string().contains("return 42"), "{shown}");
+    let show = json!(["EVAL", "return redis.call('SCRIPT', 'SHOW', ARGV[1])", "0", sha]);
+    let (status, shown) = call(&tenant, show).await;
+    assert!(status != 200 && !shown.to_string().contains("return 42"), "inside a script: {status} {shown}");
 
     let at = Instant::now();
     let (status, got) =

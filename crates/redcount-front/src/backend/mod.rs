@@ -13,6 +13,7 @@ mod pool;
 
 use std::fmt;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,12 +33,23 @@ pub struct Backend {
     conns: Conns,
     /// The user its connections log in as, when not the URL's.
     login: Option<Login>,
-    /// For connections logged in as a front-made user: the ACL SETUSER that makes it, and
-    /// the URL-user connections to send it on. A restarted Redis has forgotten the user
-    /// (unless it saved its ACL), so a refused login is answered by making it again.
-    restore: Option<(Cmd, Conns)>,
+    /// For connections logged in as a front-made user: how to make it again. A restarted
+    /// Redis has forgotten the user (unless it saved its ACL), so a refused login is answered
+    /// by making it again.
+    restore: Option<Restore>,
     /// `--wait-replicas`: money calls wait for replicas.
     waits: Option<Waits>,
+}
+
+/// Makes a front-made user again; true once it is back.
+pub type Remake = Arc<dyn Fn() -> Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send + Sync>;
+
+/// How a backend's front-made user is made again.
+enum Restore {
+    /// This ACL SETUSER, sent on the URL-user connections given.
+    Setuser(Cmd, Conns),
+    /// This call (a token's user, derived from the operator's as it is now).
+    Call(Remake),
 }
 
 /// How money calls wait for replicas, and on a Cluster the connections of their own they run
@@ -211,7 +223,14 @@ impl Backend {
     /// Has the user made again by `setuser`, sent with `setup`'s connections, whenever Redis
     /// refuses this backend's login.
     pub fn restore_with(mut self, setuser: Cmd, setup: &Backend) -> Self {
-        self.restore = Some((setuser, setup.conns.clone()));
+        self.restore = Some(Restore::Setuser(setuser, setup.conns.clone()));
+        self
+    }
+
+    /// Has the user made again by `remake` (true once it is back) whenever Redis refuses this
+    /// backend's login.
+    pub fn restore_by(mut self, remake: Remake) -> Self {
+        self.restore = Some(Restore::Call(remake));
         self
     }
 
@@ -305,7 +324,7 @@ impl Backend {
     async fn retry(&self, e: &Failed) -> bool {
         match (e, &self.restore) {
             (Failed::Refused(_), _) => true,
-            (Failed::Login(_), Some((setuser, via))) => {
+            (Failed::Login(_), Some(Restore::Setuser(setuser, via))) => {
                 let mut held = Held::default();
                 let made = match via.query(setuser, Lane::Bounded, &mut held).await {
                     Err(Failed::Refused(_)) => via.query(setuser, Lane::Bounded, &mut held).await,
@@ -313,6 +332,7 @@ impl Backend {
                 };
                 made.is_ok()
             }
+            (Failed::Login(_), Some(Restore::Call(remake))) => remake().await,
             _ => false,
         }
     }
