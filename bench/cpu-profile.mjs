@@ -1,6 +1,6 @@
 // CPU profile shares of one worker under load, for `cargo xtask bench`.
 //
-// node --experimental-websocket bench/cpu-profile.mjs INSPECTOR_HOST:PORT|- URL SECONDS CONNS
+// node --experimental-websocket bench/cpu-profile.mjs INSPECTOR_HOST:PORT|- URL SECONDS CONNS [one]
 //
 // Connects to workerd's V8 inspector (`workerd serve --inspector-addr`), starts V8's sampling
 // profiler (the same profiler as `--cpu-prof`), sends POST URL-with-a-fresh-subject from CONNS
@@ -12,14 +12,16 @@
 //   other:    V8/workerd work outside any JS frame ("(program)") and garbage collection.
 // The load runs in this process, outside workerd, so its cost is not in the profile.
 // With INSPECTOR "-" it only sends the load and prints {"requests": N} (no profiler running).
-const [inspector, url, seconds, conns] = process.argv.slice(2);
+// With "one" every request names the same subject (a flood, or a hot limit).
+const [inspector, url, seconds, conns, one] = process.argv.slice(2);
 
 let sent = 0;
 async function load() {
   const until = Date.now() + Number(seconds) * 1000;
   const loop = async (c) => {
     while (Date.now() < until) {
-      const r = await fetch(`${url}p${c}-${sent++ % 1000}`, { method: "POST" });
+      const r = await fetch(one === "one" ? `${url}one` : `${url}p${c}-${sent % 1000}`, { method: "POST" });
+      sent++;
       await r.arrayBuffer();
     }
   };

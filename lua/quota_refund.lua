@@ -3,6 +3,8 @@
 -- would undo the limit.
 -- KEYS[1]  the quota's state key (as the take script keeps it)
 -- KEYS[2]  the subject's override of the size (prelude.lua: override)
+-- KEYS[3]  the units lent to shells (quota_lease.lua; a fixed window's only): never given
+--          back here, since the shells holding them admit from them without asking Redis
 -- ARGV[1]  algorithm: fw, sw, tb or gc
 -- ARGV[2]  units to give back (1 .. limit)
 -- ARGV[3..] the algorithm's parameters, as its take script takes them
@@ -11,7 +13,7 @@
 -- Reply: {refunded}: the units given back (fewer when less was in use, or, for a sliding
 -- window, past the units of its newest 500 logged calls; 0 for a fixed window whose window
 -- has passed, or when nothing is in use).
--- Optional: KEYS[3] + two last ARGV make it idempotent (prelude.lua).
+-- Optional: KEYS[4] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua and lib_sliding.lua: sliding_entry.)
 
 local key, algo = KEYS[1], ARGV[1]
@@ -35,7 +37,7 @@ else
   return error({err = 'ERR redcount: algorithm must be fw, sw, tb or gc'})
 end
 
-local replay, finish = idempotency(2, (algo == 'fw' or algo == 'sw') and 4 or 5)
+local replay, finish = idempotency(3, (algo == 'fw' or algo == 'sw') and 4 or 5)
 if replay then return replay end
 -- The subject's override of the size, as the take script reads it.
 if algo == 'tb' then
@@ -54,7 +56,8 @@ if algo == 'fw' then
     -- Only a count the take would count (lib_fixed.lua): whole, with an expiry within a window.
     local ttl = redis.call('PTTL', key)
     if used < 0 or used % 1 ~= 0 or ttl < 0 or ttl > p2 then used = 0 end
-    given = math.min(units, used)
+    for _, h in ipairs(redis.call('HVALS', KEYS[3])) do used = used - math.max(0, stored(h) or 0) end
+    given = math.max(0, math.min(units, used))
     if given > 0 then redis.call('DECRBY', key, s(given)) end -- the key keeps its expiry
   else -- the layout before, "<window>:<used>"
     local sw, sn = string.match(v or '', '^(%d+):(%d+)$')

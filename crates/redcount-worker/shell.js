@@ -6,7 +6,7 @@
 // step in its output buffer (its doc comment has the layout). `cargo xtask build-worker`
 // copies this file to build/index.js beside wasm-bindgen's glue and the wasm.
 import wasmModule from "./redcount_worker_bg.wasm";
-import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail } from "./redcount_worker.js";
+import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, due } from "./redcount_worker.js";
 
 const { memory } = initSync({ module: wasmModule });
 
@@ -27,12 +27,21 @@ function put(str, bytes = EMPTY) {
   return written;
 }
 
+const word = (b, at) => (b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) | (b[at + 3] << 24)) >>> 0;
+
 // A call's output: a view of wasm memory, valid until the next call into the module.
 function output(at) {
   const mem = new Uint8Array(memory.buffer);
-  const len = (mem[at] | (mem[at + 1] << 8) | (mem[at + 2] << 16) | (mem[at + 3] << 24)) >>> 0;
-  return mem.subarray(at + 4, at + 4 + len);
+  return mem.subarray(at + 4, at + 4 + word(mem, at));
 }
+
+// Takes told to wait (a borrow of their subject is under way) wake when any exchange is
+// answered, or after 50 ms, and ask again.
+let wake = null;
+const settled = () => {
+  wake ??= Promise.withResolvers();
+  return Promise.race([wake.promise, new Promise((r) => setTimeout(r, 50))]);
+};
 
 // The configuration as the wasm module last read it: the env it came from, its REDCOUNT_*
 // text, and what the REST fetch needs. Parsed once per isolate; again only when the text changes.
@@ -133,12 +142,52 @@ async function replyBytes(resp) {
   return all;
 }
 
+// Makes the REST calls a step asks for until a respond step (a view, as `output`'s).
+async function drive(step) {
+  while (step[0] === 1) {
+    const id = word(step, 1);
+    const timeout = word(step, 5);
+    // slice: the REST body is copied out of wasm memory once, for the fetch to keep.
+    const init = { method: "POST", headers: restHeaders, body: step.slice(9) };
+    // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
+    if (timeout > 0) init.signal = AbortSignal.timeout(timeout);
+    let status;
+    let reply;
+    try {
+      const resp = await fetch(restUrl, init);
+      status = resp.status;
+      reply = await replyBytes(resp);
+    } catch (e) {
+      reply = null;
+      step = output(fail(id, put(errorText(e)), Date.now()));
+    }
+    if (reply !== null) {
+      put("", reply);
+      step = output(receive(id, status, reply.length, Date.now()));
+    }
+    wake?.resolve();
+    wake = null;
+  }
+  return step;
+}
+
+// After a response: the background calls due (leases' unused units given back), and a wake
+// at the next lease's end, each kept alive past the response by `waitUntil`.
+function background(ctx) {
+  const out = output(due(Date.now()));
+  const next = word(out, 0);
+  for (let at = 4; at < out.length; at += 4 + word(out, at)) {
+    ctx.waitUntil(drive(out.subarray(at + 4, at + 4 + word(out, at))));
+  }
+  if (next <= 60000) ctx.waitUntil(new Promise((r) => setTimeout(r, next)).then(() => background(ctx)));
+}
+
 function errorText(e) {
   return e instanceof Error ? e.message || e.name : String(e);
 }
 
 export default {
-  async fetch(request, env) {
+  async fetch(request, env, ctx) {
     configured(env);
     const h = request.headers;
     const length = h.get("Content-Length");
@@ -156,27 +205,14 @@ export default {
         bodyError = "+" + errorText(e).replaceAll("\0", " ");
       }
     }
-    let step = output(handle(put(head + "\0" + bodyError, body), body.length));
-    while (step[0] === 1) {
-      const id = (step[1] | (step[2] << 8) | (step[3] << 16) | (step[4] << 24)) >>> 0;
-      const timeout = (step[5] | (step[6] << 8) | (step[7] << 16) | (step[8] << 24)) >>> 0;
-      // slice: the REST body is copied out of wasm memory once, for the fetch to keep.
-      const init = { method: "POST", headers: restHeaders, body: step.slice(9) };
-      // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
-      if (timeout > 0) init.signal = AbortSignal.timeout(timeout);
-      let status;
-      let reply;
-      try {
-        const resp = await fetch(restUrl, init);
-        status = resp.status;
-        reply = await replyBytes(resp);
-      } catch (e) {
-        step = output(fail(id, put(errorText(e))));
-        continue;
-      }
-      put("", reply);
-      step = output(receive(id, status, reply.length));
-    }
-    return respond(step);
+    const since = Date.now();
+    const ask = () => output(handle(put(head + "\0" + bodyError, body), body.length, Date.now(), Date.now() - since < 1000 ? 1 : 0));
+    let step;
+    while ((step = ask())[0] === 2) await settled();
+    step = await drive(step);
+    const more = step[0] === 3;
+    const response = respond(step);
+    if (more) background(ctx);
+    return response;
   },
 };

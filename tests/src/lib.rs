@@ -923,6 +923,14 @@ impl NativeServer {
     pub fn peak_rss_kib(&self) -> u64 {
         peak_rss_kib(self.child.as_ref().and_then(Proc::id).expect("running"))
     }
+
+    /// Stops it as an operator would (SIGTERM: a graceful shutdown), killing it if it has not
+    /// exited within `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        if let Some(mut c) = self.child.take() {
+            c.stop(grace);
+        }
+    }
 }
 
 /// A process's peak resident memory (VmHWM from /proc), in KiB.

@@ -8,6 +8,11 @@ use crate::{procs, workerd};
 
 const BENCH_POLICIES: &str = r#"{
   "bench-quota":  { "kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000 },
+  "bench-raw":    { "kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000, "cache_denials_ms": 0 },
+  "storm":        { "kind": "quota", "algorithm": "fixed", "limit": 1, "window_ms": 3600000 },
+  "storm-raw":    { "kind": "quota", "algorithm": "fixed", "limit": 1, "window_ms": 3600000, "cache_denials_ms": 0 },
+  "hot":          { "kind": "quota", "algorithm": "fixed", "limit": 100000000, "window_ms": 3600000 },
+  "hot-lease":    { "kind": "quota", "algorithm": "fixed", "limit": 100000000, "window_ms": 3600000, "borrow": { "units": 50, "ms": 1000 } },
   "running-jobs": { "kind": "counter", "min": 0, "storage": "hash" },
   "demo-packets": { "kind": "redpackets", "max_shares": 1000, "max_total_cents": 1000000, "ttl_ms": 3600000 }
 }"#;
@@ -93,12 +98,115 @@ const BY_HAND: &str = "\n## Measured by hand";
 /// Cold starts per worker: the median and every run, in ms.
 const COLD_RUNS: usize = 5;
 
-/// `cargo xtask bench` (`full`: everything, writing BENCHMARKS.md) or `cargo xtask bench
-/// workers` (the workers side by side only, printed).
-pub fn all(full: bool) -> Result<(), String> {
+/// What Redis (on `port`) has run so far, from INFO commandstats: (script calls, every
+/// command, those run by scripts included). Not counted: INFO (ours), PING, CLIENT SETINFO and
+/// SCRIPT/FUNCTION KILL (the front's health checks and watchdog polls).
+fn redis_calls(port: u16) -> (u64, u64) {
+    let out = Command::new("redis-cli").args(["-p", &port.to_string(), "INFO", "commandstats"]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let noise = ["info", "ping", "client|setinfo", "script|kill", "function|kill"];
+    let (mut scripts, mut all) = (0, 0);
+    for l in text.lines() {
+        let Some((name, rest)) = l.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+        let Some(n) = rest.split("calls=").nth(1).and_then(|r| r.split(',').next()?.parse::<u64>().ok()) else {
+            continue;
+        };
+        if noise.contains(&name) {
+            continue;
+        }
+        all += n;
+        if name.starts_with("eval") {
+            scripts += n;
+        }
+    }
+    (scripts, all)
+}
+
+/// The local-decisions table: each load with the feature off and on (and the peer with its
+/// ephemeral cache), rows taking turns over three rounds.
+fn local_decisions(
+    ours: &workerd::Prepared,
+    peer_one: &workerd::Prepared,
+    none: &workerd::Prepared,
+    redis_port: u16,
+) -> Result<String, String> {
+    const SECONDS: u32 = 3;
+    let rows: [(&str, &str, &workerd::Prepared, &str, bool); 9] = [
+        ("flood of one exhausted subject", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/storm-raw/", true),
+        (
+            "flood of one exhausted subject",
+            "redcount worker, cache_denials_ms 1000 (the default)",
+            ours,
+            "/api/quotas/storm/",
+            true,
+        ),
+        ("flood of one exhausted subject", "@upstash/ratelimit worker, no cache", peer_one, "/limit/", true),
+        (
+            "flood of one exhausted subject",
+            "@upstash/ratelimit worker, its default ephemeral cache",
+            peer_one,
+            "/cached/",
+            true,
+        ),
+        ("flood of one exhausted subject", "workerd alone: no I/O", none, "/none/", true),
+        ("allowed, 1,000 subjects", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/bench-raw/", false),
+        (
+            "allowed, 1,000 subjects",
+            "redcount worker, cache_denials_ms 1000 (the default)",
+            ours,
+            "/api/quotas/bench-quota/",
+            false,
+        ),
+        ("hot limit, one subject", "redcount worker, no borrow", ours, "/api/quotas/hot/", true),
+        ("hot limit, one subject", "redcount worker, borrow 50 units for 1 s", ours, "/api/quotas/hot-lease/", true),
+    ];
+    let mut runs: Vec<Vec<[f64; 4]>> = vec![Vec::new(); rows.len()];
+    for _ in 0..3 {
+        for (k, (_, _, p, path, one)) in rows.iter().enumerate() {
+            let (requests, cpu, (scripts, all)) =
+                workerd::under_load(p, path, SECONDS, 10, *one, &|| redis_calls(redis_port))?;
+            let per_1000 = |n: u64| n as f64 * 1000.0 / requests;
+            runs[k].push([requests / f64::from(SECONDS), cpu, per_1000(scripts), per_1000(all)]);
+        }
+    }
+    let mut t = String::from(
+        "| load | worker | requests/s | CPU per request | script calls per 1,000 requests | Redis commands per 1,000 | each run (req/s; script calls per 1,000) |\n\
+         |---|---|---:|---:|---:|---:|---|\n",
+    );
+    for ((load, name, ..), r) in rows.iter().zip(&runs) {
+        let col = |i: usize| workerd::median(&r.iter().map(|x| x[i]).collect::<Vec<_>>());
+        let each: Vec<String> = r.iter().map(|x| format!("{:.0}; {:.1}", x[0], x[2])).collect();
+        let _ = writeln!(
+            t,
+            "| {load} | {name} | {:.0} | {:.0} µs | {:.1} | {:.1} | {} |",
+            col(0),
+            col(1),
+            col(2),
+            col(3),
+            each.join(", ")
+        );
+    }
+    Ok(t)
+}
+
+/// What `cargo xtask bench` runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Everything, writing BENCHMARKS.md.
+    All,
+    /// The workers side by side only, printed.
+    Workers,
+    /// The local-decisions table only, printed (debug builds of the front: its CPU is not
+    /// measured, and the workers' CPU and Redis calls do not depend on it).
+    Local,
+}
+
+/// `cargo xtask bench`: the part asked for.
+pub fn all(part: Part) -> Result<(), String> {
+    let full = part == Part::All;
     setup::ensure_test_deps()?;
     workerd::ensure()?;
-    let bins = setup::build_bench_bins()?;
+    let bins = setup::build_bench_bins(part != Part::Local)?;
     let (_, bundle_gz) = crate::worker::build()?;
     let work = setup::target_dir().join("bench");
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
@@ -133,6 +241,16 @@ pub fn all(full: bool) -> Result<(), String> {
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
     )?;
+    // The peer again with a limit of 1, for the denial flood.
+    let p1dir = work.join("peer-one");
+    worker_dir(
+        &p1dir,
+        &format!(
+            "name = \"ratelimit-peer-one\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nLIMIT = \"1\"\nWINDOW = \"1 h\"\nPREFIX = \"peer-one\"\n",
+            root().join("bench/ratelimit-worker/index.mjs").display()
+        ),
+        &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
+    )?;
     let fdir = work.join("floor");
     worker_dir(
         &fdir,
@@ -154,6 +272,11 @@ pub fn all(full: bool) -> Result<(), String> {
     )?;
     let (ours, peer, floor) = (workerd::prepare(&wdir)?, workerd::prepare(&pdir)?, workerd::prepare(&fdir)?);
     let none = workerd::prepare(&ndir)?;
+    let peer_one = workerd::prepare(&p1dir)?;
+    if part == Part::Local {
+        println!("\n{}", local_decisions(&ours, &peer_one, &none, redis_port)?);
+        return Ok(());
+    }
 
     // Cold starts, the two workers taking turns.
     let (mut cold_ours, mut cold_peer) = (Vec::new(), Vec::new());
@@ -177,6 +300,7 @@ pub fn all(full: bool) -> Result<(), String> {
         let each: Vec<String> = runs.iter().map(|r| format!("{r:.0} µs")).collect();
         let _ = writeln!(cpu_table, "| {name} | {:.0} µs | {} |", workerd::median(runs), each.join(", "));
     }
+    let local_table = local_decisions(&ours, &peer_one, &none, redis_port)?;
     // Where each isolate's CPU goes, under 10 connections for 5 s.
     let profiles = [
         ("redcount worker", workerd::profile(&ours, "/api/quotas/bench-quota/", 5, 10)?),
@@ -218,7 +342,7 @@ pub fn all(full: bool) -> Result<(), String> {
     if !full {
         let text = std::fs::read_to_string(&workers_table).map_err(|e| e.to_string())?;
         println!(
-            "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{cpu_table}\n{profile_table}\n{text}"
+            "\ncold starts (ms): redcount {cold_ours:.0?}, @upstash/ratelimit {cold_peer:.0?}\n\n{cpu_table}\n{local_table}\n{profile_table}\n{text}"
         );
         // The profiles' own lines too: their `top` lists the functions with the most self time.
         for (name, line) in &profiles {
@@ -290,6 +414,14 @@ pub fn all(full: bool) -> Result<(), String> {
          outside; three runs per worker, taking turns. Other load on the machine hardly moves it,\n\
          unlike the wall-clock figures above.\n\n\
          {cpu_table}\n\
+         ### Local decisions: the denial cache and budget leases\n\n\
+         The same workers, each row in turn, three rounds (medians; 10 connections, 3 s a run): a flood\n\
+         of one exhausted subject (a limit of 1), an allowed stream over 1,000 subjects, and a hot limit\n\
+         (one subject, every call admitted), each with the feature off and on. From INFO commandstats\n\
+         over the run, per 1,000 requests: script calls (EVALSHA/EVAL: round trips), and every\n\
+         command Redis ran, those inside scripts included (less the front's health checks).\n\
+         CPU per request is workerd's, as above.\n\n\
+         {local_table}\n\
          Where each isolate's CPU goes: V8's sampling profiler (the one behind `--cpu-prof`), read\n\
          through workerd's inspector by `bench/cpu-profile.mjs` while it sends 10 concurrent loops of\n\
          requests for 5 s (from outside workerd); each share is of the isolate's busy time, by the\n\

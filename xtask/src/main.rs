@@ -52,6 +52,10 @@ Tasks:
   bench workers
            only the workers side by side under workerd (with cold starts and CPU profiles);
            prints the tables, writes nothing in the repository
+  bench local
+           only the local-decisions table (the denial cache and budget leases off and on, the
+           peer with its ephemeral cache; Redis calls and CPU per request), printed; debug
+           builds of the front
   bench rest
            red-packet grabs and quota calls, direct RESP vs through redcount-rest, side by side
            (release builds, 50 connections); writes target/bench/rest.md
@@ -226,12 +230,13 @@ fn soak(args: &[String]) -> Result<(), String> {
 /// `cargo xtask bench rest`
 fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
-        None | Some("all") => bench::all(true),
-        Some("workers") => bench::all(false),
+        None | Some("all") => bench::all(bench::Part::All),
+        Some("workers") => bench::all(bench::Part::Workers),
+        Some("local") => bench::all(bench::Part::Local),
         Some("rest") => bench_rest(),
         Some("replicas") => {
             setup::ensure_test_deps()?;
-            let bins = setup::build_bench_bins()?;
+            let bins = setup::build_bench_bins(true)?;
             let work = setup::target_dir().join("bench");
             let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
             let out = work.join("replicas.md");
@@ -239,13 +244,13 @@ fn bench(args: &[String]) -> Result<(), String> {
             eprintln!("xtask: table written to {}", out.display());
             Ok(())
         }
-        _ => Err(format!("bench takes: all (the default), workers, rest or replicas\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default), workers, local, rest or replicas\n\n{HELP}")),
     }
 }
 
 fn bench_rest() -> Result<(), String> {
     setup::ensure_test_deps()?;
-    let bins = setup::build_bench_bins()?;
+    let bins = setup::build_bench_bins(true)?;
     let work = setup::target_dir().join("bench");
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");

@@ -217,21 +217,16 @@ pub fn build_bins(release: bool) -> Result<PathBuf, String> {
     Ok(target_dir().join(if release { "release" } else { "debug" }))
 }
 
-/// Builds what the benchmarks run, optimised: the servers and the load generator
-/// (`redcount-bench`); returns the directory they are in.
-pub fn build_bench_bins() -> Result<PathBuf, String> {
-    run(cargo().args([
-        "build",
-        "--release",
-        "--bins",
-        "-p",
-        "redcount-front",
-        "-p",
-        "redcount-cli",
-        "-p",
-        "redcount-bench",
-    ]))?;
-    Ok(target_dir().join("release"))
+/// Builds what the benchmarks run: the servers and the load generator (`redcount-bench`),
+/// optimised when `release`; returns the directory they are in.
+pub fn build_bench_bins(release: bool) -> Result<PathBuf, String> {
+    let mut c = cargo();
+    c.args(["build", "--bins", "-p", "redcount-front", "-p", "redcount-cli", "-p", "redcount-bench"]);
+    if release {
+        c.arg("--release");
+    }
+    run(&mut c)?;
+    Ok(target_dir().join(if release { "release" } else { "debug" }))
 }
 
 /// The cargo target directory.

@@ -307,6 +307,21 @@ fn cpu_us(pid: u32) -> Option<f64> {
 /// workerd's own CPU time (every thread, from /proc) over the requests it answered. Unlike
 /// wall-clock figures, other load on the machine hardly moves it. Returns (requests, µs).
 pub fn cpu_per_request(p: &Prepared, path: &str, seconds: u32, conns: u32) -> Result<(f64, f64), String> {
+    let (requests, cpu, _) = under_load(p, path, seconds, conns, false, &|| (0, 0))?;
+    Ok((requests, cpu))
+}
+
+/// [`cpu_per_request`], every request naming one subject (`path` + `one`) when `one`, and
+/// what `calls` counted over the load (two counts of Redis's, read before and after it).
+/// Returns (requests, µs of CPU per request, the two counts' growth).
+pub fn under_load(
+    p: &Prepared,
+    path: &str,
+    seconds: u32,
+    conns: u32,
+    one: bool,
+    calls: &dyn Fn() -> (u64, u64),
+) -> Result<(f64, f64, (u64, u64)), String> {
     let port = free_port();
     let mut g = Guard::spawn("workerd", &mut command(p, port))?;
     wait_port(port, Duration::from_secs(30), &mut g)?;
@@ -314,18 +329,20 @@ pub fn cpu_per_request(p: &Prepared, path: &str, seconds: u32, conns: u32) -> Re
         post_once(port, &format!("{path}warm{i}"));
     }
     let pid = g.id().ok_or("workerd has no pid")?;
-    let before = cpu_us(pid).ok_or("cannot read /proc/PID/stat")?;
+    let (before, calls_before) = (cpu_us(pid).ok_or("cannot read /proc/PID/stat")?, calls());
     let out = Command::new("node")
         .arg(root().join("bench/cpu-profile.mjs"))
         .args(["-", &format!("http://127.0.0.1:{port}{path}"), &seconds.to_string(), &conns.to_string()])
+        .args(one.then_some("one"))
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run node: {e}"))?;
-    let after = cpu_us(pid).ok_or("cannot read /proc/PID/stat")?;
+    let (after, calls_after) = (cpu_us(pid).ok_or("cannot read /proc/PID/stat")?, calls());
     g.stop(Duration::from_secs(5));
     let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let requests = json_number(&line, "requests").filter(|n| *n > 0.0).ok_or(format!("no load sent: {line}"))?;
-    Ok((requests, (after - before) / requests))
+    let grew = (calls_after.0.saturating_sub(calls_before.0), calls_after.1.saturating_sub(calls_before.1));
+    Ok((requests, (after - before) / requests, grew))
 }
 
 /// The number after `"key":` in a flat JSON line.

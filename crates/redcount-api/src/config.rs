@@ -217,6 +217,47 @@ pub struct Config {
     id_secret: Vec<u8>,
     /// Each policy's declared failure mode, when it declares one.
     failure: Vec<(String, FailureMode)>,
+    /// Each quota policy's local decisions, when they differ from the default.
+    local: Vec<(String, LocalMode)>,
+    /// Each policy's [`Config::fingerprint`], in `policies` order (computed once: a local
+    /// state asks for it on every take).
+    fingerprints: Vec<u64>,
+}
+
+/// What a shell may decide without Redis for a quota policy (`"cache_denials_ms"` and
+/// `"borrow"` in its JSON): see [`crate::Local`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalMode {
+    /// How long a shell may repeat a denial from memory, in ms (never past the denial's own
+    /// `retry_after_ms`); 0: never. Default [`DEFAULT_CACHE_DENIALS_MS`].
+    pub cache_denials_ms: u32,
+    /// Budget leases (fixed windows only), if the policy asks for them.
+    pub borrow: Option<Borrow>,
+}
+
+/// A quota's budget leases (`"borrow": {"units": 50, "ms": 1000}`): a shell takes up to
+/// `units` of a subject's remaining limit in one call, admits from that stock for at most
+/// `ms`, then gives back what it did not use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Borrow {
+    /// Most units one shell borrows at once.
+    pub units: i64,
+    /// Longest a shell admits from one borrow, in ms.
+    pub ms: u32,
+}
+
+/// How long a denial may be repeated from memory unless a policy says otherwise, in ms.
+pub const DEFAULT_CACHE_DENIALS_MS: u32 = 1000;
+/// Longest `cache_denials_ms` (and the staleness it allows after an override elsewhere).
+pub const MAX_CACHE_DENIALS_MS: i64 = 60_000;
+/// Longest `borrow.ms`: a worker gives back a lease's units after a response (`waitUntil`),
+/// which the platform runs for at most 30 s.
+pub const MAX_BORROW_MS: i64 = 30_000;
+
+impl Default for LocalMode {
+    fn default() -> Self {
+        LocalMode { cache_denials_ms: DEFAULT_CACHE_DENIALS_MS, borrow: None }
+    }
 }
 
 /// What a policy answers when Redis or the REST front does not answer in time
@@ -304,8 +345,19 @@ impl Config {
             Some(t) => Vec::from(t.as_bytes()),
             None => Vec::from(admin_token.as_deref().unwrap_or("").as_bytes()),
         };
-        let (policies, failure) = policies;
-        Ok(Config { admin_token, policies, cors_origins, namespace, id_secret, failure })
+        let (policies, failure, local) = policies;
+        let mut config = Config {
+            admin_token,
+            policies,
+            cors_origins,
+            namespace,
+            id_secret,
+            failure,
+            local,
+            fingerprints: Vec::new(),
+        };
+        config.fingerprints = config.policies.iter().map(|(name, p)| config.digest(name, p)).collect();
+        Ok(config)
     }
 
     /// The declared failure mode of the policy called `name` (the default: refuse, within
@@ -314,8 +366,14 @@ impl Config {
         self.failure.iter().find(|(n, _)| n == name).map(|(_, f)| *f).unwrap_or_default()
     }
 
+    /// What shells may decide without Redis for the policy called `name` (the default for a
+    /// policy that says nothing: denials repeated for [`DEFAULT_CACHE_DENIALS_MS`], no leases).
+    pub fn local_mode(&self, name: &str) -> LocalMode {
+        self.local.iter().find(|(n, _)| n == name).map(|(_, m)| *m).unwrap_or_default()
+    }
+
     /// A fingerprint of the definition of the policy called `name`: the first 8 bytes of the
-    /// SHA-1 of its public JSON and its declared failure mode, so the same definition has the
+    /// SHA-1 of its public JSON, its declared failure mode and its local decisions, so the same definition has the
     /// same fingerprint in every process and build, and any change to it (a redeploy that
     /// raises a limit) another one. What a shell keys state by that must not outlive the
     /// definition (a cache of denials). `None` when no policy has that name.
@@ -335,15 +393,26 @@ impl Config {
     /// assert_eq!(a.fingerprint("nope"), None);
     /// ```
     pub fn fingerprint(&self, name: &str) -> Option<u64> {
+        let at = self.policies.iter().position(|(n, _)| n == name)?;
+        self.fingerprints.get(at).copied()
+    }
+
+    fn digest(&self, name: &str, policy: &Policy) -> u64 {
         let mut text = String::new();
-        self.policy(name)?.write_json(&mut text);
+        policy.write_json(&mut text);
         let mode = self.failure_mode(name);
         text.push_str(if mode.allow { "\nallow\n" } else { "\ndeny\n" });
         text.push_str(itoa::Buffer::new().format(mode.timeout_ms.unwrap_or(0)));
+        // Only what differs from the default, so a policy's fingerprint stays what it was.
+        let local = self.local_mode(name);
+        if local != LocalMode::default() {
+            let borrow = local.borrow.map_or((0, 0), |b| (b.units, b.ms));
+            text.push_str(&format!("\ncache {}\nborrow {} {}", local.cache_denials_ms, borrow.0, borrow.1));
+        }
         let digest = redcount_core::sha1::digest(text.as_bytes());
         let mut first = [0; 8];
         first.copy_from_slice(&digest[..8]);
-        Some(u64::from_be_bytes(first))
+        u64::from_be_bytes(first)
     }
 
     /// The policy called `name`.
@@ -387,9 +456,12 @@ impl RestTarget {
     }
 }
 
-/// Parses `REDCOUNT_POLICIES`: the policies, and the failure modes some declare.
+/// Parses `REDCOUNT_POLICIES`: the policies, the failure modes some declare and the local
+/// decisions quotas ask for.
 #[allow(clippy::type_complexity)]
-fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, FailureMode)>), ConfigError> {
+fn parse_policies(
+    text: &str,
+) -> Result<(Vec<(String, Policy)>, Vec<(String, FailureMode)>, Vec<(String, LocalMode)>), ConfigError> {
     const VAR: &str = "REDCOUNT_POLICIES";
     let json: Json = serde_json::from_str(text).map_err(|e| err(VAR, format!("is not valid JSON: {e}")))?;
     let Json::Object(map) = json else {
@@ -406,6 +478,7 @@ fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, Fai
     }
     let mut out = Vec::with_capacity(map.len());
     let mut failure = Vec::new();
+    let mut local = Vec::new();
     for (name, settings) in &map {
         let at = format!("{VAR}.{name}");
         validate::id("policy", name).map_err(|_| err(&at, "policy names must be 1-64 of A-Z a-z 0-9 _ -"))?;
@@ -414,7 +487,11 @@ fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, Fai
         };
         let mut s = s.clone();
         let (on_unavailable, timeout) = (s.remove("on_unavailable"), s.remove("timeout_ms"));
+        let (cache, borrow) = (s.remove("cache_denials_ms"), s.remove("borrow"));
         let policy = parse_policy(&at, &s)?;
+        if let Some(mode) = local_mode(&at, &policy, cache.as_ref(), borrow.as_ref())? {
+            local.push((name.clone(), mode));
+        }
         let allow = match on_unavailable.as_ref().map(|v| v.as_str()) {
             None | Some(Some("deny")) => false,
             Some(Some("allow")) if matches!(policy, Policy::Quota { .. } | Policy::Claim { .. }) => true,
@@ -441,7 +518,54 @@ fn parse_policies(text: &str) -> Result<(Vec<(String, Policy)>, Vec<(String, Fai
         }
         out.push((name.clone(), policy));
     }
-    Ok((out, failure))
+    Ok((out, failure, local))
+}
+
+/// A quota's `cache_denials_ms` and `borrow`, when it gives either (`None` when it gives
+/// neither); refused on any other kind of policy, and `borrow` on any but a fixed window.
+fn local_mode(
+    at: &str,
+    policy: &Policy,
+    cache: Option<&Json>,
+    borrow: Option<&Json>,
+) -> Result<Option<LocalMode>, ConfigError> {
+    if cache.is_none() && borrow.is_none() {
+        return Ok(None);
+    }
+    let field = if cache.is_some() { "cache_denials_ms" } else { "borrow" };
+    let Policy::Quota { algorithm, .. } = policy else {
+        return Err(err(
+            format!("{at}.{field}"),
+            format!("is not a setting of a {} policy (quotas only)", policy.kind()),
+        ));
+    };
+    let int = |path: &str, v: &Json, lo: i64, hi: i64| {
+        validate::int_json("value", v, lo, hi).map_err(|e| err(format!("{at}.{path}"), e.to_string()))
+    };
+    let mut mode = LocalMode::default();
+    if let Some(v) = cache {
+        mode.cache_denials_ms = int("cache_denials_ms", v, 0, MAX_CACHE_DENIALS_MS)? as u32;
+    }
+    if let Some(v) = borrow {
+        let redcount_core::ops::quota::Algorithm::FixedWindow { limit, .. } = algorithm else {
+            return Err(err(
+                format!("{at}.borrow"),
+                "is for fixed windows only: in a sliding window, a bucket or GCRA a unit counts when it is charged, so units used later than they were borrowed could pass the limit",
+            ));
+        };
+        let Json::Object(b) = v else {
+            return Err(err(format!("{at}.borrow"), "must be an object {\"units\": N, \"ms\": N}"));
+        };
+        if let Some(k) = b.keys().find(|k| *k != "units" && *k != "ms") {
+            return Err(err(format!("{at}.borrow.{k}"), "is not a setting of borrow (units, ms)"));
+        }
+        let need = |k: &str| b.get(k).ok_or_else(|| err(format!("{at}.borrow.{k}"), "is required"));
+        mode.borrow = Some(Borrow {
+            units: int("borrow.units", need("units")?, 1, *limit)?,
+            ms: int("borrow.ms", need("ms")?, 1, MAX_BORROW_MS)? as u32,
+        });
+    }
+    Ok(Some(mode))
 }
 
 fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> {

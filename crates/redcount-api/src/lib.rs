@@ -51,6 +51,7 @@
 extern crate alloc;
 
 pub mod config;
+pub mod local;
 #[cfg(feature = "std")]
 pub mod openapi;
 pub mod route;
@@ -63,7 +64,8 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use rand_core::RngCore;
 
-pub use config::{Config, ConfigError, FailureMode, Policy, RestTarget};
+pub use config::{Borrow, Config, ConfigError, FailureMode, LocalMode, Policy, RestTarget};
+pub use local::{Local, Wait};
 pub use route::{ROUTES, Route, RouteId, RouteSpec};
 
 use redcount_core::command;
@@ -109,6 +111,10 @@ pub struct ApiResponse {
     /// decided, typed, for a shell that acts on answers without reading their JSON (the
     /// route names the policy and the subject; [`Config::fingerprint`] the policy's definition).
     pub verdict: Option<Verdict>,
+    /// What the answer said, typed, for [`Local`].
+    pub(crate) seen: Option<local::Seen>,
+    /// What the call that led to it teaches [`Local`].
+    pub(crate) plan: Option<Box<local::Plan>>,
 }
 
 /// What a decision route decided (see [`ApiResponse::verdict`]).
@@ -136,7 +142,7 @@ impl ApiResponse {
 
     /// An answer with `body`, JSON already written (empty for 204).
     fn text(status: u16, body: String) -> Self {
-        ApiResponse { status, body, headers: Vec::new(), verdict: None }
+        ApiResponse { status, body, headers: Vec::new(), verdict: None, seen: None, plan: None }
     }
 
     /// An error response: `{"error": message}`, with `"field"` when one input is at fault
@@ -516,6 +522,8 @@ pub struct Exchange {
     degrade: Option<(&'static str, bool)>,
     /// The policy's `timeout_ms`.
     timeout_ms: Option<u32>,
+    /// What it teaches [`Local`], when a local state made it.
+    plan: Option<Box<local::Plan>>,
     /// A write route's call (any method but GET): when Redis did not answer it may still run.
     writes: bool,
 }
@@ -545,8 +553,31 @@ impl Exchange {
             cors: Vec::new(),
             degrade: None,
             timeout_ms: None,
+            plan: None,
             writes: false,
         }
+    }
+
+    /// A borrow in this take's place ([`Local`]): the same bounds, failure mode and CORS, the
+    /// answer the take would have had (its `remaining` counting the units lent to this shell).
+    pub(crate) fn replaced(
+        self,
+        op: redcount_core::ops::quota::BorrowQuota,
+        policy: &str,
+        algorithm: redcount_core::ops::quota::Algorithm,
+    ) -> Exchange {
+        let name = policy.to_owned();
+        let mut ex = Exchange::new(op, move |_, b: redcount_core::ops::quota::Borrowed| {
+            let o = redcount_core::ops::quota::QuotaOutcome { remaining: b.outcome.remaining + b.lent, ..b.outcome };
+            let mut r = routes::quota_answer(&name, &algorithm, o, false);
+            r.seen = Some(local::Seen::Borrowed(b));
+            r
+        });
+        ex.cors = self.cors;
+        ex.degrade = self.degrade;
+        ex.timeout_ms = self.timeout_ms;
+        ex.writes = self.writes;
+        ex
     }
 
     /// The most this call may wait for its answer, in ms, when its policy declares one
@@ -591,6 +622,13 @@ impl Exchange {
     fn move_to(&mut self, ns: &redcount_core::keys::Namespace) {
         self.call = Call::new(self.call.request().clone().in_namespace(ns));
         self.body = self.call.command().to_rest_body();
+    }
+
+    /// True when dropping this call unanswered would strand what it changes in Redis for the
+    /// local state (a borrow's units): a shell drives it to its end even when the client that
+    /// asked has gone away.
+    pub fn must_finish(&self) -> bool {
+        self.plan.as_deref().is_some_and(local::Plan::lends)
     }
 
     /// The command to send, for a shell that talks RESP instead of REST.
@@ -680,6 +718,7 @@ impl Exchange {
 
     fn finish(self, mut r: ApiResponse) -> ApiResponse {
         r.headers.extend(self.cors);
+        r.plan = self.plan;
         r
     }
 }
@@ -688,16 +727,26 @@ impl Exchange {
 /// route ([`Route::parse`]), the caller (the `Authorization` header) and the input, then
 /// makes the same [`call`] any other producer makes.
 pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
+    handle_in(config, req, rng, None).unwrap_or_else(|Wait| Step::Respond(unavailable("a local state")))
+}
+
+/// [`handle`], with a local state when one is given ([`Local::handle`]).
+pub(crate) fn handle_in<R: RngCore + ?Sized>(
+    config: &Config,
+    req: &ApiRequest<'_>,
+    rng: &mut R,
+    local: Option<(&mut Local, bool)>,
+) -> Result<Step, Wait> {
     let cors = cors_headers(config, req.origin);
     let step = match routes::http(config, req) {
         Ok(None) => Step::Respond(routes::preflight(config, req.origin)),
         Ok(Some((route, caller))) => {
             let input = Input::Http { body: req.body, query: req.query };
-            call(config, route, input, &caller, req.idempotency_key, rng)
+            call_in(config, route, input, &caller, req.idempotency_key, rng, local)?
         }
         Err(e) => Step::Respond(e.response()),
     };
-    match step {
+    Ok(match step {
         Step::Respond(mut r) => {
             r.headers.extend(cors);
             Step::Respond(r)
@@ -706,7 +755,7 @@ pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &
             ex.cors = cors;
             Step::Send(ex)
         }
-    }
+    })
 }
 
 /// Makes one call of `route` with `input`, as `caller`, from any producer (HTTP through
@@ -735,18 +784,49 @@ pub fn call<R: RngCore + ?Sized>(
     idempotency_key: Option<&str>,
     rng: &mut R,
 ) -> Step {
-    match routes::run(config, route, input, caller, idempotency_key, rng) {
+    call_in(config, route, input, caller, idempotency_key, rng, None)
+        .unwrap_or_else(|Wait| Step::Respond(unavailable("a local state")))
+}
+
+/// [`call`], with a local state when one is given ([`Local::call`]): it may answer from
+/// memory, make another call (a borrow), or say wait.
+pub(crate) fn call_in<R: RngCore + ?Sized>(
+    config: &Config,
+    route: Route,
+    input: Input<'_>,
+    caller: &Caller,
+    idempotency_key: Option<&str>,
+    rng: &mut R,
+    local: Option<(&mut Local, bool)>,
+) -> Result<Step, Wait> {
+    let step = match routes::run(config, route, input, caller, idempotency_key, rng, local.is_some()) {
         Ok(Step::Send(mut ex)) => {
-            match caller.scope() {
-                Some(scope) => ex.move_to(&config.namespace.scoped(scope.as_str())),
-                None if !config.namespace.is_default() => ex.move_to(&config.namespace),
-                None => {}
+            let step = match (local, ex.plan.take().map(|p| *p)) {
+                (Some((l, may_wait)), Some(local::Plan::Quota(plan))) => l.quota(config, caller, ex, plan, may_wait)?,
+                (Some((l, _)), Some(local::Plan::Decision(plan))) => l.decision(ex, plan),
+                (Some((l, _)), Some(local::Plan::Forget { prefix, decisions })) => {
+                    l.forget(&prefix, &decisions);
+                    ex.plan = Some(Box::new(local::Plan::Forget { prefix, decisions }));
+                    Step::Send(ex)
+                }
+                _ => Step::Send(ex),
+            };
+            match step {
+                Step::Send(mut ex) => {
+                    match caller.scope() {
+                        Some(scope) => ex.move_to(&config.namespace.scoped(scope.as_str())),
+                        None if !config.namespace.is_default() => ex.move_to(&config.namespace),
+                        None => {}
+                    }
+                    Step::Send(ex)
+                }
+                answered => answered,
             }
-            Step::Send(ex)
         }
         Ok(step) => step,
         Err(e) => Step::Respond(e.response()),
-    }
+    };
+    Ok(step)
 }
 
 /// `r` with the CORS headers a request from `origin` gets, for responses a shell makes

@@ -113,13 +113,23 @@ fn record(props: &[(&str, Json)]) -> Json {
 }
 
 fn quota_answer() -> Json {
-    record(&[
-        ("allowed", boolean()),
-        ("limit", int()),
-        ("remaining", int()),
-        ("reset_ms", int()),
-        ("retry_after_ms", int()),
-    ])
+    object(
+        &[
+            ("allowed", boolean()),
+            ("limit", int()),
+            ("remaining", int()),
+            ("reset_ms", int()),
+            ("retry_after_ms", int()),
+            ("cached", cached()),
+        ],
+        &["allowed", "limit", "remaining", "reset_ms", "retry_after_ms"],
+    )
+}
+
+/// `"cached": true`: a denial repeated from the shell's memory (its times shrunk by the time
+/// passed), for at most the policy's `cache_denials_ms`.
+fn cached() -> Json {
+    json!({"const": true, "description": "a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms"})
 }
 
 fn semaphore_answer() -> Json {
@@ -542,13 +552,17 @@ fn components() -> Json {
                 "required": ["degraded", "reason", "may_have_run"],
                 "additionalProperties": false,
             },
-            "Decision": record(&[
-                ("allowed", boolean()),
-                ("denied_by", json!({"type": ["string", "null"]})),
-                ("retry_after_ms", int()),
-                ("peek", boolean()),
-                ("parts", json!({"type": "array", "items": {"oneOf": [part_quota, part_lease]}})),
-            ]),
+            "Decision": object(
+                &[
+                    ("allowed", boolean()),
+                    ("denied_by", json!({"type": ["string", "null"]})),
+                    ("retry_after_ms", int()),
+                    ("peek", boolean()),
+                    ("parts", json!({"type": "array", "items": {"oneOf": [part_quota, part_lease]}})),
+                    ("cached", cached()),
+                ],
+                &["allowed", "denied_by", "retry_after_ms", "peek", "parts"],
+            ),
             "Policy": {
                 "type": "object",
                 "properties": {"kind": words(&["quota", "semaphore", "counter", "claim", "redpackets", "inbox"])},

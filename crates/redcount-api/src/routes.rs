@@ -2,6 +2,7 @@
 //! Which route a request is, is [`crate::route`]'s business.
 
 use alloc::borrow::ToOwned;
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -9,8 +10,8 @@ use rand_core::RngCore;
 use serde_json::{Map, Value as Json};
 
 use super::{
-    ApiError, ApiRequest, ApiResponse, Caller, Config, Exchange, Field, Input, MAX_BODY, Policy, Route, Step, Verdict,
-    list, object, same_secret,
+    ApiError, ApiRequest, ApiResponse, Caller, Config, Exchange, Field, Input, Local, MAX_BODY, Policy, Route, Step,
+    Verdict, list, local, object, same_secret,
 };
 use redcount_core::command::Command;
 use redcount_core::error::{InputError, Problem, ShapeError};
@@ -56,6 +57,8 @@ struct Cx<'a> {
     input: Input<'a>,
     caller: &'a Caller,
     key: Option<&'a str>,
+    /// A local state will decide with the call: its exchange carries what it needs.
+    planned: bool,
 }
 
 pub(crate) fn run<R: RngCore + ?Sized>(
@@ -65,11 +68,12 @@ pub(crate) fn run<R: RngCore + ?Sized>(
     caller: &Caller,
     key: Option<&str>,
     rng: &mut R,
+    planned: bool,
 ) -> Routed {
     if input.body().len() > MAX_BODY {
         return Err(too_large());
     }
-    let cx = Cx { config, route: &route, input, caller, key };
+    let cx = Cx { config, route: &route, input, caller, key, planned };
     let routed = dispatch(&cx, &route, rng);
     // A write route's call may still run when Redis answers late: its failure says so.
     match routed {
@@ -166,6 +170,15 @@ impl<'a> Cx<'a> {
 
     fn admin(&self) -> bool {
         self.caller.is_admin()
+    }
+
+    /// `ex`, an override, refund or reset of `policy` for `subject`: a local state drops that
+    /// subject's denials of it when the call is made, and again when it is answered.
+    fn forgetting(&self, mut ex: Exchange, policy: &str, subject: &str) -> Exchange {
+        if self.planned {
+            ex.plan = Some(Box::new(Local::forget_plan(self.caller, policy, subject)));
+        }
+        ex
     }
 
     fn require_admin(&self) -> Result<(), ApiError> {
@@ -353,31 +366,50 @@ fn quota_policy(cx: &Cx<'_>, policy: &str) -> Result<(Algorithm, i64), ApiError>
 fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
     let (algorithm, max_cost) = quota_policy(cx, policy)?;
     let name = policy.to_owned();
-    let render = move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
-        let r = ApiResponse::flat(&mut [
-            ("allowed", Field::Bool(o.allowed)),
-            ("limit", Field::Int(o.limit)),
-            ("remaining", Field::Int(o.remaining)),
-            ("reset_ms", Field::Int(o.reset_ms)),
-            ("retry_after_ms", Field::Int(o.retry_after_ms)),
-        ]);
-        r.decided(
-            &[Limit::quota(&name, &algorithm, &o)],
-            Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms },
-        )
-    };
-    let op = if peek {
+    let render =
+        move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| quota_answer(&name, &algorithm, o, false);
+    let (op, cost) = if peek {
         let cost = cx.query(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
         // A peek writes nothing, not even a stored reply.
-        ops::Idempotent::new(TakeQuota::peek(policy, subject, algorithm, cost)?, None)
+        (ops::Idempotent::new(TakeQuota::peek(policy, subject, algorithm, cost)?, None), cost)
     } else {
         let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
         if !cx.admin() && cost > max_cost {
             return Err(beyond("cost", format!("{cost} > {max_cost}")));
         }
-        cx.replayable(TakeQuota::take(policy, subject, algorithm, cost))?
+        (cx.replayable(TakeQuota::take(policy, subject, algorithm, cost))?, cost)
     };
-    send(Exchange::new(op, render).deciding(cx.config, policy, "allowed", true))
+    let mut ex = Exchange::new(op, render).deciding(cx.config, policy, "allowed", true);
+    // A take with an Idempotency-Key is Redis's alone: its stored answer may be an admission.
+    if cx.planned && (peek || cx.key.is_none()) {
+        let plan = Local::quota_plan(cx.config, cx.caller, policy, subject, algorithm, cost, peek);
+        ex.plan = Some(Box::new(local::Plan::Quota(plan)));
+    }
+    send(ex)
+}
+
+/// A quota take's or peek's answer (`cached`: repeated from memory, see [`Local`]).
+pub(crate) fn quota_answer(
+    name: &str,
+    algorithm: &Algorithm,
+    o: ops::quota::QuotaOutcome,
+    cached: bool,
+) -> ApiResponse {
+    let mut fields = [
+        ("allowed", Field::Bool(o.allowed)),
+        ("limit", Field::Int(o.limit)),
+        ("remaining", Field::Int(o.remaining)),
+        ("reset_ms", Field::Int(o.reset_ms)),
+        ("retry_after_ms", Field::Int(o.retry_after_ms)),
+        ("cached", Field::Bool(true)),
+    ];
+    let n = if cached { 6 } else { 5 };
+    let mut r = ApiResponse::flat(&mut fields[..n]).decided(
+        &[Limit::quota(name, algorithm, &o)],
+        Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms },
+    );
+    r.seen = Some(local::Seen::Quota(o));
+    r
 }
 
 /// `DELETE /api/quotas/{policy}/{subject}` (admin).
@@ -386,7 +418,7 @@ fn quota_reset(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     cx.require_admin()?;
     let op = cx.replayable(ResetQuota::new(policy, subject, algorithm))?;
     let ex = Exchange::new(op, |_, existed| ApiResponse::flat(&mut [("reset", Field::Bool(existed))]));
-    send(ex.bounded_by(cx.config, policy))
+    send(cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject))
 }
 
 /// `POST /api/quotas/{policy}/{subject}/refund` (admin): gives units back, never above the
@@ -397,7 +429,7 @@ fn refund(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
     let op = cx.replayable(RefundQuota::new(policy, subject, algorithm, cost))?;
     let ex = Exchange::new(op, |_, given| ApiResponse::flat(&mut [("refunded", Field::Int(given))]));
-    send(ex.bounded_by(cx.config, policy))
+    send(cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject))
 }
 
 /// A quota's algorithm (`Some`) or a semaphore (`None`): the policies an override sizes.
@@ -429,17 +461,17 @@ fn override_set(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
         Some(a) => OverrideQuota::set(policy, subject, a, size, ttl_ms),
         None => OverrideQuota::set_semaphore(policy, subject, size, ttl_ms),
     })?;
-    let (name, subject) = (policy.to_owned(), subject.to_owned());
+    let (name, who) = (policy.to_owned(), subject.to_owned());
     let ex = Exchange::new(op, move |_, replaced| {
         ApiResponse::flat(&mut [
             ("policy", Field::Text(&name)),
-            ("subject", Field::Text(&subject)),
+            ("subject", Field::Text(&who)),
             ("limit", Field::Int(size)),
             ("ttl_ms", Field::opt((ttl_ms != 0).then_some(ttl_ms))),
             ("replaced", Field::Bool(replaced)),
         ])
     });
-    send(ex.bounded_by(cx.config, policy))
+    send(cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject))
 }
 
 /// `DELETE /api/overrides/{policy}/{subject}` (admin).
@@ -451,7 +483,7 @@ fn override_clear(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
         None => OverrideQuota::clear_semaphore(policy, subject),
     })?;
     let ex = Exchange::new(op, |_, existed| ApiResponse::flat(&mut [("cleared", Field::Bool(existed))]));
-    send(ex.bounded_by(cx.config, policy))
+    send(cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -476,12 +508,14 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
         return Err(ApiError::new(400, format!("parts must hold 1 to {} parts", decision::MAX_PARTS)).at("parts"));
     }
     let mut parts = Vec::with_capacity(list.len());
+    let mut costs = Vec::with_capacity(list.len());
     let mut kinds: Vec<(String, Option<Algorithm>)> = Vec::with_capacity(list.len());
     // The declared failure mode of the whole: allow only when every part declares it (a
     // lease never degrades to a pass), and the shortest time budget of the parts.
     let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
     for (i, item) in list.iter().enumerate() {
-        let (part, name, algorithm) = decision_part(cx, item).map_err(|e| e.in_part(i))?;
+        let (part, name, algorithm, cost) = decision_part(cx, item).map_err(|e| e.in_part(i))?;
+        costs.push(cost);
         let mode = cx.config.failure_mode(&name);
         allow_all &= mode.allow && algorithm.is_some();
         timeout_ms = match (timeout_ms, mode.timeout_ms) {
@@ -494,35 +528,40 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     // A peek writes nothing, not even a stored reply: like a quota's GET it uses no key (but
     // a malformed one is refused, as on every route that takes one).
     let idem = cx.idempotency()?;
+    let keyed = idem.is_some() && !peek;
     let op = match peek {
         true => ops::Idempotent::new(Decide::peek(subject, parts)?, None),
         false => ops::Idempotent::new(Decide::new(subject, parts)?, idem),
     };
-    let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek));
+    let plan = (cx.planned && !keyed)
+        .then(|| Local::decision_plan(cx.config, cx.caller, subject, kinds.clone(), &costs, peek));
+    let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek, false));
     ex.degrade = Some(("allowed", allow_all));
     ex.timeout_ms = timeout_ms;
+    ex.plan = plan.map(|p| Box::new(local::Plan::Decision(p)));
     send(ex)
 }
 
-/// One part of a decision: the part, its policy's name, and its algorithm (`None`: a lease).
-fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algorithm>), ApiError> {
+/// One part of a decision: the part, its policy's name, its algorithm (`None`: a lease) and
+/// its cost (0 for a lease).
+fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algorithm>, i64), ApiError> {
     let Json::Object(map) = item else {
         return Err(ApiError::new(400, "a part must be a JSON object").at("part"));
     };
     let part = Fields::Json(map.clone());
     let name = part.string("policy")?;
-    let (built, algorithm) = match *cx.find(&name)? {
+    let (built, algorithm, cost) = match *cx.find(&name)? {
         Policy::Quota { algorithm, max_cost } => {
             known_fields(map, &["policy", "cost"])?;
             let cost = part.int("cost", 1, algorithm.limit(), Some(1))?;
             if !cx.admin() && cost > max_cost {
                 return Err(beyond("cost", format!("{cost} > {max_cost}")));
             }
-            (Part::quota(&name, algorithm, cost), Some(algorithm))
+            (Part::quota(&name, algorithm, cost), Some(algorithm), cost)
         }
         Policy::Semaphore { limit, lease_ms } => {
             known_fields(map, &["policy", "holder"])?;
-            (Part::lease(&name, &part.string("holder")?, limit, lease_ms), None)
+            (Part::lease(&name, &part.string("holder")?, limit, lease_ms), None, 0)
         }
         ref other => {
             return Err(ApiError::new(
@@ -532,10 +571,16 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
             .at("policy"));
         }
     };
-    Ok((built?, name, algorithm))
+    Ok((built?, name, algorithm, cost))
 }
 
-fn decision_response(kinds: &[(String, Option<Algorithm>)], d: decision::Decision, peek: bool) -> ApiResponse {
+/// A decision's answer (`cached`: repeated from memory, see [`Local`]).
+pub(crate) fn decision_response(
+    kinds: &[(String, Option<Algorithm>)],
+    d: decision::Decision,
+    peek: bool,
+    cached: bool,
+) -> ApiResponse {
     let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| match *p {
         PartOutcome::Quota(q) => object(
             out,
@@ -576,14 +621,23 @@ fn decision_response(kinds: &[(String, Option<Algorithm>)], d: decision::Decisio
     let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map_or(Field::Null, |(n, _)| Field::Text(n));
     let limits: Vec<Limit<'_>> =
         kinds.iter().zip(&d.parts).filter_map(|((name, a), p)| Limit::part(name, a.as_ref(), p)).collect();
-    ApiResponse::flat(&mut [
+    let mut fields = [
         ("allowed", Field::Bool(d.allowed)),
         ("denied_by", denied_by),
         ("retry_after_ms", Field::Int(d.retry_after_ms)),
         ("peek", Field::Bool(peek)),
         ("parts", Field::Raw(&parts)),
-    ])
-    .decided(&limits, Verdict { allowed: d.allowed, retry_after_ms: d.retry_after_ms })
+        ("cached", Field::Bool(true)),
+    ];
+    let n = if cached { 6 } else { 5 };
+    let mut r = ApiResponse::flat(&mut fields[..n])
+        .decided(&limits, Verdict { allowed: d.allowed, retry_after_ms: d.retry_after_ms });
+    drop(limits);
+    // Only a denial is ever kept.
+    if !d.allowed {
+        r.seen = Some(local::Seen::Decision(d));
+    }
+    r
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
-use redcount_api::{self as api, ApiRequest, ApiResponse, Config, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, Local, Step};
 
 use redcount::{Direct, Error, Rest};
 
@@ -30,6 +30,54 @@ struct Server {
     www: PathBuf,
     /// Longest a request body may take to arrive.
     body_timeout: std::time::Duration,
+    /// The process's local decisions (denials repeated from memory, budget leases).
+    local: std::sync::Mutex<Local>,
+    /// Woken whenever a call's answer is learnt: a take told to wait for a borrow asks again.
+    settled: tokio::sync::Notify,
+    /// The local state's clock: ms since the server started (monotonic).
+    started: std::time::Instant,
+}
+
+/// Cached denials one process keeps at most (each a few hundred bytes).
+const DENIALS: usize = 16_384;
+/// Leases one process holds at most.
+const LEASES: usize = 1_024;
+/// Longest a take waits for a borrow of the same subject under way before asking Redis itself.
+const MOST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often leases that ended while the server was idle are looked for.
+const LEASE_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Server {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, Local> {
+        // A panic while holding it leaves a state that is only ever bounded and checked.
+        self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Learns from a step, waking the takes that wait for a borrow or refresh if one settled.
+    fn after(&self, step: Step) -> Step {
+        self.learn(|local, now| local.after(step, now))
+    }
+
+    fn answered(&self, r: ApiResponse) -> ApiResponse {
+        self.learn(|local, now| local.answered(r, now))
+    }
+
+    fn learn<T>(&self, f: impl FnOnce(&mut Local, u64) -> T) -> T {
+        let (out, woke) = {
+            let mut local = self.local();
+            let before = local.settled();
+            let out = f(&mut local, self.now());
+            (out, local.settled() != before)
+        };
+        if woke {
+            self.settled.notify_waiters();
+        }
+        out
+    }
 }
 
 /// The server as a router: the API under `/api/`, the demo page from `www` otherwise; a
@@ -53,7 +101,22 @@ struct Server {
 /// # Ok(()) }
 /// ```
 pub fn app(config: Config, backend: Backend, www: PathBuf, body_timeout: std::time::Duration) -> axum::Router {
-    let state = Arc::new(Server { config, backend, www, body_timeout });
+    router(server(config, backend, www, body_timeout))
+}
+
+fn server(config: Config, backend: Backend, www: PathBuf, body_timeout: std::time::Duration) -> Arc<Server> {
+    Arc::new(Server {
+        config,
+        backend,
+        www,
+        body_timeout,
+        local: std::sync::Mutex::new(Local::new(DENIALS, LEASES, rand::random())),
+        settled: tokio::sync::Notify::new(),
+        started: std::time::Instant::now(),
+    })
+}
+
+fn router(state: Arc<Server>) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(state)
 }
 
@@ -71,7 +134,53 @@ pub async fn serve(
     tls: Option<redcount_http::Tls>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    redcount_http::serve_tls(listener, app(config, backend, www, body_timeout), limits, tls, shutdown).await
+    let s = server(config, backend, www, body_timeout);
+    // Leases that end while no request comes are given back all the same.
+    let ticker = tokio::spawn({
+        let s = s.clone();
+        async move {
+            let mut tick = tokio::time::interval(LEASE_TICK);
+            loop {
+                tick.tick().await;
+                background(&s);
+            }
+        }
+    });
+    let served = redcount_http::serve_tls(listener, router(s.clone()), limits, tls, shutdown).await;
+    ticker.abort();
+    give_back(&s).await;
+    served
+}
+
+/// Sends the calls the local state has due (units of ended leases given back), in tasks of
+/// their own.
+fn background(s: &Arc<Server>) {
+    let due = s.local().due(s.now());
+    for ex in due {
+        let s = s.clone();
+        tokio::spawn(async move { drive(&s, Step::Send(ex)).await });
+    }
+}
+
+/// A graceful shutdown: every unused unit of every lease given back (within 5 s), and those
+/// of borrows answered meanwhile.
+async fn give_back(s: &Arc<Server>) {
+    let returns = s.local().drain();
+    let n = returns.len();
+    let all = async {
+        for ex in returns {
+            drive(s, Step::Send(ex)).await;
+        }
+        // (Taken out first: the lock must not be held while they are driven, which locks it.)
+        let late = s.local().due(s.now());
+        for ex in late {
+            drive(s, Step::Send(ex)).await;
+        }
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(5), all).await.is_err() {
+        tracing::warn!("shutdown: not every lease was given back within 5 s");
+    }
+    tracing::info!("shutdown: {n} leases given back");
 }
 
 async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
@@ -109,11 +218,49 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
     };
     let started = std::time::Instant::now();
     let mut rng = rand::rngs::StdRng::from_os_rng();
-    let mut step = api::handle(&s.config, &request, &mut rng);
+    let wait_until = tokio::time::Instant::now() + MOST_WAIT;
+    let step = loop {
+        // Registered before asking, so an answer learnt in between is not missed.
+        let settled = s.settled.notified();
+        tokio::pin!(settled);
+        settled.as_mut().enable();
+        let may_wait = tokio::time::Instant::now() < wait_until;
+        let asked = s.local().handle(&s.config, &request, s.now(), may_wait, &mut rng);
+        match asked {
+            Ok(step) => break step,
+            Err(api::Wait) => {
+                let _ = tokio::time::timeout_at(wait_until, settled).await;
+            }
+        }
+    };
+    let response = match step {
+        // A borrow's units are lost to every shell if its answer is dropped unread (a client
+        // that went away): such a call is driven to its end in a task of its own.
+        Step::Send(ex) if ex.must_finish() => {
+            let task = tokio::spawn({
+                let s = s.clone();
+                async move { drive(&s, Step::Send(ex)).await }
+            });
+            task.await.unwrap_or_else(|_| ApiResponse::error(500, "internal error", None))
+        }
+        step => drive(&s, step).await,
+    };
+    background(&s);
+    // From the route table: a fixed word per route family, and a configured policy's name only.
+    let (route, policy) = api::route::labels(&s.config, method.as_str(), uri.path());
+    let (status, policy) = (response.status.to_string(), policy.to_owned());
+    metrics::counter!("redcount_requests_total", "route" => route, "policy" => policy, "status" => status).increment(1);
+    metrics::histogram!("redcount_request_duration_seconds", "route" => route).record(started.elapsed().as_secs_f64());
+    tracing::debug!(method = %method, route, status = response.status, "request");
+    to_response(response)
+}
+
+/// Makes the calls a step asks for, one after the other, until the response.
+async fn drive(s: &Server, mut step: Step) -> ApiResponse {
     let mut calls = 0u32;
-    let response = loop {
+    loop {
         match step {
-            Step::Respond(r) => break r,
+            Step::Respond(r) => return r,
             Step::Send(exchange) => {
                 calls += 1;
                 if calls == 2 {
@@ -133,46 +280,39 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
                         Some(Ok((503, body))) if not_durable(&body) => {
                             metrics::counter!("redcount_backend_errors_total", "kind" => "not_durable").increment(1);
                             let why = format!("the REST front says: {}", String::from_utf8_lossy(&body));
-                            Step::Respond(exchange.not_durable(&why))
+                            Step::Respond(s.answered(exchange.not_durable(&why)))
                         }
-                        Some(Ok((status, body))) => exchange.receive(status, &body),
+                        Some(Ok((status, body))) => s.after(exchange.receive(status, &body)),
                         Some(Err(e)) => {
                             report_backend_error(&e);
-                            Step::Respond(exchange.fail(&e.to_string()))
+                            Step::Respond(s.answered(exchange.fail(&e.to_string())))
                         }
                         None => {
                             let why = within("the REST front");
-                            Step::Respond(exchange.fail(&why))
+                            Step::Respond(s.answered(exchange.fail(&why)))
                         }
                     },
                     Backend::Direct(d) => match bounded(budget, d.send(exchange.command())).await {
-                        Some(Ok(v)) => exchange.receive_value(Ok(v)),
-                        Some(Err(Error::Redis(e))) => exchange.receive_value(Err(e)),
+                        Some(Ok(v)) => s.after(exchange.receive_value(Ok(v))),
+                        Some(Err(Error::Redis(e))) => s.after(exchange.receive_value(Err(e))),
                         Some(Err(Error::NotDurable(why))) => {
                             metrics::counter!("redcount_backend_errors_total", "kind" => "not_durable").increment(1);
                             tracing::warn!("backend: not known durable: {why}");
-                            Step::Respond(exchange.not_durable(&format!("Redis: {why}")))
+                            Step::Respond(s.answered(exchange.not_durable(&format!("Redis: {why}"))))
                         }
                         Some(Err(e)) => {
                             report_backend_error(&e);
-                            Step::Respond(exchange.fail_at("Redis", &e.to_string()))
+                            Step::Respond(s.answered(exchange.fail_at("Redis", &e.to_string())))
                         }
                         None => {
                             let why = within("Redis");
-                            Step::Respond(exchange.fail_at("Redis", &why))
+                            Step::Respond(s.answered(exchange.fail_at("Redis", &why)))
                         }
                     },
                 };
             }
         }
-    };
-    // From the route table: a fixed word per route family, and a configured policy's name only.
-    let (route, policy) = api::route::labels(&s.config, method.as_str(), uri.path());
-    let (status, policy) = (response.status.to_string(), policy.to_owned());
-    metrics::counter!("redcount_requests_total", "route" => route, "policy" => policy, "status" => status).increment(1);
-    metrics::histogram!("redcount_request_duration_seconds", "route" => route).record(started.elapsed().as_secs_f64());
-    tracing::debug!(method = %method, route, status = response.status, "request");
-    to_response(response)
+    }
 }
 
 /// Whether a REST front's 503 says a call ran but is not known durable (`"durable": false`).

@@ -118,6 +118,12 @@ pub fn quota(scope: &str, subject_id: &str, algo: &str) -> String {
     concat(&[PREFIX, ":{u:", subject_id, "}:q:", scope, ":", algo])
 }
 
+/// The units a quota has lent to shells and not yet got back (budget leases, by lease id),
+/// beside its state (`algo` as in [`quota`]; only a fixed window lends any).
+pub fn quota_lent(scope: &str, subject_id: &str, algo: &str) -> String {
+    concat(&[PREFIX, ":{u:", subject_id, "}:q:", scope, ":", algo, ":lent"])
+}
+
 /// A subject's override of a quota policy's size, in the slot of its quota state.
 pub fn quota_override(scope: &str, subject_id: &str) -> String {
     concat(&[PREFIX, ":{u:", subject_id, "}:q:", scope, ":ovr"])
@@ -183,6 +189,7 @@ mod tests {
             prop_assert_eq!(decision(&b), format!("{u}:d"));
             prop_assert_eq!(quota(&a, &b, &algo), format!("{u}:q:{a}:{algo}"));
             prop_assert_eq!(quota_override(&a, &b), format!("{u}:q:{a}:ovr"));
+            prop_assert_eq!(quota_lent(&a, &b, &algo), format!("{u}:q:{a}:{algo}:lent"));
             prop_assert_eq!(semaphore(&a, &b), format!("{u}:s:{a}"));
             prop_assert_eq!(semaphore_override(&a, &b), format!("{u}:s:{a}:ovr"));
             let set = semaphore(&a, &b);

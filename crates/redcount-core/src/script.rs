@@ -90,6 +90,8 @@ scripts! {
     QUOTA_REFUND = "quota_refund" "#!lua" ["lib_sliding"];
     /// Quota: forget a subject's usage.
     QUOTA_RESET = "quota_reset" "#!lua" [];
+    /// Quota, fixed window: budget leases (borrow a slice of the limit, give back the rest).
+    QUOTA_LEASE = "quota_lease" "#!lua" ["lib_fixed"];
     /// Semaphore with leases.
     SEMAPHORE = "semaphore" "#!lua" ["lib_lease"];
     /// A compound decision: several quotas and a semaphore lease of one subject, all or nothing.

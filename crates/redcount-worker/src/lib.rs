@@ -15,14 +15,23 @@
 //! ```text
 //!   configure(len)                   vars             -> "" | error       once per isolate / env change
 //!   rest_target()                                     -> url \0 header \0 value …
-//!   handle(head_len, body_len)       head, body       -> step
-//!   receive(handle, status, len)     REST reply body  -> step             after a REST reply
-//!   fail(handle, len)                why              -> step             the REST front did not answer
+//!   handle(head_len, body_len, now, may_wait)  head, body  -> step
+//!   receive(handle, status, len, now)  REST reply body -> step             after a REST reply
+//!   fail(handle, len, now)           why              -> step             the REST front did not answer
+//!   due(now)                                          -> next_ms:u32le, then send steps  (background)
 //! ```
 //!
 //! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
-//! `name\0value\0…`) or `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body,
-//! then call `receive` or `fail` with the handle; `timeout_ms` 0: no bound of the policy's).
+//! `name\0value\0…`; `[3]` the same, and the shell then calls `due` after the response), or
+//! `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body, then call `receive` or
+//! `fail` with the handle; `timeout_ms` 0: no bound of the policy's), or `[2]` (wait: a borrow
+//! of the same subject is under way; ask again once an exchange has been answered, with
+//! `may_wait` 0 after a while). `now` is `Date.now()`. `due` lists the background calls to
+//! make now (`len:u32le` then a send step, each; their answers go to `receive`/`fail` and are
+//! dropped), after `next_ms`, when to call it again (`u32::MAX`: no need).
+//!
+//! The isolate keeps a [`redcount_api::Local`]: denials repeated from memory, budget leases;
+//! every call of the isolate decides with that one (`Isolate::local`).
 
 // On wasm32 the crate needs no std: core and alloc only, so the bundle carries none of std's
 // panic, thread-local or I/O machinery. Host builds (its unit tests) keep std.
@@ -40,7 +49,7 @@ use alloc::vec::Vec;
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
-use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, RestTarget, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, Local, RestTarget, Step};
 use wasm_bindgen::prelude::wasm_bindgen;
 
 #[wasm_bindgen]
@@ -95,13 +104,52 @@ struct Isolate {
     input: Vec<u8>,
     /// Where each call leaves its output: `len:u32le`, then the bytes.
     output: Vec<u8>,
+    /// The isolate's local decisions, made at the first configuration.
+    local: Option<Local>,
+    /// The lease end the shell was last told to call `due` at (`u64::MAX`: none).
+    told: u64,
 }
+
+/// Cached denials one isolate keeps at most.
+const DENIALS: usize = 1024;
+/// Leases one isolate holds at most.
+const LEASES: usize = 256;
 
 impl Isolate {
     const fn new() -> Self {
-        Isolate { config: None, pending: Vec::new(), free: Vec::new(), input: Vec::new(), output: Vec::new() }
+        Isolate {
+            config: None,
+            pending: Vec::new(),
+            free: Vec::new(),
+            input: Vec::new(),
+            output: Vec::new(),
+            local: None,
+            told: u64::MAX,
+        }
     }
 
+    /// The local state every call of the isolate decides with.
+    fn local(&mut self) -> &mut Local {
+        self.local.get_or_insert_with(|| Local::new(DENIALS, LEASES, seed()))
+    }
+}
+
+/// A random seed for the local state's hashes: the platform's CSPRNG.
+#[cfg(target_family = "wasm")]
+fn seed() -> u64 {
+    let mut seed = [0; 8];
+    PlatformRng::fill(&mut seed);
+    u64::from_le_bytes(seed)
+}
+
+/// On the host (the unit tests), std's per-process random hasher keys.
+#[cfg(not(target_family = "wasm"))]
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
+}
+
+impl Isolate {
     fn park(&mut self, ex: Exchange) -> u32 {
         match self.free.pop() {
             Some(h) => {
@@ -205,29 +253,41 @@ pub fn rest_target() -> *const u8 {
 /// each of the last five `+value` when present and `-` when absent (body-error: why the body
 /// could not be read). Outputs a step.
 #[wasm_bindgen]
-pub fn handle(head_len: usize, body_len: usize) -> *const u8 {
+pub fn handle(head_len: usize, body_len: usize, now: f64, may_wait: u32) -> *const u8 {
     call(head_len + body_len, |input| {
         let (head, body) = input.split_at(head_len.min(input.len()));
         let (head, body_error) = match text(head).rsplit_once('\0') {
             Some((head, error)) => (head, error.strip_prefix('+')),
             None => (text(head), None),
         };
-        handle_request(head, body, body_error)
+        handle_request(head, body, body_error, ms(now), may_wait != 0)
     })
 }
 
 /// The REST front answered the exchange `handle` with `status` and a body (the input, `len`
 /// bytes). Outputs a step.
 #[wasm_bindgen]
-pub fn receive(handle: u32, status: u16, len: usize) -> *const u8 {
-    call(len, |body| receive_reply(handle, status, body))
+pub fn receive(handle: u32, status: u16, len: usize, now: f64) -> *const u8 {
+    call(len, |body| receive_reply(handle, status, body, ms(now)))
 }
 
 /// The REST front could not be reached for the exchange `handle` (or did not answer within
 /// its policy's `timeout_ms`): the input (`len` bytes) says how. Outputs a step.
 #[wasm_bindgen]
-pub fn fail(handle: u32, len: usize) -> *const u8 {
-    call(len, |why| fail_exchange(handle, text(why)))
+pub fn fail(handle: u32, len: usize, now: f64) -> *const u8 {
+    call(len, |why| fail_exchange(handle, text(why), ms(now)))
+}
+
+/// The background calls due now (leases' unused units given back): `next_ms:u32le` (when to
+/// call again, `u32::MAX`: no need), then each call as `len:u32le` and a send step.
+#[wasm_bindgen]
+pub fn due(now: f64) -> *const u8 {
+    call(0, |_| due_calls(ms(now)))
+}
+
+/// `Date.now()` as whole ms (a clock before 1970 or not a number is 0).
+fn ms(now: f64) -> u64 {
+    if now > 0.0 { now as u64 } else { 0 }
 }
 
 fn configure_text(vars: &str) -> String {
@@ -242,7 +302,12 @@ fn configure_text(vars: &str) -> String {
         Ok(_) => String::new(),
         Err(e) => format!("server misconfigured: {e}"),
     };
-    isolate(|i| i.config = Some(config));
+    isolate(|i| {
+        i.config = Some(config);
+        // Nothing learnt under another configuration is kept; leases end (given back by `due`).
+        i.local().reconfigure();
+        i.told = 0;
+    });
     message
 }
 
@@ -278,7 +343,7 @@ pub fn max_reply() -> u32 {
 /// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length`,
 /// each header `+value` when present and `-` when absent; `body` its bytes (empty when not
 /// read); `body_error` why it could not be read, if so.
-fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> {
+fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, may_wait: bool) -> Vec<u8> {
     let mut f = head.split('\0');
     let (method, url) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
     let mut header = || f.next().and_then(|h| h.strip_prefix('+'));
@@ -299,28 +364,65 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>) -> Vec<u8> 
         }
         let (path, query) = split_url(url);
         let request = ApiRequest { method, path, query, authorization, origin, idempotency_key, body };
-        match api::handle(config, &request, &mut PlatformRng) {
-            Step::Respond(r) => respond(r),
-            Step::Send(ex) => send(i, ex),
+        // (The configuration is borrowed from the isolate beside its local state.)
+        let Isolate { config: Some(Ok((config, _))), local: Some(local), .. } = &mut *i else {
+            return respond(api::unavailable("the worker was not configured"));
+        };
+        match local.handle(config, &request, now, may_wait, &mut PlatformRng) {
+            Ok(Step::Respond(r)) => answer(i, r),
+            Ok(Step::Send(ex)) => send(i, ex),
+            Err(api::Wait) => alloc::vec![2],
         }
     })
 }
 
-fn receive_reply(handle: u32, status: u16, body: &[u8]) -> Vec<u8> {
+fn receive_reply(handle: u32, status: u16, body: &[u8], now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => match ex.receive(status, body) {
-            Step::Respond(r) => respond(r),
+        Some(ex) => match i.local().after(ex.receive(status, body), now) {
+            Step::Respond(r) => answer(i, r),
             Step::Send(ex) => send(i, ex),
         },
         None => lost(),
     })
 }
 
-fn fail_exchange(handle: u32, why: &str) -> Vec<u8> {
+fn fail_exchange(handle: u32, why: &str, now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => respond(ex.fail(why)),
+        Some(ex) => {
+            let r = i.local().answered(ex.fail(why), now);
+            answer(i, r)
+        }
         None => lost(),
     })
+}
+
+fn due_calls(now: u64) -> Vec<u8> {
+    isolate(|i| {
+        let calls = i.local().due(now);
+        let next = i.local().next_due();
+        i.told = next.unwrap_or(u64::MAX);
+        let wait = next.map_or(u32::MAX, |t| u32::try_from(t.saturating_sub(now)).unwrap_or(u32::MAX - 1));
+        let mut out = Vec::from(wait.to_le_bytes());
+        for ex in calls {
+            let step = send(i, ex);
+            out.extend_from_slice(&(step.len() as u32).to_le_bytes());
+            out.extend_from_slice(&step);
+        }
+        out
+    })
+}
+
+/// A response step: `[3]` when the shell has background calls to make or a lease end to
+/// wake for that it was not told of yet, else `[0]`.
+fn answer(i: &mut Isolate, r: ApiResponse) -> Vec<u8> {
+    let mut out = respond(r);
+    let local = i.local();
+    let next = local.next_due().unwrap_or(u64::MAX);
+    if local.has_returns() || next < i.told {
+        i.told = next;
+        out[0] = 3;
+    }
+    out
 }
 
 /// A handle the shell never got (a bug in the shell, not a request's fault).
@@ -408,11 +510,11 @@ mod tests {
             "http://127.0.0.1:9/\0Authorization\0Bearer rest-token-0123456789\0\
              Upstash-Encoding\0base64\0Content-Type\0application/json"
         );
-        let step = handle_request(CLAIM, b"", None);
+        let step = handle_request(CLAIM, b"", None, 1_000, true);
         let (h, timeout, rest) = parse_send(&step);
         assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
         assert_eq!(timeout, 250);
-        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#);
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#, 1_010);
         let (status, headers, body) = parse(&done);
         assert_eq!((status, body), (200, r#"{"claimed":true,"retry_after_ms":0}"#));
         assert_eq!(
@@ -421,11 +523,11 @@ mod tests {
              RateLimit-Policy\0\"bonus\";q=1;w=86400\0RateLimit\0\"bonus\";r=0;t=0\0"
         );
         // A finished exchange's handle is spent, and its slot serves the next one.
-        assert_eq!(parse(&receive_reply(h, 200, b"{}")).0, 500);
-        let step = handle_request(CLAIM, b"", None);
+        assert_eq!(parse(&receive_reply(h, 200, b"{}", 1_010)).0, 500);
+        let step = handle_request(CLAIM, b"", None, 1_000, true);
         let (h2, ..) = parse_send(&step);
         assert_eq!(h2, h);
-        let failed = fail_exchange(h2, "connection refused");
+        let failed = fail_exchange(h2, "connection refused", 1_010);
         let (status, _, body) = parse(&failed);
         // The policy's declared answer (deny, the default), marked degraded, with the reason.
         assert_eq!(status, 503);
@@ -436,11 +538,12 @@ mod tests {
     fn headers_absent_and_empty_differ_and_big_bodies_stay_unread() {
         assert_eq!(configure_text(VARS), "");
         // An empty Idempotency-Key is refused; an absent one is no key.
-        let empty_key = parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None)).0;
+        let empty_key =
+            parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None, 1_000, true)).0;
         assert_eq!(empty_key, 400);
-        let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None);
+        let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None, 1_000, true);
         assert_eq!(parse(&big).0, 413);
-        let unread = handle_request(CLAIM, b"", Some("reset by peer"));
+        let unread = handle_request(CLAIM, b"", Some("reset by peer"), 1_000, true);
         let (status, _, body) = parse(&unread);
         assert_eq!(status, 503);
         assert!(body.contains("reset by peer"), "{body}");
@@ -458,13 +561,13 @@ mod tests {
         assert_eq!(output(), [0, 0, 0, 0], "no error");
         let head = format!("{CLAIM}\0-");
         put(format!("{head}{{}}").as_bytes());
-        handle(head.len(), 2);
+        handle(head.len(), 2, 1_000.0, 1);
         let out = output();
         assert_eq!(u32::from_le_bytes(out[..4].try_into().unwrap()) as usize, out.len() - 4);
         let (h, _, rest) = parse_send(&out[4..]);
         assert!(rest.starts_with(r#"["EVALSHA","#), "{rest}");
         put(b"connection refused");
-        fail(h, 18);
+        fail(h, 18, 1_010.0);
         let out = output();
         let (status, _, body) = parse(&out[4..]);
         assert_eq!(status, 503);
@@ -472,7 +575,7 @@ mod tests {
         // A body error rides at the end of the head.
         let head = format!("{CLAIM}\0+reset by peer");
         put(head.as_bytes());
-        handle(head.len(), 0);
+        handle(head.len(), 0, 1_000.0, 1);
         let out = output();
         let (status, _, body) = parse(&out[4..]);
         assert_eq!(status, 503);
@@ -481,11 +584,11 @@ mod tests {
 
     #[test]
     fn a_bad_configuration_answers_500_naming_the_variable() {
-        assert_eq!(parse(&handle_request(CLAIM, b"", None)).0, 503, "not configured yet");
+        assert_eq!(parse(&handle_request(CLAIM, b"", None, 1_000, true)).0, 503, "not configured yet");
         let e = configure_text("REDCOUNT_REST_URL\0http://127.0.0.1:9");
         assert!(e.starts_with("server misconfigured: REDCOUNT_POLICIES"), "{e}");
         assert_eq!(rest_target_text(), "");
-        let step = handle_request(CLAIM, b"", None);
+        let step = handle_request(CLAIM, b"", None, 1_000, true);
         let (status, _, body) = parse(&step);
         assert_eq!(status, 500);
         assert!(body.contains("REDCOUNT_POLICIES"), "{body}");

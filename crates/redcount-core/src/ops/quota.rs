@@ -7,8 +7,8 @@ use crate::command::itoa_i;
 use crate::error::{InputError, ShapeError};
 use crate::keys;
 use crate::script::{
-    Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_OVERRIDE, QUOTA_REFUND, QUOTA_RESET, QUOTA_SLIDING,
-    Request,
+    Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_LEASE, QUOTA_OVERRIDE, QUOTA_REFUND, QUOTA_RESET,
+    QUOTA_SLIDING, Request,
 };
 use crate::validate;
 use crate::value::Value;
@@ -230,10 +230,13 @@ impl Operation for TakeQuota {
     }
 }
 
-/// Forgets a subject's usage of one quota (an admin action): one DEL, no SCAN.
+/// Forgets a subject's usage of one quota (an admin action): no SCAN. Units lent to shells
+/// ([`BorrowQuota`]) and not yet given back stay counted: the shells holding them admit from
+/// them without asking Redis.
 #[derive(Debug, Clone)]
 pub struct ResetQuota {
-    key: String,
+    /// The state, then the units lent.
+    keys: [String; 2],
 }
 
 impl ResetQuota {
@@ -241,7 +244,7 @@ impl ResetQuota {
     pub fn new(scope: &str, subject: &str, algo: Algorithm) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
         let subject = validate::id("subject", subject)?;
-        Ok(ResetQuota { key: keys::quota(scope, subject, algo.tag()) })
+        Ok(ResetQuota { keys: [keys::quota(scope, subject, algo.tag()), keys::quota_lent(scope, subject, algo.tag())] })
     }
 }
 
@@ -251,11 +254,7 @@ impl Operation for ResetQuota {
     const NAME: &'static str = "quota_reset";
 
     fn request(&self) -> Request {
-        Request::Script(Invocation {
-            script: &QUOTA_RESET,
-            keys: alloc::vec![self.key.clone()],
-            args: alloc::vec::Vec::new(),
-        })
+        Request::Script(Invocation { script: &QUOTA_RESET, keys: self.keys.to_vec(), args: alloc::vec::Vec::new() })
     }
 
     fn parse(&self, reply: Value) -> Result<bool, ShapeError> {
@@ -267,11 +266,11 @@ impl Operation for ResetQuota {
 /// Gives `units` back to a subject's quota (the work they paid for did not happen), never
 /// above the limit: a fixed window's current count, a sliding window's newest logged calls, a
 /// bucket's tokens, a GCRA quota's arrival time. An admin action: a public refund would undo
-/// the limit.
+/// the limit. Units lent to shells ([`BorrowQuota`]) are never given back this way.
 #[derive(Debug, Clone)]
 pub struct RefundQuota {
-    /// The state, then the subject's override.
-    keys: [String; 2],
+    /// The state, the subject's override, the units lent.
+    keys: [String; 3],
     algo: Algorithm,
     units: i64,
 }
@@ -283,7 +282,11 @@ impl RefundQuota {
         let subject = validate::id("subject", subject)?;
         algo.validate()?;
         validate::range("cost", units, 1, algo.limit())?;
-        let keys = [keys::quota(scope, subject, algo.tag()), keys::quota_override(scope, subject)];
+        let keys = [
+            keys::quota(scope, subject, algo.tag()),
+            keys::quota_override(scope, subject),
+            keys::quota_lent(scope, subject, algo.tag()),
+        ];
         Ok(RefundQuota { keys, algo, units })
     }
 }
@@ -306,6 +309,145 @@ impl Operation for RefundQuota {
 }
 
 impl super::Replayable for RefundQuota {}
+
+/// Borrows a slice of a fixed-window quota's remaining units for a shell's local stock (a
+/// budget lease): takes `cost` for this call and, when that passes, lends up to `units` more
+/// (at most a quarter of what remains after the cost), charged at once like a take and
+/// recorded under the lease's id until [`ReturnQuota`] gives back what was not used. The
+/// shell admits from that stock without Redis, only within the window the units were
+/// charged in (the reply's `reset_ms`).
+///
+/// ```
+/// use redcount_core::Operation;
+/// use redcount_core::ops::quota::{Algorithm, BorrowQuota};
+///
+/// let per_minute = Algorithm::FixedWindow { limit: 600, window_ms: 60_000 };
+/// let op = BorrowQuota::new("per-minute", "alice", per_minute, 1, 50, "a1b2-1", None).unwrap();
+/// let keys = op.request().keys().to_vec();
+/// assert_eq!(keys[2], "rc:{u:alice}:q:per-minute:fw:lent");
+/// // Only a fixed window lends: elsewhere a unit counts at the time it is charged.
+/// let gcra = Algorithm::Gcra { rate: 10, period_ms: 1_000, burst: 10 };
+/// assert!(BorrowQuota::new("per-second", "alice", gcra, 1, 5, "a1b2-1", None).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct BorrowQuota {
+    /// The state, the override, the units lent.
+    keys: [String; 3],
+    args: alloc::vec::Vec<String>,
+}
+
+/// The result of [`BorrowQuota`]: the take's answer and the units lent beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Borrowed {
+    /// The take's answer (`remaining` after the cost and the units lent).
+    pub outcome: QuotaOutcome,
+    /// The units lent (0 when denied).
+    pub lent: i64,
+}
+
+impl BorrowQuota {
+    /// Takes `cost` and borrows up to `units` more under the new lease `lease` (an id unique
+    /// to this lease: a return names it), forgetting `used_up` (this shell's last lease of the
+    /// same quota, wholly used) on the way.
+    pub fn new(
+        scope: &str,
+        subject: &str,
+        algo: Algorithm,
+        cost: i64,
+        units: i64,
+        lease: &str,
+        used_up: Option<&str>,
+    ) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        algo.validate()?;
+        let Algorithm::FixedWindow { limit, window_ms } = algo else {
+            return Err(InputError::new("borrow", crate::error::Problem::Inconsistent("only a fixed window lends")));
+        };
+        validate::range("cost", cost, 1, limit)?;
+        validate::range("units", units, 0, MAX_LIMIT)?;
+        let mut args = alloc::vec![
+            String::from("borrow"),
+            itoa_i(limit),
+            itoa_i(window_ms),
+            itoa_i(cost),
+            itoa_i(units),
+            String::from(validate::id("lease", lease)?),
+        ];
+        if let Some(last) = used_up {
+            args.push(String::from(validate::id("lease", last)?));
+        }
+        let tag = algo.tag();
+        let keys = [
+            keys::quota(scope, subject, tag),
+            keys::quota_override(scope, subject),
+            keys::quota_lent(scope, subject, tag),
+        ];
+        Ok(BorrowQuota { keys, args })
+    }
+}
+
+impl Operation for BorrowQuota {
+    type Outcome = Borrowed;
+    const NAME: &'static str = "quota_borrow";
+
+    fn request(&self) -> Request {
+        Request::Script(Invocation { script: &QUOTA_LEASE, keys: self.keys.to_vec(), args: self.args.clone() })
+    }
+
+    fn parse(&self, reply: Value) -> Result<Borrowed, ShapeError> {
+        let [allowed, limit, remaining, reset_ms, retry_after_ms, lent] = reply.into_ints::<6>(Self::NAME)?;
+        if lent < 0 || (allowed != 1 && lent != 0) {
+            return Err(ShapeError::new(Self::NAME, "units lent out of range"));
+        }
+        Ok(Borrowed { outcome: QuotaOutcome::from_reply([allowed, limit, remaining, reset_ms, retry_after_ms]), lent })
+    }
+}
+
+/// Gives back the unused units of a budget lease ([`BorrowQuota`]): at most what the lease
+/// still has on record, and nothing once its window is over (or a reset forgot the record).
+#[derive(Debug, Clone)]
+pub struct ReturnQuota {
+    /// The state, the override (unused, for the script's shape), the units lent.
+    keys: [String; 3],
+    units: i64,
+    lease: String,
+}
+
+impl ReturnQuota {
+    /// Gives `units` of the lease `lease` back to the subject's fixed-window quota.
+    pub fn new(scope: &str, subject: &str, units: i64, lease: &str) -> Result<Self, InputError> {
+        let scope = validate::id("policy", scope)?;
+        let subject = validate::id("subject", subject)?;
+        validate::range("units", units, 1, MAX_LIMIT)?;
+        let lease = String::from(validate::id("lease", lease)?);
+        let keys = [
+            keys::quota(scope, subject, "fw"),
+            keys::quota_override(scope, subject),
+            keys::quota_lent(scope, subject, "fw"),
+        ];
+        Ok(ReturnQuota { keys, units, lease })
+    }
+}
+
+impl Operation for ReturnQuota {
+    /// The units given back.
+    type Outcome = i64;
+    const NAME: &'static str = "quota_return";
+
+    fn request(&self) -> Request {
+        let args = alloc::vec![String::from("return"), itoa_i(self.units), self.lease.clone()];
+        Request::Script(Invocation { script: &QUOTA_LEASE, keys: self.keys.to_vec(), args })
+    }
+
+    fn parse(&self, reply: Value) -> Result<i64, ShapeError> {
+        let [given] = reply.into_ints::<1>(Self::NAME)?;
+        if !(0..=self.units).contains(&given) {
+            return Err(ShapeError::new(Self::NAME, "units given back out of range"));
+        }
+        Ok(given)
+    }
+}
 
 /// Longest a subject's override holds before it lapses, in ms.
 pub const MAX_OVERRIDE_TTL_MS: i64 = 1_000_000_000_000;

@@ -1,0 +1,931 @@
+//! Local decisions: what a shell keeps between calls so that most decisions need no Redis
+//! round trip, exact where it counts.
+//!
+//! - **A denial cache.** A quota take or peek, or a compound decision, that Redis denied is
+//!   repeated from memory (`"cached": true`, its `retry_after_ms` and `reset_ms` shrinking
+//!   with the time passed) for at most the policy's `cache_denials_ms` and never past the
+//!   denial's own `retry_after_ms`, keyed by the caller's scope, the subject, the policy, the
+//!   cost and the policy's definition ([`Config::fingerprint`]). Nothing else is ever
+//!   repeated: no admission, no peek that admits, nothing of counters, claims, red packets,
+//!   inboxes or semaphores (a decision with a semaphore part is not repeated: its lease's
+//!   state is live). A call with an `Idempotency-Key` always goes to Redis (its stored answer
+//!   may be an admission). An admin override, refund or reset made through this shell drops
+//!   the subject's entries at once; other shells may keep denying for at most
+//!   `cache_denials_ms`.
+//! - **Budget leases** (`"borrow": {"units": 50, "ms": 1000}`, fixed windows only). A take
+//!   with no stock at hand borrows up to `units` more in the same script call, charged in
+//!   Redis at once and recorded under a lease id (`lua/quota_lease.lua`); later takes are
+//!   admitted from that stock until it is used, `ms` has passed or the window ends, whichever
+//!   is first; then [`Local::due`] hands the shell the call giving back what was not used. The
+//!   units are counted in Redis before any is used, so admissions never exceed the limit; what
+//!   a shell holds is unavailable to the others for at most `ms` (until the window ends, for
+//!   a shell that dies): at most `units` × shells. One borrow per subject is in flight per
+//!   shell; meanwhile another take of the subject is told to [`Wait`] for it.
+//!
+//! The state is sans-IO like the rest of the API: the shell passes the time (ms, from a clock
+//! that does not go back; one that does drops every entry and ends every lease) and does the
+//! I/O the state asks for. Memory is bounded: both tables have a fixed number of slots (set
+//! associative, least recently used out), so a flood of distinct subjects evicts, never grows.
+//!
+//! ```
+//! use redcount_api::{ApiRequest, Config, Local, Step};
+//!
+//! let policies = r#"{"per-day": {"kind": "quota", "algorithm": "fixed", "limit": 1, "window_ms": 86400000}}"#;
+//! let config = Config::from_env(|v| (v == "REDCOUNT_POLICIES").then(|| policies.to_string())).unwrap();
+//! let mut local = Local::new(64, 16, 7);
+//! let take = ApiRequest { method: "POST", path: "/api/quotas/per-day/alice", query: "", authorization: None, origin: None, idempotency_key: None, body: b"" };
+//! // The first take goes to Redis, which denies it (nothing left until the window ends).
+//! let Ok(Step::Send(ex)) = local.handle(&config, &take, 1_000, true, &mut rand::rng()) else { panic!() };
+//! let denied = local.after(ex.receive(200, br#"{"result":[0,1,0,50000,50000]}"#), 1_010);
+//! let Step::Respond(r) = denied else { panic!() };
+//! assert_eq!(r.status, 200);
+//! // 300 ms later the same take is answered from memory, its wait shorter by as much.
+//! let Ok(Step::Respond(r)) = local.handle(&config, &take, 1_300, true, &mut rand::rng()) else { panic!() };
+//! assert_eq!(r.body, r#"{"allowed":false,"cached":true,"limit":1,"remaining":0,"reset_ms":49700,"retry_after_ms":49700}"#);
+//! // Past cache_denials_ms (1000 by default) it asks Redis again.
+//! assert!(matches!(local.handle(&config, &take, 2_001, true, &mut rand::rng()), Ok(Step::Send(_))));
+//! ```
+
+use alloc::borrow::ToOwned;
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use rand_core::RngCore;
+
+use crate::config::{Borrow, LocalMode};
+use crate::{ApiRequest, ApiResponse, Caller, Config, Exchange, Input, Route, Step};
+use redcount_core::keys::Namespace;
+use redcount_core::ops::decision::{Decision, PartOutcome};
+use redcount_core::ops::quota::{Algorithm, BorrowQuota, Borrowed, QuotaOutcome, ReturnQuota};
+
+/// The answer of [`Local::handle`] and [`Local::call`] when a borrow for the same subject is
+/// in flight in this shell: wait until the shell's next reply is settled (or a short while),
+/// then ask again; a shell that has waited long enough asks with `may_wait` false and gets a
+/// plain call to Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait;
+
+/// A shell's local state (see the module's documentation).
+#[derive(Debug)]
+pub struct Local {
+    /// Mixed into every key's hash, so that nobody outside can aim keys at one set.
+    seed: u64,
+    /// The latest time the shell passed in.
+    now: u64,
+    denials: Table<Denial>,
+    leases: Table<Lease>,
+    /// Unused units of ended leases, waiting to be given back by [`Local::due`].
+    returns: Vec<Return>,
+    /// Numbers the next lease id.
+    leases_made: u64,
+    /// Bumped by every override, refund and reset through this shell: a denial that Redis
+    /// answered while one was under way is not kept.
+    forgets: u64,
+    /// Bumped by a new configuration or a clock that went back: what was asked before is not
+    /// learnt.
+    epoch: u64,
+    /// After [`Local::drain`]: no more leases.
+    closed: bool,
+    /// Borrows answered (or failed) so far.
+    settled: u64,
+    /// The earliest end of a lease with stock (`u64::MAX`: none).
+    next_due: u64,
+}
+
+/// What a call teaches the local state, carried by its [`Exchange`] and then by its response
+/// (see [`Local::after`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// A quota take or peek.
+    Quota(Box<QuotaPlan>),
+    /// A compound decision.
+    Decision(Box<DecisionPlan>),
+    /// An admin override, refund or reset of one subject's policy: its denials go.
+    Forget { prefix: String, decisions: String },
+    /// Learnt when sent (a return, or a call after the local state's time).
+    Nothing,
+}
+
+impl Plan {
+    /// True for a borrow, or a refresh others may wait for.
+    pub(crate) fn lends(&self) -> bool {
+        matches!(self, Plan::Quota(p) if p.borrow.is_some() || p.refresh)
+    }
+}
+
+/// A quota take or peek, as the local state sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QuotaPlan {
+    pub(crate) policy: String,
+    pub(crate) subject: String,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) cost: i64,
+    pub(crate) peek: bool,
+    pub(crate) mode: LocalMode,
+    /// `scope \0 policy \0 subject \0 fingerprint`: the lease's key.
+    lease_key: String,
+    /// The lease key `\0 cost`: the denial's key.
+    key: String,
+    sent: Sent,
+    /// A borrow: the lease's id and where its units live.
+    borrow: Option<(String, Namespace)>,
+    /// Sent to refresh a denial still repeated.
+    refresh: bool,
+}
+
+/// A compound decision, as the local state sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DecisionPlan {
+    /// Each part: its policy and algorithm (`None`: a lease) as the answer names them.
+    pub(crate) kinds: Vec<(String, Option<Algorithm>)>,
+    /// Each quota part's denial key and `cache_denials_ms` (`None` for a lease part).
+    parts: Vec<Option<(String, u32)>>,
+    pub(crate) peek: bool,
+    /// The whole decision's key, when it may be repeated (no lease part).
+    key: Option<String>,
+    sent: Sent,
+}
+
+/// When and under which state a call was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Sent {
+    at: u64,
+    forgets: u64,
+    epoch: u64,
+}
+
+/// What a call's answer said, for the local state (set by the routes that decide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seen {
+    Quota(QuotaOutcome),
+    Borrowed(Borrowed),
+    Decision(Decision),
+}
+
+#[derive(Debug)]
+struct Denial {
+    /// When the call that was denied was sent (its answer is at least this fresh).
+    at: u64,
+    /// Repeated until then: `at` + the least of `cache_denials_ms` and its `retry_after_ms`.
+    until: u64,
+    /// Since when a call refreshing it is under way.
+    refreshing: Option<u64>,
+    what: Denied,
+}
+
+#[derive(Debug)]
+enum Denied {
+    Quota(QuotaOutcome),
+    Decision(Decision),
+}
+
+#[derive(Debug)]
+struct Lease {
+    /// The current lease's id (`None`: no lease, only a borrow in flight or one used up).
+    id: Option<String>,
+    /// Units left to admit from.
+    stock: i64,
+    /// Admits until then (exclusive).
+    until: u64,
+    /// When its borrow was sent, and the take's answer then.
+    at: u64,
+    outcome: QuotaOutcome,
+    /// Since when a borrow is in flight.
+    borrowing: Option<u64>,
+    /// The last lease, wholly used: the next borrow forgets its record in Redis.
+    used_up: Option<String>,
+    /// Where its units live, for giving them back.
+    ns: Namespace,
+    policy: String,
+    subject: String,
+}
+
+/// Unused units to give back.
+#[derive(Debug)]
+struct Return {
+    ns: Namespace,
+    policy: String,
+    subject: String,
+    units: i64,
+    id: String,
+}
+
+/// A shell clock that lags the true one by less than this cannot stretch a lease into the
+/// next window.
+const LEASE_GUARD_MS: u64 = 10;
+/// A denial is refreshed (one call, while the others are still answered from memory) in
+/// the second half of its life; once it has ended, the takes of its subject wait for the
+/// refresh (for this long at most) rather than all asking Redis at once.
+const REFRESH_WAIT_MS: u64 = 1000;
+
+impl Local {
+    /// A local state of `denials` cached denials and `leases` leases at most (each rounded up
+    /// to a multiple of 4), its hashes keyed by `seed` (random: nobody outside may predict
+    /// which subjects share a set).
+    pub fn new(denials: usize, leases: usize, seed: u64) -> Local {
+        Local {
+            seed,
+            now: 0,
+            denials: Table::new(denials),
+            leases: Table::new(leases),
+            returns: Vec::new(),
+            leases_made: 0,
+            forgets: 0,
+            epoch: 0,
+            closed: false,
+            settled: 0,
+            next_due: u64::MAX,
+        }
+    }
+
+    /// [`crate::handle`] with this local state, at `now_ms`: an answer from memory, a call to
+    /// make, or [`Wait`] (only when `may_wait`).
+    pub fn handle<R: RngCore + ?Sized>(
+        &mut self,
+        config: &Config,
+        req: &ApiRequest<'_>,
+        now_ms: u64,
+        may_wait: bool,
+        rng: &mut R,
+    ) -> Result<Step, Wait> {
+        self.tick(now_ms);
+        crate::handle_in(config, req, rng, Some((self, may_wait)))
+    }
+
+    /// [`crate::call`] with this local state, at `now_ms` (the RPC binding's path).
+    #[allow(clippy::too_many_arguments)]
+    pub fn call<R: RngCore + ?Sized>(
+        &mut self,
+        config: &Config,
+        route: Route,
+        input: Input<'_>,
+        caller: &Caller,
+        idempotency_key: Option<&str>,
+        now_ms: u64,
+        may_wait: bool,
+        rng: &mut R,
+    ) -> Result<Step, Wait> {
+        self.tick(now_ms);
+        crate::call_in(config, route, input, caller, idempotency_key, rng, Some((self, may_wait)))
+    }
+
+    /// Learns from a step a call of this state led to ([`Exchange::receive`] and friends), at
+    /// `now_ms`: a response is learnt from and returned; another call is returned as it is.
+    pub fn after(&mut self, step: Step, now_ms: u64) -> Step {
+        match step {
+            Step::Respond(r) => Step::Respond(self.answered(r, now_ms)),
+            send => send,
+        }
+    }
+
+    /// Learns from a response ([`Exchange::fail`], [`Exchange::not_durable`], or the
+    /// response of [`Local::after`]'s step), at `now_ms`.
+    pub fn answered(&mut self, mut r: ApiResponse, now_ms: u64) -> ApiResponse {
+        self.tick(now_ms);
+        let seen = r.seen.take();
+        match r.plan.take().map(|p| *p) {
+            Some(Plan::Quota(plan)) => self.learn_quota(&plan, seen),
+            Some(Plan::Decision(plan)) => self.learn_decision(&plan, seen),
+            Some(Plan::Forget { prefix, decisions }) => self.forget(&prefix, &decisions),
+            Some(Plan::Nothing) | None => {}
+        }
+        r
+    }
+
+    /// The calls to make in the background now (after a response: the worker's `waitUntil`):
+    /// giving back the unused units of every lease that has ended. Each is driven like any
+    /// other exchange, its steps through [`Local::after`].
+    pub fn due(&mut self, now_ms: u64) -> Vec<Exchange> {
+        self.tick(now_ms);
+        if self.next_due <= self.now {
+            let now = self.now;
+            let mut next = u64::MAX;
+            let mut ended = Vec::new();
+            for l in self.leases.values_mut() {
+                if l.stock > 0 && l.until <= now {
+                    ended.push(end(l));
+                } else if l.stock > 0 {
+                    next = next.min(l.until);
+                }
+            }
+            self.next_due = next;
+            self.returns.extend(ended.into_iter().flatten());
+        }
+        self.returns.drain(..).filter_map(Return::exchange).collect()
+    }
+
+    /// When the next lease ends (in the shell's ms), if one holds units: the shell calls
+    /// [`Local::due`] then.
+    pub fn next_due(&self) -> Option<u64> {
+        (self.next_due != u64::MAX).then_some(self.next_due)
+    }
+
+    /// Ends every lease now and lends no more (a graceful shutdown): the calls giving back
+    /// every unused unit. A borrow answered later is given back at once.
+    pub fn drain(&mut self) -> Vec<Exchange> {
+        self.closed = true;
+        self.end_all();
+        self.returns.drain(..).filter_map(Return::exchange).collect()
+    }
+
+    /// A new configuration: every denial goes, every lease ends (its units given back by the
+    /// next [`Local::due`]).
+    pub fn reconfigure(&mut self) {
+        self.epoch += 1;
+        self.denials.clear();
+        self.end_all();
+    }
+
+    /// How many denials and leases it keeps now (each table's size is fixed at [`Local::new`]).
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.denials.len(), self.leases.len())
+    }
+
+    /// How many borrows and refreshes were answered (or failed) so far: a shell wakes the
+    /// takes told to [`Wait`] when it changes.
+    pub fn settled(&self) -> u64 {
+        self.settled
+    }
+
+    /// True when units wait to be given back (the shell calls [`Local::due`]).
+    pub fn has_returns(&self) -> bool {
+        !self.returns.is_empty()
+    }
+
+    /// Units held by this shell's leases now (what it keeps from other shells).
+    pub fn lent(&self) -> i64 {
+        self.leases.values().map(|l| l.stock).sum()
+    }
+
+    fn end_all(&mut self) {
+        let ended: Vec<Return> = self.leases.values_mut().filter_map(end).collect();
+        self.returns.extend(ended);
+        self.next_due = u64::MAX;
+    }
+
+    fn tick(&mut self, now: u64) {
+        if now < self.now {
+            // A clock that went back: nothing timed by it can be trusted.
+            self.reconfigure();
+        }
+        self.now = now;
+    }
+
+    fn sent(&self) -> Sent {
+        Sent { at: self.now, forgets: self.forgets, epoch: self.epoch }
+    }
+
+    fn key_hash(&self, key: &str) -> u64 {
+        // FNV-1a, seeded.
+        let mut h = 0xcbf2_9ce4_8422_2325 ^ self.seed;
+        for b in key.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^ (h >> 29)
+    }
+
+    /// Decides a quota take or peek (`ex`, whose plan is `plan`) here if it can.
+    pub(crate) fn quota(
+        &mut self,
+        config: &Config,
+        caller: &Caller,
+        mut ex: Exchange,
+        mut plan: Box<QuotaPlan>,
+        may_wait: bool,
+    ) -> Result<Step, Wait> {
+        let now = self.now;
+        plan.sent = self.sent();
+        let borrow = plan.mode.borrow.filter(|_| !self.closed);
+        if let Some(b) = borrow {
+            let hash = self.key_hash(&plan.lease_key);
+            if let Some(l) = self.leases.get(hash, &plan.lease_key) {
+                if l.stock > 0 && l.until <= now {
+                    let ended = end(l);
+                    self.returns.extend(ended);
+                }
+                if l.stock >= plan.cost {
+                    if !plan.peek {
+                        l.stock -= plan.cost;
+                        if l.stock == 0 {
+                            l.used_up = l.id.take();
+                        }
+                    }
+                    let o = QuotaOutcome {
+                        allowed: true,
+                        remaining: l.outcome.remaining + l.stock,
+                        reset_ms: l.outcome.reset_ms.saturating_sub(elapsed(now, l.at)).max(0),
+                        retry_after_ms: 0,
+                        ..l.outcome
+                    };
+                    return Ok(Step::Respond(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false)));
+                }
+            }
+            if let Some(r) = self.repeat_quota(&mut plan, may_wait)? {
+                return Ok(Step::Respond(r));
+            }
+            if plan.peek || plan.refresh {
+                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
+            }
+            // No stock: borrow, unless a borrow is already under way (then wait for it, or
+            // take as usual).
+            let borrowing = self.leases.get(hash, &plan.lease_key).and_then(|l| l.borrowing);
+            if borrowing.is_some_and(|since| now < since + u64::from(b.ms).max(1000)) {
+                if may_wait {
+                    return Err(Wait);
+                }
+                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
+            }
+            if self.leases.get(hash, &plan.lease_key).is_some_and(|l| l.stock > 0) {
+                // A live lease too small for this cost: a take as usual, its stock kept.
+                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
+            }
+            return Ok(Step::Send(self.borrow(config, caller, ex, plan, b, hash)));
+        }
+        if let Some(r) = self.repeat_quota(&mut plan, may_wait)? {
+            return Ok(Step::Respond(r));
+        }
+        ex.plan = Some(Box::new(Plan::Quota(plan)));
+        Ok(Step::Send(ex))
+    }
+
+    /// The cached denial of this take, if one may be repeated now; `None` to ask Redis (this
+    /// call refreshes the denial in its second half of life, while the others are still
+    /// answered from memory); [`Wait`] for a refresh under way when the denial has ended.
+    fn repeat_quota(&mut self, plan: &mut QuotaPlan, may_wait: bool) -> Result<Option<ApiResponse>, Wait> {
+        if plan.mode.cache_denials_ms == 0 {
+            return Ok(None);
+        }
+        let now = self.now;
+        let hash = self.key_hash(&plan.key);
+        let Some(d) = self.denials.get(hash, &plan.key) else { return Ok(None) };
+        let Denied::Quota(o) = d.what else { return Ok(None) };
+        if now >= d.until {
+            return match d.refreshing {
+                Some(since) if may_wait && now < since + REFRESH_WAIT_MS => Err(Wait),
+                _ => Ok(None),
+            };
+        }
+        if d.refreshing.is_none() && (d.until - now) * 2 <= d.until - d.at {
+            d.refreshing = Some(now);
+            plan.refresh = true;
+            return Ok(None);
+        }
+        let gone = elapsed(now, d.at);
+        let o = QuotaOutcome {
+            reset_ms: o.reset_ms.saturating_sub(gone).max(0),
+            retry_after_ms: o.retry_after_ms.saturating_sub(gone).max(1),
+            ..o
+        };
+        Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true)))
+    }
+
+    /// The borrow replacing a take: the take's cost and up to `b.units` more.
+    fn borrow(
+        &mut self,
+        config: &Config,
+        caller: &Caller,
+        ex: Exchange,
+        mut plan: Box<QuotaPlan>,
+        b: Borrow,
+        hash: u64,
+    ) -> Exchange {
+        self.leases_made += 1;
+        let id = lease_id(self.seed, self.leases_made);
+        let ns = match caller.scope() {
+            Some(s) => config.namespace.scoped(s.as_str()),
+            None => config.namespace.clone(),
+        };
+        let now = self.now;
+        let used_up = self.leases.get(hash, &plan.lease_key).and_then(|l| l.used_up.take());
+        let op = match BorrowQuota::new(
+            &plan.policy,
+            &plan.subject,
+            plan.algorithm,
+            plan.cost,
+            b.units,
+            &id,
+            used_up.as_deref(),
+        ) {
+            Ok(op) => op,
+            Err(_) => return ex.with_plan(Plan::Quota(plan)),
+        };
+        match self.leases.get(hash, &plan.lease_key) {
+            Some(l) => {
+                // (No stock: a borrow is made only then, so nothing of the old lease is lost.)
+                l.borrowing = Some(now);
+                l.ns = ns.clone();
+            }
+            None => {
+                let lease = Lease {
+                    id: None,
+                    stock: 0,
+                    until: 0,
+                    at: now,
+                    outcome: QuotaOutcome { allowed: true, limit: 0, remaining: 0, reset_ms: 0, retry_after_ms: 0 },
+                    borrowing: Some(now),
+                    used_up: None,
+                    ns: ns.clone(),
+                    policy: plan.policy.clone(),
+                    subject: plan.subject.clone(),
+                };
+                if let Some(evicted) = self.leases.insert(hash, plan.lease_key.clone(), lease) {
+                    self.evicted(evicted);
+                }
+            }
+        }
+        plan.borrow = Some((id, ns));
+        let mut borrow = ex.replaced(op, &plan.policy, plan.algorithm);
+        borrow.plan = Some(Box::new(Plan::Quota(plan)));
+        borrow
+    }
+
+    fn evicted(&mut self, mut l: Lease) {
+        // Bounded: a flood of evictions gives back what it can, the rest waits for its window.
+        if self.returns.len() < 4 * self.leases.capacity() {
+            self.returns.extend(end(&mut l));
+        }
+    }
+
+    fn learn_quota(&mut self, plan: &QuotaPlan, seen: Option<Seen>) {
+        let hash = self.key_hash(&plan.key);
+        if plan.refresh {
+            self.settled += 1;
+            if let Some(d) = self.denials.get(hash, &plan.key) {
+                d.refreshing = None;
+            }
+        }
+        if plan.borrow.is_some() {
+            self.settled += 1;
+            let lease_hash = self.key_hash(&plan.lease_key);
+            if let Some(l) = self.leases.get(lease_hash, &plan.lease_key) {
+                l.borrowing = None;
+            }
+        }
+        let (outcome, lent) = match seen {
+            Some(Seen::Quota(o)) => (o, 0),
+            Some(Seen::Borrowed(b)) => (b.outcome, b.lent),
+            _ => return,
+        };
+        if lent > 0 {
+            self.lease(plan, outcome, lent);
+        }
+        if outcome.allowed {
+            self.denials.remove(hash, &plan.key);
+        } else if plan.sent.forgets == self.forgets && plan.sent.epoch == self.epoch {
+            self.deny(
+                hash,
+                &plan.key,
+                plan.mode.cache_denials_ms,
+                plan.sent.at,
+                outcome.retry_after_ms,
+                Denied::Quota(outcome),
+            );
+        }
+    }
+
+    /// A borrow's units arrived: this shell's stock, or given back at once when they cannot be.
+    fn lease(&mut self, plan: &QuotaPlan, outcome: QuotaOutcome, lent: i64) {
+        let Some((id, ns)) = plan.borrow.clone() else { return };
+        let now = self.now;
+        let ms = plan.mode.borrow.map_or(0, |b| u64::from(b.ms));
+        // Within the window the units were charged in: its end is at least `reset_ms` after
+        // the borrow was sent.
+        let reset = u64::try_from(outcome.reset_ms).unwrap_or(0);
+        let until = plan.sent.at + ms.min(reset.saturating_sub(LEASE_GUARD_MS));
+        let hash = self.key_hash(&plan.lease_key);
+        let usable = !self.closed && plan.sent.epoch == self.epoch && until > now;
+        match self.leases.get(hash, &plan.lease_key) {
+            Some(l) if usable && l.stock == 0 => {
+                l.id = Some(id);
+                l.stock = lent;
+                l.until = until;
+                l.at = plan.sent.at;
+                l.outcome = outcome;
+                l.ns = ns;
+                self.next_due = self.next_due.min(until);
+            }
+            // Another lease holds stock (two borrows crossed), its slot was taken meanwhile, or
+            // the units cannot be used (too late, a new configuration, a shutdown): back at once.
+            _ => self.returns.push(Return {
+                ns,
+                policy: plan.policy.clone(),
+                subject: plan.subject.clone(),
+                units: lent,
+                id,
+            }),
+        }
+    }
+
+    fn deny(&mut self, hash: u64, key: &str, cache_ms: u32, at: u64, retry: i64, what: Denied) {
+        let life = u64::from(cache_ms).min(u64::try_from(retry).unwrap_or(0));
+        if life == 0 || at + life <= self.now {
+            return;
+        }
+        let d = Denial { at, until: at + life, refreshing: None, what };
+        match self.denials.get(hash, key) {
+            Some(old) => *old = d,
+            None => {
+                self.denials.insert(hash, key.to_owned(), d);
+            }
+        }
+    }
+
+    /// Decides a compound decision (`ex`, whose plan is `plan`) here if it can.
+    pub(crate) fn decision(&mut self, mut ex: Exchange, mut plan: Box<DecisionPlan>) -> Step {
+        plan.sent = self.sent();
+        if let Some(key) = &plan.key {
+            let now = self.now;
+            let hash = self.key_hash(key);
+            if let Some(d) = self.denials.get(hash, key)
+                && now < d.until
+                && let Denied::Decision(decision) = &d.what
+            {
+                let gone = elapsed(now, d.at);
+                let mut decision = decision.clone();
+                decision.retry_after_ms = decision.retry_after_ms.saturating_sub(gone).max(1);
+                for p in &mut decision.parts {
+                    if let PartOutcome::Quota(q) = p {
+                        q.reset_ms = q.reset_ms.saturating_sub(gone).max(0);
+                        q.retry_after_ms = if q.allowed { 0 } else { q.retry_after_ms.saturating_sub(gone).max(0) };
+                    }
+                }
+                return Step::Respond(crate::routes::decision_response(&plan.kinds, decision, plan.peek, true));
+            }
+        }
+        ex.plan = Some(Box::new(Plan::Decision(plan)));
+        Step::Send(ex)
+    }
+
+    fn learn_decision(&mut self, plan: &DecisionPlan, seen: Option<Seen>) {
+        let Some(Seen::Decision(d)) = seen else { return };
+        if d.allowed || plan.sent.forgets != self.forgets || plan.sent.epoch != self.epoch {
+            return;
+        }
+        // Each quota part that denied is a quota denial of its own; the whole decision is
+        // repeated for as long as one of them may be.
+        let mut life = 0;
+        for (part, outcome) in plan.parts.iter().zip(&d.parts) {
+            if let (Some((key, cache_ms)), PartOutcome::Quota(q)) = (part, outcome)
+                && !q.allowed
+            {
+                let hash = self.key_hash(key);
+                self.deny(hash, key, *cache_ms, plan.sent.at, q.retry_after_ms, Denied::Quota(*q));
+                life = life.max(i64::from(*cache_ms).min(q.retry_after_ms));
+            }
+        }
+        if let Some(key) = &plan.key {
+            let hash = self.key_hash(key);
+            let life = u32::try_from(life).unwrap_or(0);
+            self.deny(hash, key, life, plan.sent.at, d.retry_after_ms, Denied::Decision(d));
+        }
+    }
+
+    /// An override, refund or reset through this shell: the subject's denials of that policy
+    /// (every cost, every definition) and its decisions go.
+    pub(crate) fn forget(&mut self, prefix: &str, decisions: &str) {
+        self.forgets += 1;
+        self.denials.retain(|key| !key.starts_with(prefix) && !key.starts_with(decisions));
+    }
+
+    /// The plan of a take or peek of `policy` (a quota) by `caller`.
+    pub(crate) fn quota_plan(
+        config: &Config,
+        caller: &Caller,
+        policy: &str,
+        subject: &str,
+        algorithm: Algorithm,
+        cost: i64,
+        peek: bool,
+    ) -> Box<QuotaPlan> {
+        let lease_key = subject_key(caller, policy, subject, config.fingerprint(policy).unwrap_or(0));
+        let key = cost_key(&lease_key, cost);
+        Box::new(QuotaPlan {
+            policy: policy.to_owned(),
+            subject: subject.to_owned(),
+            algorithm,
+            cost,
+            peek,
+            mode: config.local_mode(policy),
+            lease_key,
+            key,
+            sent: Sent::default(),
+            borrow: None,
+            refresh: false,
+        })
+    }
+
+    /// The plan of a decision of `subject` with these parts (policy, algorithm or `None` for a
+    /// lease, cost).
+    pub(crate) fn decision_plan(
+        config: &Config,
+        caller: &Caller,
+        subject: &str,
+        kinds: Vec<(String, Option<Algorithm>)>,
+        costs: &[i64],
+        peek: bool,
+    ) -> Box<DecisionPlan> {
+        let mut whole = decisions_prefix(caller, subject);
+        whole.push(if peek { '1' } else { '0' });
+        let mut parts = Vec::with_capacity(kinds.len());
+        let mut repeatable = true;
+        for ((policy, algorithm), cost) in kinds.iter().zip(costs) {
+            let fp = config.fingerprint(policy).unwrap_or(0);
+            whole.push('\0');
+            whole.push_str(policy);
+            whole.push('\0');
+            whole.push_str(itoa::Buffer::new().format(*cost));
+            whole.push('\0');
+            whole.push_str(itoa::Buffer::new().format(fp));
+            parts.push(match algorithm {
+                Some(_) => {
+                    let key = cost_key(&subject_key(caller, policy, subject, fp), *cost);
+                    Some((key, config.local_mode(policy).cache_denials_ms))
+                }
+                None => {
+                    repeatable = false;
+                    None
+                }
+            });
+        }
+        Box::new(DecisionPlan { kinds, parts, peek, key: repeatable.then_some(whole), sent: Sent::default() })
+    }
+
+    /// The plan of an override, refund or reset of `policy` for `subject` by `caller`.
+    pub(crate) fn forget_plan(caller: &Caller, policy: &str, subject: &str) -> Plan {
+        let mut prefix = subject_key(caller, policy, subject, 0);
+        // Every definition's: the key up to the fingerprint.
+        let fp_digits = itoa::Buffer::new().format(0u64).len();
+        prefix.truncate(prefix.len() - fp_digits);
+        Plan::Forget { prefix, decisions: decisions_prefix(caller, subject) }
+    }
+}
+
+/// `scope \0 policy \0 subject \0 fingerprint` (a scope is an id: never empty, never `\0`).
+fn subject_key(caller: &Caller, policy: &str, subject: &str, fp: u64) -> String {
+    let scope = caller.scope().map_or("", |s| s.as_str());
+    let mut key = String::with_capacity(scope.len() + policy.len() + subject.len() + 24);
+    for part in [scope, policy, subject] {
+        key.push_str(part);
+        key.push('\0');
+    }
+    key.push_str(itoa::Buffer::new().format(fp));
+    key
+}
+
+fn cost_key(subject_key: &str, cost: i64) -> String {
+    let mut key = String::with_capacity(subject_key.len() + 12);
+    key.push_str(subject_key);
+    key.push('\0');
+    key.push_str(itoa::Buffer::new().format(cost));
+    key
+}
+
+/// Every decision key of `subject` starts with this (a quota key's first part is a scope or
+/// empty, never `\u{1}`).
+fn decisions_prefix(caller: &Caller, subject: &str) -> String {
+    let scope = caller.scope().map_or("", |s| s.as_str());
+    let mut key = String::from("\u{1}");
+    for part in [scope, subject] {
+        key.push_str(part);
+        key.push('\0');
+    }
+    key
+}
+
+/// A lease id: this shell's seed and its count of leases, in hex (an id, 1..64 of `[0-9a-f-]`).
+fn lease_id(seed: u64, n: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(33);
+    for word in [seed, n] {
+        if !id.is_empty() {
+            id.push('-');
+        }
+        for i in (0..16).rev() {
+            id.push(char::from(HEX[((word >> (4 * i)) & 15) as usize]));
+        }
+    }
+    id
+}
+
+fn elapsed(now: u64, at: u64) -> i64 {
+    i64::try_from(now.saturating_sub(at)).unwrap_or(i64::MAX)
+}
+
+/// Ends a lease: its unused units to give back, if any.
+fn end(l: &mut Lease) -> Option<Return> {
+    let stock = core::mem::take(&mut l.stock);
+    let id = l.id.take()?;
+    (stock > 0).then(|| Return {
+        ns: l.ns.clone(),
+        policy: l.policy.clone(),
+        subject: l.subject.clone(),
+        units: stock,
+        id,
+    })
+}
+
+impl Return {
+    fn exchange(self) -> Option<Exchange> {
+        let op = ReturnQuota::new(&self.policy, &self.subject, self.units, &self.id).ok()?;
+        let mut ex =
+            Exchange::new(op, |_, given| crate::ApiResponse::flat(&mut [("returned", crate::Field::Int(given))]));
+        ex.move_to(&self.ns);
+        ex.plan = Some(Box::new(Plan::Nothing));
+        Some(ex)
+    }
+}
+
+impl Exchange {
+    fn with_plan(mut self, plan: Plan) -> Exchange {
+        self.plan = Some(Box::new(plan));
+        self
+    }
+}
+
+/// A set-associative table of `V` by text key: a fixed number of sets of [`WAYS`] slots, the
+/// least recently used slot of a full set replaced. Lookups and inserts touch one set.
+#[derive(Debug)]
+struct Table<V> {
+    slots: Vec<Option<Slot<V>>>,
+    /// Sets - 1 (a power of two less one).
+    mask: u64,
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct Slot<V> {
+    hash: u64,
+    key: String,
+    used: u64,
+    value: V,
+}
+
+const WAYS: usize = 4;
+
+impl<V> Table<V> {
+    fn new(capacity: usize) -> Self {
+        let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
+        let mut slots = Vec::with_capacity(sets * WAYS);
+        slots.resize_with(sets * WAYS, || None);
+        Table { slots, mask: sets as u64 - 1, tick: 0 }
+    }
+
+    fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn set(&mut self, hash: u64) -> &mut [Option<Slot<V>>] {
+        let at = (hash & self.mask) as usize * WAYS;
+        &mut self.slots[at..at + WAYS]
+    }
+
+    fn get(&mut self, hash: u64, key: &str) -> Option<&mut V> {
+        self.tick += 1;
+        let tick = self.tick;
+        let slot = self.set(hash).iter_mut().flatten().find(|s| s.hash == hash && s.key == key)?;
+        slot.used = tick;
+        Some(&mut slot.value)
+    }
+
+    /// Inserts (the key must not be there): the entry it put out, if any.
+    fn insert(&mut self, hash: u64, key: String, value: V) -> Option<V> {
+        self.tick += 1;
+        let used = self.tick;
+        let set = self.set(hash);
+        let at = match set.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => set.iter().enumerate().min_by_key(|(_, s)| s.as_ref().map_or(0, |s| s.used)).map_or(0, |(i, _)| i),
+        };
+        set[at].replace(Slot { hash, key, used, value }).map(|s| s.value)
+    }
+
+    fn remove(&mut self, hash: u64, key: &str) -> Option<V> {
+        let set = self.set(hash);
+        let at = set.iter().position(|s| s.as_ref().is_some_and(|s| s.hash == hash && s.key == key))?;
+        set[at].take().map(|s| s.value)
+    }
+
+    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        for s in &mut self.slots {
+            if s.as_ref().is_some_and(|s| !keep(&s.key)) {
+                *s = None;
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|s| *s = None);
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots.iter().flatten().map(|s| &s.value)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.slots.iter_mut().flatten().map(|s| &mut s.value)
+    }
+
+    fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+}

@@ -1,0 +1,511 @@
+//! Local decisions without I/O: the denial cache and budget leases of [`Local`], driven with
+//! REST replies a test writes, at times the test chooses.
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redcount_api::{ApiRequest, ApiResponse, Caller, Config, Exchange, Input, Local, Route, Scope, Step, Wait};
+use redcount_core::script;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token-0123456789";
+
+const POLICIES: &str = r#"{
+  "daily": {"kind": "quota", "algorithm": "fixed", "limit": 3, "window_ms": 86400000, "max_cost": 3},
+  "quick": {"kind": "quota", "algorithm": "gcra", "rate": 10, "period_ms": 1000, "burst": 10, "max_cost": 5},
+  "raw": {"kind": "quota", "algorithm": "fixed", "limit": 3, "window_ms": 60000, "cache_denials_ms": 0},
+  "hot": {"kind": "quota", "algorithm": "fixed", "limit": 1000, "window_ms": 60000, "max_cost": 10, "borrow": {"units": 50, "ms": 1000}},
+  "slots": {"kind": "semaphore", "limit": 1, "lease_ms": 60000},
+  "bonus": {"kind": "claim", "window_ms": 86400000},
+  "jobs": {"kind": "counter", "min": 0, "max": 1}
+}"#;
+
+fn config_with(policies: &str) -> Config {
+    let vars = [("REDCOUNT_ADMIN_TOKEN", ADMIN), ("REDCOUNT_POLICIES", policies)];
+    Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap()
+}
+
+fn config() -> Config {
+    config_with(POLICIES)
+}
+
+/// A shell of one local state, at a time the test sets.
+struct Shell {
+    config: Config,
+    local: Local,
+    rng: StdRng,
+}
+
+fn shell() -> Shell {
+    Shell { config: config(), local: Local::new(64, 16, 7), rng: StdRng::seed_from_u64(1) }
+}
+
+fn req<'a>(method: &'a str, path: &'a str, body: &'a str, admin: bool) -> ApiRequest<'a> {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    let authorization = admin.then_some("Bearer admin-token-0123456789");
+    ApiRequest { method, path, query, authorization, origin: None, idempotency_key: None, body: body.as_bytes() }
+}
+
+impl Shell {
+    fn ask(&mut self, r: ApiRequest<'_>, now: u64) -> Result<Step, Wait> {
+        self.local.handle(&self.config, &r, now, true, &mut self.rng)
+    }
+
+    /// A request that must go to Redis: its REST body.
+    fn sends(&mut self, r: ApiRequest<'_>, now: u64) -> Exchange {
+        match self.ask(r, now) {
+            Ok(Step::Send(ex)) => ex,
+            Ok(Step::Respond(resp)) => panic!("expected a REST call, got {} {}", resp.status, resp.body),
+            Err(Wait) => panic!("expected a REST call, got wait"),
+        }
+    }
+
+    /// A request answered here.
+    fn answers(&mut self, r: ApiRequest<'_>, now: u64) -> ApiResponse {
+        match self.ask(r, now) {
+            Ok(Step::Respond(resp)) => resp,
+            Ok(Step::Send(ex)) => panic!("expected an answer from memory, got a REST call: {}", ex.body()),
+            Err(Wait) => panic!("expected an answer, got wait"),
+        }
+    }
+
+    /// Redis's reply to `ex`, at `now`: the response.
+    fn reply(&mut self, ex: Exchange, result: Value, now: u64) -> ApiResponse {
+        let body = json!({ "result": result }).to_string();
+        match self.local.after(ex.receive(200, body.as_bytes()), now) {
+            Step::Respond(r) => r,
+            Step::Send(ex) => panic!("a second call: {}", ex.body()),
+        }
+    }
+
+    /// A take that Redis answers with `result` (sent at `now`, answered 5 ms later).
+    fn through(&mut self, r: ApiRequest<'_>, result: Value, now: u64) -> ApiResponse {
+        let ex = self.sends(r, now);
+        self.reply(ex, result, now + 5)
+    }
+}
+
+fn take(policy: &str, subject: &str) -> String {
+    format!("/api/quotas/{policy}/{subject}")
+}
+
+fn json_of(r: &ApiResponse) -> Value {
+    serde_json::from_str(&r.body).unwrap()
+}
+
+fn header<'a>(r: &'a ApiResponse, name: &str) -> Option<&'a str> {
+    r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+}
+
+fn rest(ex: &Exchange) -> Value {
+    serde_json::from_str(ex.body()).unwrap()
+}
+
+#[test]
+fn a_denial_is_repeated_with_its_wait_shrinking_for_at_most_cache_denials_ms() {
+    let mut s = shell();
+    let path = take("daily", "alice");
+    let first = s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 1_000);
+    assert_eq!(json_of(&first)["allowed"], false);
+    assert!(json_of(&first).get("cached").is_none(), "Redis's own answer is not marked");
+    // Repeated from memory: its times shrink from when the call was sent (1,000).
+    let again = s.answers(req("POST", &path, "", false), 1_400);
+    assert_eq!(
+        json_of(&again),
+        json!({"allowed": false, "cached": true, "limit": 3, "remaining": 0, "reset_ms": 49_600, "retry_after_ms": 49_600})
+    );
+    assert_eq!(again.status, 200);
+    assert_eq!(header(&again, "Retry-After"), Some("50"));
+    assert_eq!(header(&again, "RateLimit"), Some("\"daily\";r=0;t=50"));
+    assert_eq!(again.verdict.map(|v| (v.allowed, v.retry_after_ms)), Some((false, 49_600)));
+    // A peek of the same cost learns from it too.
+    assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_450))["cached"], true);
+    // In the second half of its life one call refreshes it while the others are still answered.
+    let refresh = s.sends(req("POST", &path, "", false), 1_500);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 1_960))["cached"], true);
+    // Its end is 1,000 ms after the denied call was sent, refreshed or not: then the takes wait
+    // for the refresh under way (or, told not to wait, ask Redis).
+    assert!(matches!(s.ask(req("POST", &path, "", false), 2_000), Err(Wait)));
+    let settled = s.local.settled();
+    let r = req("POST", &path, "", false);
+    assert!(matches!(s.local.handle(&s.config, &r, 2_000, false, &mut s.rng), Ok(Step::Send(_))));
+    // The refresh denies again: repeated for another 1,000 ms from when it was sent.
+    s.reply(refresh, json!([0, 3, 0, 49_500, 49_500]), 2_001);
+    assert_ne!(s.local.settled(), settled, "the waiting takes are woken");
+    // (Already in the second half of that life: one call refreshes it again.)
+    let _again = s.sends(req("POST", &path, "", false), 2_002);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_003))["retry_after_ms"], 48_997);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_499))["retry_after_ms"], 48_501);
+    assert!(matches!(s.ask(req("POST", &path, "", false), 2_500), Err(Wait)));
+}
+
+#[test]
+fn a_refresh_that_never_answers_holds_the_waiting_takes_for_a_bounded_time() {
+    let mut s = shell();
+    let path = take("daily", "dora");
+    s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
+    let _lost = s.sends(req("POST", &path, "", false), 600);
+    assert!(matches!(s.ask(req("POST", &path, "", false), 1_000), Err(Wait)));
+    assert!(matches!(s.ask(req("POST", &path, "", false), 1_599), Err(Wait)));
+    s.sends(req("POST", &path, "", false), 1_600);
+}
+
+#[test]
+fn a_denial_is_never_repeated_past_its_own_retry_after() {
+    let mut s = shell();
+    let path = take("quick", "bob");
+    s.through(req("POST", &path, r#"{"cost": 2}"#, false), json!([0, 10, 1, 50, 120]), 10_000);
+    let r = s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10_059);
+    assert_eq!(json_of(&r)["retry_after_ms"], 61);
+    assert_eq!(json_of(&r)["reset_ms"], 0);
+    let refresh = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_060);
+    // Past its retry_after_ms while the refresh is under way: never answered from memory.
+    assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 2}"#, false), 10_120), Err(Wait)));
+    s.reply(refresh, json!([0, 10, 1, 50, 60]), 10_121);
+    s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_121);
+}
+
+#[test]
+fn only_the_same_subject_policy_cost_and_scope_are_denied_from_memory() {
+    let mut s = shell();
+    s.through(req("POST", &take("quick", "bob"), r#"{"cost": 3}"#, false), json!([0, 10, 2, 100, 100]), 0);
+    // Another cost (smaller: it might pass), subject, or policy goes to Redis.
+    s.sends(req("POST", &take("quick", "bob"), r#"{"cost": 2}"#, false), 10);
+    s.sends(req("POST", &take("quick", "bo"), r#"{"cost": 3}"#, false), 10);
+    s.sends(req("POST", &take("quick", "bobb"), r#"{"cost": 3}"#, false), 10);
+    s.sends(req("POST", &take("daily", "bob"), r#"{"cost": 3}"#, false), 10);
+    s.answers(req("POST", &take("quick", "bob"), r#"{"cost": 3}"#, false), 10);
+    // A scoped caller (the RPC binding's tenant) lives apart from the unscoped one and from
+    // other scopes, whatever subject it names.
+    let route = || Route::QuotaTake { policy: "quick".into(), subject: "bob".into() };
+    let acme = Caller::public().scoped(Scope::new("acme").unwrap());
+    let mut call = |caller: &Caller, now| {
+        s.local.call(&s.config, route(), Input::Json(br#"{"cost": 3}"#), caller, None, now, true, &mut s.rng)
+    };
+    let Ok(Step::Send(ex)) = call(&acme, 20) else { panic!("a scope does not see the unscoped denial") };
+    assert!(ex.body().contains("rc.acme:{u:bob}"), "{}", ex.body());
+    let r = s.local.after(ex.receive(200, br#"{"result":[0,10,2,100,100]}"#), 21);
+    assert!(matches!(r, Step::Respond(_)));
+    let other = Caller::public().scoped(Scope::new("other").unwrap());
+    let mut call = |caller: &Caller, now| {
+        s.local.call(&s.config, route(), Input::Json(br#"{"cost": 3}"#), caller, None, now, true, &mut s.rng)
+    };
+    assert!(matches!(call(&acme, 30), Ok(Step::Respond(_))));
+    assert!(matches!(call(&other, 30), Ok(Step::Send(_))));
+}
+
+#[test]
+fn admissions_peeks_that_admit_and_other_primitives_are_never_repeated() {
+    let mut s = shell();
+    let path = take("daily", "carol");
+    s.through(req("POST", &path, "", false), json!([1, 3, 2, 50_000, 0]), 0);
+    s.sends(req("POST", &path, "", false), 10);
+    s.through(req("GET", &path, "", false), json!([1, 3, 2, 50_000, 0]), 20);
+    s.sends(req("GET", &path, "", false), 30);
+    // A claim taken already, a full semaphore, a counter at its bound: asked again each time.
+    let claim = "/api/claims/bonus/carol";
+    s.through(req("POST", claim, "", false), json!([0, 40_000]), 40);
+    s.sends(req("POST", claim, "", false), 50);
+    let acquire = "/api/semaphores/slots/carol/acquire";
+    s.through(req("POST", acquire, r#"{"holder": "h2"}"#, false), json!([0, 1, 1, 30_000, 0, 0, 0]), 60);
+    s.sends(req("POST", acquire, r#"{"holder": "h2"}"#, false), 70);
+    // A policy that says 0 keeps nothing.
+    s.through(req("POST", &take("raw", "carol"), "", false), json!([0, 3, 0, 5_000, 5_000]), 80);
+    s.sends(req("POST", &take("raw", "carol"), "", false), 90);
+}
+
+#[test]
+fn a_take_with_an_idempotency_key_always_asks_redis() {
+    let mut s = shell();
+    let path = take("daily", "dan");
+    s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
+    let mut keyed = req("POST", &path, "", false);
+    keyed.idempotency_key = Some("k-1");
+    // Its stored answer may be an admission: replayed by Redis, never denied from memory.
+    let ex = s.sends(keyed, 10);
+    assert!(rest(&ex).as_array().unwrap().iter().any(|v| v.as_str().is_some_and(|k| k.contains(":idem:"))));
+    s.answers(req("POST", &path, "", false), 20);
+}
+
+#[test]
+fn an_override_refund_or_reset_through_this_shell_drops_the_denials_at_once() {
+    for (method, route, body) in [
+        ("PUT", "/api/overrides/daily/erin", r#"{"limit": 10}"#),
+        ("DELETE", "/api/overrides/daily/erin", ""),
+        ("POST", "/api/quotas/daily/erin/refund", r#"{"cost": 1}"#),
+        ("DELETE", "/api/quotas/daily/erin", ""),
+    ] {
+        let mut s = shell();
+        let path = take("daily", "erin");
+        s.through(req("POST", &path, r#"{"cost": 2}"#, false), json!([0, 3, 2, 50_000, 50_000]), 0);
+        s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
+        s.through(req("POST", &take("daily", "other"), "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
+        // A denial under way while the change is made is not kept either.
+        let late = s.sends(req("POST", &take("quick", "x"), "", false), 5);
+        let in_flight = s.sends(req("POST", &take("daily", "erin"), r#"{"cost": 3}"#, false), 10);
+        let admin = s.sends(req(method, route, body, true), 20);
+        // Every cost of the subject's policy is asked again; another subject is not.
+        s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 21);
+        s.sends(req("POST", &path, "", false), 21);
+        s.answers(req("POST", &take("daily", "other"), "", false), 21);
+        s.reply(in_flight, json!([0, 3, 0, 49_990, 49_990]), 25);
+        s.sends(req("POST", &path, r#"{"cost": 3}"#, false), 26);
+        s.reply(late, json!([0, 10, 0, 100, 100]), 27);
+        s.reply(admin, json!([1]), 30);
+        s.sends(req("POST", &take("quick", "x"), "", false), 31);
+    }
+}
+
+#[test]
+fn a_changed_definition_or_a_clock_that_goes_back_forgets_every_denial() {
+    let mut s = shell();
+    let path = take("daily", "fay");
+    s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 1_000);
+    s.answers(req("POST", &path, "", false), 1_100);
+    // A redeploy raising the limit: another definition, another key.
+    s.config =
+        config_with(&POLICIES.replace(r#""limit": 3, "window_ms": 86400000"#, r#""limit": 4, "window_ms": 86400000"#));
+    s.sends(req("POST", &path, "", false), 1_150);
+    s.config = config();
+    s.answers(req("POST", &path, "", false), 1_200);
+    // The clock goes back: nothing timed by it is trusted.
+    s.sends(req("POST", &path, "", false), 900);
+}
+
+#[test]
+fn a_flood_of_distinct_subjects_never_grows_the_tables() {
+    let mut s = shell();
+    for i in 0..2_000 {
+        let path = take("daily", &format!("s{i}"));
+        s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 10 + i);
+        let (denials, _) = s.local.sizes();
+        assert!(denials <= 64, "{denials} denials kept");
+    }
+    // A subject asked often stays in its set while a flood passes through the others.
+    let mut s = shell();
+    let hot = take("daily", "hot");
+    s.through(req("POST", &hot, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
+    // (Within the first half of its life: then it would be refreshed.)
+    for i in 0..80 {
+        s.answers(req("POST", &hot, "", false), 10 + 6 * i);
+        let path = take("daily", &format!("f{i}"));
+        s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 10 + 6 * i);
+    }
+}
+
+#[test]
+fn a_decision_denied_by_its_quotas_is_repeated_but_not_one_with_a_lease_part() {
+    let mut s = shell();
+    let quotas = r#"{"parts": [{"policy": "daily", "cost": 1}, {"policy": "quick", "cost": 2}]}"#;
+    let reply = json!([0, 1, 50_000, 2, 0, 3, 0, 50_000, 50_000, 0, 0, 1, 10, 8, 200, 0, 0, 0]);
+    let first = s.through(req("POST", "/api/decisions/gus", quotas, false), reply.clone(), 0);
+    assert_eq!(json_of(&first)["denied_by"], "daily");
+    let again = s.answers(req("POST", "/api/decisions/gus", quotas, false), 300);
+    let j = json_of(&again);
+    assert_eq!((j["cached"].clone(), j["retry_after_ms"].clone()), (json!(true), json!(49_700)));
+    assert_eq!(j["parts"][0]["reset_ms"], 49_700);
+    assert_eq!(j["parts"][1]["reset_ms"], 0, "a part's times shrink, never below 0");
+    assert_eq!(header(&again, "Retry-After"), Some("50"));
+    // Its denying part is a quota denial of its own: a plain take of it is answered too.
+    s.answers(req("POST", &take("daily", "gus"), "", false), 300);
+    // Another list of parts is another decision.
+    s.sends(req("POST", "/api/decisions/gus", r#"{"parts": [{"policy": "daily", "cost": 1}]}"#, false), 300);
+    // With a lease part, the lease's state is live: asked again every time (its quota part's
+    // denial is still learnt).
+    let mixed = r#"{"parts": [{"policy": "daily", "cost": 1}, {"policy": "slots", "holder": "h"}]}"#;
+    let reply = json!([0, 1, 50_000, 2, 0, 3, 0, 50_000, 50_000, 0, 0, 1, 1, 0, 0, 0, 60_000, 0]);
+    s.through(req("POST", "/api/decisions/hal", mixed, false), reply, 400);
+    s.sends(req("POST", "/api/decisions/hal", mixed, false), 500);
+    s.answers(req("POST", &take("daily", "hal"), "", false), 500);
+    // A decision denied by its lease part alone teaches nothing.
+    let reply = json!([0, 2, 30_000, 2, 1, 3, 2, 50_000, 0, 0, 0, 0, 1, 1, 30_000, 30_000, 0, 0]);
+    s.through(req("POST", "/api/decisions/ivy", mixed, false), reply, 600);
+    s.sends(req("POST", "/api/decisions/ivy", mixed, false), 700);
+    s.sends(req("POST", &take("daily", "ivy"), "", false), 700);
+}
+
+/// The borrow a take became: its script and its arguments.
+fn borrow_args(ex: &Exchange) -> Vec<String> {
+    let body = rest(ex);
+    let parts: Vec<String> = body.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert_eq!(parts[1], script::QUOTA_LEASE.sha1(), "{parts:?}");
+    parts[6..].to_vec()
+}
+
+#[test]
+fn a_lease_admits_from_its_stock_then_gives_back_what_is_left() {
+    let mut s = shell();
+    let path = take("hot", "jo");
+    let ex = s.sends(req("POST", &path, "", false), 1_000);
+    let args = borrow_args(&ex);
+    assert_eq!(args[..5], ["borrow", "1000", "60000", "1", "50"], "the take's cost and up to 50 more");
+    let lease = args[5].clone();
+    // Redis lends 50 beside the take: 949 left there, 50 here.
+    let first = s.reply(ex, json!([1, 1000, 949, 30_000, 0, 50]), 1_005);
+    assert_eq!(
+        json_of(&first),
+        json!({"allowed": true, "limit": 1000, "remaining": 999, "reset_ms": 30_000, "retry_after_ms": 0})
+    );
+    for i in 0..48 {
+        let r = s.answers(req("POST", &path, "", false), 1_010 + i);
+        assert_eq!(json_of(&r)["remaining"], 998 - i as i64);
+        assert_eq!(json_of(&r)["reset_ms"], 30_000 - 10 - i as i64);
+    }
+    // A peek is answered from the stock too, taking nothing.
+    assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_100))["remaining"], 951);
+    assert_eq!(s.local.lent(), 2);
+    // Its time is up (1,000 ms after the borrow was sent): the 2 left go back.
+    assert!(s.local.due(1_999).is_empty());
+    assert_eq!(s.local.next_due(), Some(2_000));
+    let back = s.local.due(2_000);
+    assert_eq!(back.len(), 1);
+    let body: Vec<String> = rest(&back[0]).as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
+    assert_eq!(body[1], script::QUOTA_LEASE.sha1());
+    assert_eq!(body[3..6], ["rc:{u:jo}:q:hot:fw", "rc:{u:jo}:q:hot:ovr", "rc:{u:jo}:q:hot:fw:lent"]);
+    assert_eq!(body[6..], ["return", "2", lease.as_str()]);
+    assert_eq!(s.local.lent(), 0);
+    // The next take borrows again, under a new lease.
+    let ex = s.sends(req("POST", &path, "", false), 2_001);
+    let again = borrow_args(&ex);
+    assert_ne!(again[5], lease);
+    assert_eq!(again.len(), 6, "the last lease was given back, not used up: nothing to forget");
+}
+
+#[test]
+fn a_used_up_lease_is_forgotten_by_the_next_borrow_and_a_lease_never_outlives_its_window() {
+    let mut s = shell();
+    let path = take("hot", "kim");
+    let ex = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 0);
+    let first = borrow_args(&ex)[5].clone();
+    // 3 lent; the window ends in 500 ms, before the lease's 1,000.
+    s.reply(ex, json!([1, 1000, 10, 500, 0, 3]), 5);
+    s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10);
+    // One unit left: a take of 2 asks Redis as usual, the unit kept.
+    let plain = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 20);
+    assert_eq!(rest(&plain)[1], script::QUOTA_FIXED.sha1());
+    s.reply(plain, json!([1, 1000, 8, 480, 0]), 25);
+    s.answers(req("POST", &path, "", false), 30);
+    assert_eq!(s.local.lent(), 0);
+    // Used up: the next borrow names it, so Redis forgets its record.
+    let ex = s.sends(req("POST", &path, "", false), 40);
+    let args = borrow_args(&ex);
+    assert_eq!(args[6], first);
+    s.reply(ex, json!([1, 1000, 5, 460, 0, 2]), 45);
+    // The window ends 460 ms after this borrow was sent (40), less a guard of 10 ms.
+    assert_eq!(s.local.next_due(), Some(490));
+    s.answers(req("POST", &path, "", false), 489);
+    assert!(s.local.due(489).is_empty());
+    assert!(matches!(s.ask(req("POST", &path, "", false), 490), Ok(Step::Send(_))));
+}
+
+#[test]
+fn one_borrow_at_a_time_the_others_wait_or_ask_redis_themselves() {
+    let mut s = shell();
+    let path = take("hot", "lee");
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    assert_eq!(s.ask(req("POST", &path, "", false), 1).unwrap_err(), Wait);
+    // One that has waited long enough takes as usual.
+    let plain = s.local.handle(&s.config, &req("POST", &path, "", false), 2, false, &mut s.rng);
+    let Ok(Step::Send(plain)) = plain else { panic!() };
+    assert_eq!(rest(&plain)[1], script::QUOTA_FIXED.sha1());
+    s.reply(ex, json!([1, 1000, 900, 30_000, 0, 50]), 5);
+    s.answers(req("POST", &path, "", false), 6);
+    // A borrow that failed (no answer) lets the next take borrow.
+    let mut s = shell();
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    let r = s.local.answered(ex.fail("connection refused"), 5);
+    assert_eq!(r.status, 503);
+    assert!(borrow_args(&s.sends(req("POST", &path, "", false), 6)).len() >= 6);
+}
+
+#[test]
+fn a_denied_borrow_is_asked_of_redis_once_then_repeated() {
+    let mut s = shell();
+    let path = take("hot", "max");
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    let r = s.reply(ex, json!([0, 1000, 0, 20_000, 20_000, 0]), 5);
+    assert_eq!(json_of(&r)["allowed"], false);
+    assert_eq!(s.local.lent(), 0);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 100))["cached"], true);
+}
+
+#[test]
+fn units_that_cannot_be_used_go_back_at_once() {
+    // Answered after a shutdown began.
+    let mut s = shell();
+    let path = take("hot", "ned");
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    assert!(s.local.drain().is_empty());
+    s.reply(ex, json!([1, 1000, 900, 30_000, 0, 50]), 5);
+    let back = s.local.due(6);
+    assert_eq!(back.len(), 1);
+    assert!(back[0].body().contains(r#""return","50""#), "{}", back[0].body());
+    // After a shutdown began a take is a plain take.
+    assert_eq!(rest(&s.sends(req("POST", &path, "", false), 7))[1], script::QUOTA_FIXED.sha1());
+    // Answered after its window's end.
+    let mut s = shell();
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    s.reply(ex, json!([1, 1000, 900, 8, 0, 50]), 20);
+    assert_eq!(s.local.due(21).len(), 1);
+    // Held at a shutdown: every lease's units back.
+    let mut s = shell();
+    for (i, who) in ["a", "b", "c"].into_iter().enumerate() {
+        let ex = s.sends(req("POST", &take("hot", who), "", false), 10 * i as u64);
+        s.reply(ex, json!([1, 1000, 900, 30_000, 0, 10 + i]), 10 * i as u64 + 5);
+    }
+    assert_eq!(s.local.lent(), 33);
+    let back = s.local.drain();
+    assert_eq!(back.len(), 3);
+    assert_eq!(s.local.lent(), 0);
+    // A clock that goes back ends every lease.
+    let mut s = shell();
+    let ex = s.sends(req("POST", &path, "", false), 1_000);
+    s.reply(ex, json!([1, 1000, 900, 30_000, 0, 50]), 1_005);
+    s.sends(req("POST", &path, "", false), 900);
+    assert_eq!(s.local.due(900).len(), 1);
+}
+
+#[test]
+fn evicted_leases_give_their_units_back() {
+    let mut s = Shell { config: config(), local: Local::new(64, 4, 9), rng: StdRng::seed_from_u64(2) };
+    let mut lent = 0;
+    for i in 0..40 {
+        let ex = s.sends(req("POST", &take("hot", &format!("e{i}")), "", false), 0);
+        s.reply(ex, json!([1, 1000, 900, 30_000, 0, 5]), 1);
+        lent += 5;
+        assert!(s.local.sizes().1 <= 4);
+    }
+    let back: i64 =
+        s.local.due(2).iter().map(|ex| rest(ex).as_array().unwrap()[7].as_str().unwrap().parse::<i64>().unwrap()).sum();
+    assert_eq!(back + s.local.lent(), lent, "every unit lent is held or given back");
+}
+
+#[test]
+fn borrow_is_for_fixed_windows_and_cache_denials_ms_for_quotas() {
+    let refused = |policies: &str| {
+        let vars = [("REDCOUNT_POLICIES", policies)];
+        Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap_err()
+    };
+    let e = refused(
+        r#"{"q": {"kind": "quota", "algorithm": "gcra", "rate": 1, "period_ms": 1000, "burst": 5, "borrow": {"units": 2, "ms": 100}}}"#,
+    );
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow");
+    let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 6, "ms": 100}}}"#);
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.units");
+    let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 2, "ms": 30001}}}"#);
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.ms");
+    let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 2}}}"#);
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.ms");
+    let e =
+        refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "borrow": {"units": 2, "ms": 5, "x": 1}}}"#);
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.q.borrow.x");
+    let e = refused(r#"{"c": {"kind": "claim", "window_ms": 1000, "cache_denials_ms": 5}}"#);
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.c.cache_denials_ms");
+    let e = refused(r#"{"q": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": -1}}"#);
+    assert_eq!(e.variable, "REDCOUNT_POLICIES.q.cache_denials_ms");
+    // The settings are part of the definition; their defaults leave the fingerprint as it was.
+    let c = config_with(
+        r#"{"a": {"kind": "quota", "limit": 5, "window_ms": 1000}, "b": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": 1000}, "d": {"kind": "quota", "limit": 5, "window_ms": 1000, "cache_denials_ms": 999}}"#,
+    );
+    assert_eq!(c.fingerprint("a"), c.fingerprint("b"));
+    assert_ne!(c.fingerprint("a"), c.fingerprint("d"));
+}
