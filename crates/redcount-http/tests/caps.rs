@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use redcount_http::Limits;
+use redcount_procs::client::{hold_from, request, request_from};
 
 /// A server on a loopback port, on a runtime of its own, stopped on drop.
 struct Server {
@@ -59,45 +60,9 @@ async fn answer(headers: HeaderMap, body: Body) -> (StatusCode, [(header::Header
     }
 }
 
-/// One HTTP/1.1 request on a fresh connection; the status and body.
-fn request(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
-    request_from([127, 0, 0, 1], port, method, path, token, body)
-}
-
-/// [`request`] from the loopback address `from`.
-fn request_from(from: [u8; 4], port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
-    let mut s = hold_from(from, port, 1).pop().unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
-
 /// Opens `n` connections from 127.0.0.1 that send nothing; the caller holds them open.
 fn hold(port: u16, n: usize) -> Vec<TcpStream> {
     hold_from([127, 0, 0, 1], port, n)
-}
-
-/// Opens `n` connections from the loopback address `from` (any 127.x.y.z is this machine),
-/// so a test can play several clients.
-fn hold_from(from: [u8; 4], port: u16, n: usize) -> Vec<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    (0..n)
-        .map(|_| {
-            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-            s.bind(&std::net::SocketAddr::from((from, 0)).into()).unwrap();
-            s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
-            s.into()
-        })
-        .collect()
 }
 
 /// Whether the server has closed the connection by now, without waiting (for many
