@@ -1,30 +1,43 @@
 -- redcount: the sliding-window-log quota (exact: no call is counted in two windows or none)
--- as functions, shared by quota_sliding.lua and decide.lua.
+-- as functions, shared by quota_sliding.lua, decide.lua, quota_refund.lua and the
+-- reservation scripts.
 -- State: KEYS sorted set, score = time in ms of an admitted call, member =
--- "c<total>:<cost>", <total> (16 digits, zero-padded) being the running sum of costs up to
--- and including this call. Sums of any run of calls are then two reads, so every call costs
--- O(log n), not O(limit). Members of the earlier layout "<sec>.<usec>:<cost>[:n]" are still
--- read (by a scan, while any is in the window).
+-- "c<total>:<cost>[:<tag>]", <total> (16 digits, zero-padded) being the running sum of costs
+-- up to and including this call, <tag> a reservation's id on the entry it reserved. Sums of
+-- any run of calls are then two reads, so every call costs O(log n), not O(limit). Members of
+-- the earlier layout "<sec>.<usec>:<cost>[:n]" are still read (by a scan, while any is in the
+-- window).
+-- Units given back come off logged entries, so what stays logged keeps its time: a
+-- reservation's unused units come off its own entry (lib_give.lua, by its tag), an admin
+-- refund's off the newest entries. Units charged late are a new entry at the time they are
+-- charged.
 
 -- The parameters at ARGV[a .. a+2]: limit (1 .. 10000), window in ms (1 .. 10^12), cost
--- (1 .. 10000; more than the limit in force is denied).
-local function sliding_args(a)
+-- (1 .. 10000; more than the limit in force is denied); with `nocost`, no cost (p.cost 0).
+local function sliding_args(a, nocost)
   return {
     limit = int('limit', ARGV[a], 1, RUST.quota.MAX_SLIDING_LIMIT),
     window = int('window', ARGV[a + 1], 1, RUST.quota.MAX_WINDOW_MS),
-    cost = int('cost', ARGV[a + 2], 1, RUST.quota.MAX_SLIDING_LIMIT),
+    cost = nocost and 0 or int('cost', ARGV[a + 2], 1, RUST.quota.MAX_SLIDING_LIMIT),
   }
 end
 
 -- The running total and cost of an entry; no total for the earlier layout.
 local function sliding_entry(member)
-  local total, c = string.match(member, '^c(%d+):(%d+)$')
+  local total, c = string.match(member, '^c(%d+):(%d+)')
   if total then return tonumber(total), tonumber(c) end
   return nil, tonumber(string.match(member, ':(%d+)')) or 1
 end
 
+-- An entry's member: its running total, its cost, and what follows them (a tag, or '').
+local function sliding_member(total, cost, rest)
+  return 'c' .. string.format('%016.0f', total) .. ':' .. s(cost) .. rest
+end
+
 -- Reads the log at server time (`clock()`, in µs) and decides; writes nothing. Returns a table as
--- lib_fixed.lua's fixed_eval does: allowed, retry, take(), reply().
+-- lib_fixed.lua's fixed_eval does: allowed, retry, take(), reply(), limit, most (10,000),
+-- count(), and add(n, tag) (an entry of n units, n > 0, tagged when `tag` is given; returns
+-- its time).
 --   reset_ms: until every logged call has left the window (0 when none is logged);
 --   retry_after_ms: until enough units leave the window for this cost.
 local function sliding_eval(p, key, ovr, clock)
@@ -61,7 +74,7 @@ local function sliding_eval(p, key, ovr, clock)
     end
     last_total = last_total or used
   end
-  local q = {allowed = used + cost <= limit, retry = 0}
+  local q = {allowed = used + cost <= limit, retry = 0, limit = limit, most = RUST.quota.MAX_SLIDING_LIMIT}
   if not q.allowed then
     -- The oldest live entry by which enough units would have left the window.
     local need = used + cost - limit
@@ -89,18 +102,25 @@ local function sliding_eval(p, key, ovr, clock)
       q.retry = tonumber(redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2]) + window - now
     end
   end
-  function q.take()
+  function q.count() return used end
+  function q.add(n, tag)
     -- Drop expired entries, a bounded number per call (each call adds one): no call pays
     -- for a long backlog at once.
-    if expired > 0 then redis.call('ZREMRANGEBYRANK', key, 0, math.min(expired, 64) - 1) end
+    if expired > 0 then
+      redis.call('ZREMRANGEBYRANK', key, 0, math.min(expired, 64) - 1)
+      expired = 0
+    end
     -- Never before the newest entry, so a clock stepping back keeps scores in rank order.
     local at = now
     if newest and newest > at then at = newest end
-    redis.call('ZADD', key, s(at), 'c' .. string.format('%016.0f', last_total + cost) .. ':' .. cost)
+    last_total = last_total + n
+    redis.call('ZADD', key, s(at), sliding_member(last_total, n, tag and (':' .. tag) or ''))
     redis.call('PEXPIRE', key, s(at - now + window))
-    used = used + cost
+    used = used + n
     newest = at
+    return at
   end
+  function q.take() q.add(cost) end
   function q.reply()
     local reset = 0
     if newest then reset = newest + window - now end

@@ -253,6 +253,80 @@ $("#decide-form").addEventListener("submit", async (ev) => {
   }
 });
 
+// Reserve, then settle: the estimate is held at once (tokens, 2 micro-dollars a token and an
+// in-flight slot); the settle charges what was used. The meters read each quota (a peek).
+const LLM = ["llm-tpm", "llm-usd-day"];
+const USD_PER_TOKEN = 2;
+let held = null;
+let limits = [];
+
+async function llmMeters(subject) {
+  const qs = await Promise.all(LLM.map((p) => api("GET", `/api/quotas/${p}/${encodeURIComponent(subject)}`)));
+  $("#r-meters").replaceChildren(...qs.map((q, i) => meter(LLM[i], q.limit - q.remaining, q.limit)));
+  limits = qs.map((q) => q.limit);
+  return qs.map((q) => q.limit - q.remaining);
+}
+
+async function reserveStep(kind) {
+  const say = (text, k = "error") => { $("#r-msg").textContent = text; $("#r-msg").dataset.kind = k; };
+  const v = $("#r-verdict");
+  const buttons = ["#r-reserve", "#r-settle", "#r-release"].map((b) => $(b));
+  buttons.forEach((b) => { b.disabled = true; });
+  try {
+    if (kind === "reserve") {
+      const subject = $("#r-subject").value.trim();
+      const tokens = parseInt($("#r-estimate").value, 10);
+      const r = await api("POST", `/api/reservations/${encodeURIComponent(subject)}`, {
+        parts: [{ policy: "llm-tpm", units: tokens }, { policy: "llm-usd-day", units: tokens * USD_PER_TOKEN },
+          { policy: "llm-in-flight", holder: `page-${Date.now()}` }],
+      });
+      const used = await llmMeters(subject);
+      if (!r.allowed) {
+        v.dataset.state = "idle";
+        v.textContent = `Refused by ${r.denied_by}: retry in ${secs(r.retry_after_ms)} (nothing was held)`;
+        say("Refused.", "info");
+        return;
+      }
+      held = { subject, id: r.reservation, tokens, used };
+      $("#r-reserved").textContent = tokens;
+      for (const id of ["#r-refunded", "#r-charged", "#r-debt"]) $(id).textContent = "–";
+      v.dataset.state = "idle";
+      v.textContent = `${tokens} tokens held until ${new Date(r.expires_ms).toLocaleTimeString()}: now settle what was used.`;
+      say("Reserved.", "info");
+    } else {
+      const { subject, id, tokens, used } = held;
+      const actual = parseInt($("#r-actual").value, 10);
+      const body = kind === "settle"
+        ? { actual: [{ policy: "llm-tpm", units: actual }, { policy: "llm-usd-day", units: actual * USD_PER_TOKEN }] } : {};
+      const s = await api("POST", `/api/reservations/${encodeURIComponent(subject)}/${id}/${kind}`, body);
+      held = null;
+      const tpm = s.parts[0];
+      const after = await llmMeters(subject);
+      $("#r-refunded").textContent = tpm.refunded;
+      $("#r-charged").textContent = tpm.charged;
+      $("#r-debt").textContent = `${tpm.debt} / ${tpm.uncharged}`;
+      // The meter must move exactly as the answer says (on a user nobody else is calling):
+      // the refund back, the overrun charged (a meter shows no more than the limit).
+      const exact = after[0] === Math.min(used[0] - tpm.refunded + tpm.charged, limits[0]);
+      v.dataset.state = exact && (s.state === "settled" || s.state === "released") ? "ok" : "bad";
+      Object.assign(v.dataset, { refunded: String(tpm.refunded), charged: String(tpm.charged), debt: String(tpm.debt),
+        uncharged: String(tpm.uncharged), used: String(after[0]) });
+      v.textContent = kind === "release"
+        ? `Released: all ${tpm.refunded} tokens back, the slot freed ✓`
+        : `Used ${actual} of ${tokens}: ${tpm.refunded} back, ${tpm.charged} charged over${tpm.uncharged ? `, ${tpm.uncharged} past max_debt not charged` : ""}; the meter went from ${used[0]} to ${after[0]} ${exact ? "✓" : "✗"}`;
+      say(`${s.state}.`, "info");
+    }
+  } catch (e) {
+    say(e.message);
+  } finally {
+    $("#r-reserve").disabled = false;
+    $("#r-settle").disabled = $("#r-release").disabled = held === null;
+  }
+}
+$("#reserve-form").addEventListener("submit", (ev) => { ev.preventDefault(); reserveStep("reserve"); });
+$("#r-settle").addEventListener("click", () => reserveStep("settle"));
+$("#r-release").addEventListener("click", () => reserveStep("release"));
+
 // Small panels
 function show(panel, ok, text) {
   const out = $(".out", panel);

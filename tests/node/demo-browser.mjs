@@ -60,6 +60,38 @@ try {
   if (by !== "calls-per-minute ×20") fail(`denied by: ${by}`);
   await page.locator(".decide").screenshot({ path: `${artifacts}/demo-decisions.png` });
 
+  // Reserve, then settle: 1,200 tokens held, 900 used, 300 back; then 7,000 held with 10,000
+  // used: the overrun charged up to the policy's max_debt (2,000 above its 8,000), the rest
+  // reported uncharged; the meter moves exactly as each answer says.
+  const user = `page-${Date.now()}`;
+  const rounds = [
+    { estimate: "1200", actual: "900", want: { refunded: "300", charged: "0", debt: "0", uncharged: "0", used: "900" } },
+    { estimate: "7000", actual: "10000", want: { refunded: "0", charged: "2100", debt: "2000", uncharged: "900", used: "8000" } },
+  ];
+  await page.fill("#r-subject", user);
+  for (const { estimate, actual, want } of rounds) {
+    await page.fill("#r-estimate", estimate);
+    await page.fill("#r-actual", actual);
+    await page.click("#r-reserve");
+    await page.waitForSelector("#r-settle:not([disabled])", { timeout: 30000 });
+    const reserved = await page.textContent("#r-reserved");
+    if (reserved !== estimate) fail(`reserved ${reserved}, not ${estimate}`);
+    await page.click("#r-settle");
+    await page.waitForSelector('#r-verdict[data-state="ok"], #r-verdict[data-state="bad"]', { timeout: 30000 });
+    const got = await page.$eval("#r-verdict", (v) => ({ ...v.dataset, text: v.textContent }));
+    console.log(`reservation: ${JSON.stringify(got)}`);
+    for (const [k, v] of Object.entries({ state: "ok", ...want })) {
+      if (got[k] !== v) fail(`reservation panel: ${k} is ${got[k]}, not ${v}: ${got.text}`);
+    }
+    // Reset for the next round: the verdict is read again only once it changes.
+    await page.$eval("#r-verdict", (v) => { v.dataset.state = "idle"; });
+  }
+  // In debt, the quota refuses the next reservation, and says so.
+  await page.fill("#r-estimate", "1");
+  await page.click("#r-reserve");
+  await page.waitForFunction(() => /Refused by llm-tpm/.test(document.querySelector("#r-verdict").textContent));
+  await page.locator(".reserve").screenshot({ path: `${artifacts}/demo-reservations.png` });
+
   // A small panel: the quota allows 2 a day, then denies, and says so.
   const quota = page.locator('[data-panel="quota"]');
   for (const want of ["true", "true", "false"]) {

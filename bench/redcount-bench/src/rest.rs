@@ -143,14 +143,16 @@ fn webdis_path(parts: &[String]) -> String {
 }
 
 /// One measurement of one front: `ops` requests over `concurrency` connections; returns the
-/// row and the front's CPU time per request (µs).
+/// row, the front's CPU time per request and the load generator's own (this process, µs):
+/// a generator that needs as much CPU as the front caps both fronts' throughput alike.
 async fn front_once(
     f: &Fronts,
     webdis: bool,
     job: &'static str,
     command: Arc<dyn Fn(usize) -> redcount_core::Command + Send + Sync>,
     s: Shape,
-) -> Result<(Row, f64), Error> {
+) -> Result<(Row, f64, f64), Error> {
+    let me = std::process::id();
     let variant = if webdis { "webdis" } else { "redcount-rest" };
     let pid = if webdis { f.webdis_pid } else { f.rest_pid };
     let totals = if webdis {
@@ -158,7 +160,7 @@ async fn front_once(
         for c in &clients {
             c.post("/", &[], "PING".into()).await?;
         }
-        let before = cpu_us(pid)?;
+        let before = (cpu_us(pid)?, cpu_us(me)?);
         let t = crate::harness::drive(None, clients, s.ops, move |c, i| {
             let body = webdis_path(command(i).parts());
             async move {
@@ -168,22 +170,22 @@ async fn front_once(
             }
         })
         .await;
-        (t, cpu_us(pid)? - before)
+        (t, cpu_us(pid)? - before.0, cpu_us(me)? - before.1)
     } else {
         let clients = connect_all(s.concurrency, || LeanRest::connect(&f.rest_url, &f.token)).await?;
         for c in &clients {
             c.send(&redcount_core::Command::new("PING")).await?;
         }
-        let before = cpu_us(pid)?;
+        let before = (cpu_us(pid)?, cpu_us(me)?);
         let t = crate::harness::drive(None, clients, s.ops, move |c, i| {
             let cmd = command(i);
             async move { Ok(crate::harness::Sample::one(c.send(&cmd).await.is_ok())) }
         })
         .await;
-        (t, cpu_us(pid)? - before)
+        (t, cpu_us(pid)? - before.0, cpu_us(me)? - before.1)
     };
-    let (t, cpu) = totals;
-    Ok((Row::new(job, variant, &t), cpu / s.ops as f64))
+    let (t, cpu, generator) = totals;
+    Ok((Row::new(job, variant, &t), cpu / s.ops as f64, generator / s.ops as f64))
 }
 
 /// redcount-rest beside webdis, the same Redis behind both: INCR, and EVALSHA of redcount's
@@ -208,14 +210,14 @@ pub async fn fronts(f: &Fronts, s: Shape) -> Result<String, Error> {
         })
     };
     let jobs = [("INCR", incr), ("EVALSHA (quota take)", take)];
-    // [job][front] -> (ops/s, cpu µs) per round
-    let mut m: Vec<[Vec<(f64, f64)>; 2]> = vec![[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    // [job][front] -> (ops/s, cpu µs, generator cpu µs) per round
+    let mut m: Vec<[Vec<(f64, f64, f64)>; 2]> = vec![[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
     for round in 0..3 {
         eprintln!("fronts: round {}/3 …", round + 1);
         for (j, (job, cmd)) in jobs.iter().enumerate() {
             let order = if round % 2 == 0 { [false, true] } else { [true, false] };
             for webdis in order {
-                let (row, cpu) = front_once(f, webdis, job, cmd.clone(), s).await?;
+                let (row, cpu, generator) = front_once(f, webdis, job, cmd.clone(), s).await?;
                 if row.successes != row.ops as u64 {
                     return Err(Error::Failed(format!(
                         "{job} through {}: {} of {} failed",
@@ -224,7 +226,7 @@ pub async fn fronts(f: &Fronts, s: Shape) -> Result<String, Error> {
                         row.ops
                     )));
                 }
-                m[j][usize::from(webdis)].push((row.ops_per_sec(), cpu));
+                m[j][usize::from(webdis)].push((row.ops_per_sec(), cpu, generator));
             }
         }
     }
@@ -234,28 +236,32 @@ pub async fn fronts(f: &Fronts, s: Shape) -> Result<String, Error> {
     };
     let mut out = format!(
         "{} connections, {} requests per measurement, 3 interleaved rounds (medians); CPU per request is\n\
-         the front process's own CPU time (user + system, from `/proc`) over the requests it answered.\n\n\
-         | command | front | ops/s | ops/s per round | CPU per request | per round |\n|---|---|---:|---|---:|---|\n",
+         the front process's own CPU time (user + system, from `/proc`) over the requests it answered;\n\
+         the load generator's is this process's over the same requests (when it needs as much as a\n\
+         front, the machine's cores, not the front, set both fronts' ops/s).\n\n\
+         | command | front | ops/s | ops/s per round | CPU per request | per round | load generator CPU per request |\n\
+         |---|---|---:|---|---:|---|---:|\n",
         s.concurrency, s.ops
     );
     for (j, (job, _)) in jobs.iter().enumerate() {
         for (k, name) in ["redcount-rest", "webdis"].into_iter().enumerate() {
             let v = &m[j][k];
-            let per = |g: fn(&(f64, f64)) -> f64, unit: &str| {
+            let per = |g: fn(&(f64, f64, f64)) -> f64, unit: &str| {
                 v.iter().map(|x| format!("{:.0}{unit}", g(x))).collect::<Vec<_>>().join(" / ")
             };
             out.push_str(&format!(
-                "| {job} | {name} | {:.0} | {} | {:.1} µs | {} |\n",
+                "| {job} | {name} | {:.0} | {} | {:.1} µs | {} | {:.1} µs |\n",
                 median(v.iter().map(|x| x.0).collect()),
                 per(|x| x.0, ""),
                 median(v.iter().map(|x| x.1).collect()),
                 per(|x| x.1, " µs"),
+                median(v.iter().map(|x| x.2).collect()),
             ));
         }
         let ratio =
-            |g: fn(&(f64, f64)) -> f64| median(m[j][0].iter().zip(&m[j][1]).map(|(a, b)| g(a) / g(b)).collect());
+            |g: fn(&(f64, f64, f64)) -> f64| median(m[j][0].iter().zip(&m[j][1]).map(|(a, b)| g(a) / g(b)).collect());
         out.push_str(&format!(
-            "| {job} | **redcount-rest / webdis** | **{:.2}x** | | **{:.2}x** | |\n",
+            "| {job} | **redcount-rest / webdis** | **{:.2}x** | | **{:.2}x** | | |\n",
             ratio(|x| x.0),
             ratio(|x| x.1)
         ));

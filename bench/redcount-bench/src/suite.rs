@@ -761,6 +761,8 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
         measure(&d, &RefundQuota::new("rt-r", &refund_subject, sliding, 10_000)?, 1).await?,
     ));
 
+    rows.extend(reservation_rows(&d, &run).await?);
+
     let peer = peer_rows(&d, &run).await?;
 
     let base = rows[0].1.max(0.001);
@@ -774,6 +776,133 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     }
     out.push_str(&peer);
     Ok(out)
+}
+
+/// Redis's EVALSHA calls and microseconds so far (INFO commandstats).
+async fn evalsha_totals(d: &Direct) -> Result<(u64, u64), Error> {
+    let text = match d.send(&Command::new("INFO").arg("commandstats")).await? {
+        Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+        _ => String::new(),
+    };
+    let line = text.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
+    let field = |name: &str| line.split([':', ',']).find_map(|f| f.strip_prefix(name)).and_then(|v| v.parse().ok());
+    Ok((field("calls=").unwrap_or(0), field("usec=").unwrap_or(0)))
+}
+
+/// Redis's time of each call of `op` alone (INFO commandstats around it, so calls between
+/// them that set the next one up are not counted): the mean and the most, in µs.
+struct PerCall(Vec<f64>);
+
+impl PerCall {
+    async fn run<O: Operation + Sync>(&mut self, d: &Direct, op: &O) -> Result<O::Outcome, Error> {
+        let (c0, u0) = evalsha_totals(d).await?;
+        let out = d.run(op).await?;
+        let (c1, u1) = evalsha_totals(d).await?;
+        if c1 != c0 + 1 {
+            return Err(Error::Failed(format!("{}: {} script calls measured as one", O::NAME, c1 - c0)));
+        }
+        self.0.push((u1 - u0) as f64);
+        Ok(out)
+    }
+
+    fn row(&self, what: &str) -> (String, f64) {
+        let mean = self.0.iter().sum::<f64>() / self.0.len().max(1) as f64;
+        let most = self.0.iter().copied().fold(0.0, f64::max);
+        (format!("{what} (most {most:.0} µs of {} calls)", self.0.len()), mean)
+    }
+}
+
+/// Reservations at their largest arguments: 8 quota parts, each algorithm twice at the policy
+/// maxima with the sliding logs at 7,000 to 9,500 entries, every part giving back on expiry. Each
+/// call's own Redis time is measured; the worst cases are built on purpose: a settle whose
+/// two sliding parts rewrite 16 entries each (32, the most one call rewrites), a reserve that
+/// first gives back 8 owed refunds (the most one call gives) of one sliding log: the first
+/// rewrites 32 entries, the others find the call's rewrites spent.
+async fn reservation_rows(d: &Direct, run: &str) -> Result<Vec<(String, f64)>, Error> {
+    use redcount_core::ops::reservation::{Mode, OnExpiry, Part, Reserve};
+    let Maxima { fixed, sliding, bucket, gcra_fast, .. } = Maxima::new();
+    let subject = format!("v{run}");
+    // The sliding parts first: owed refunds are given back in the parts' order.
+    let algos = [
+        ("v-s1", sliding),
+        ("v-s2", sliding),
+        ("v-f1", fixed),
+        ("v-f2", fixed),
+        ("v-b1", bucket),
+        ("v-b2", bucket),
+        ("v-g1", gcra_fast),
+        ("v-g2", gcra_fast),
+    ];
+    let parts = |units: i64| -> Result<Vec<Part>, Error> {
+        let mut out = Vec::new();
+        for (name, algo) in algos {
+            out.push(Part::quota(name, algo, units)?.on_expiry(OnExpiry::Refund));
+        }
+        Ok(out)
+    };
+    for script in [&redcount_core::script::RESERVE, &redcount_core::script::SETTLE] {
+        d.send(&Command::new("SCRIPT").arg("LOAD").arg(script.source())).await?;
+    }
+    for name in ["v-s1", "v-s2"] {
+        let take = TakeQuota::take(name, &subject, sliding, 1)?;
+        for _ in 0..7_000 {
+            d.run(&take).await?;
+        }
+    }
+    let fill = |n: usize| {
+        let subject = subject.clone();
+        async move {
+            for name in ["v-s1", "v-s2"] {
+                for _ in 0..n {
+                    d.run(&TakeQuota::take(name, &subject, sliding, 1)?).await?;
+                }
+            }
+            Ok::<(), Error>(())
+        }
+    };
+    let mut rows = Vec::new();
+    let (mut reserve, mut below, mut above, mut extend, mut release) =
+        (PerCall(Vec::new()), PerCall(Vec::new()), PerCall(Vec::new()), PerCall(Vec::new()), PerCall(Vec::new()));
+    for i in 0..60 {
+        let r = Reserve::new(&subject, &format!("a{i}"), parts(2)?, 3_600_000, Mode::All)?;
+        if !reserve.run(d, &r).await?.allowed {
+            return Err(Error::Failed("a reservation at the maxima was refused".into()));
+        }
+        // 15 calls after it in each sliding log: its settle rewrites 16 entries in each.
+        fill(15).await?;
+        match i % 4 {
+            0 | 1 => drop(below.run(d, &r.settle(&[1; 8])?).await?),
+            2 => {
+                extend.run(d, &r.extend(3_600_000, &[3; 8])?).await?;
+                above.run(d, &r.settle(&[5; 8])?).await?;
+            }
+            _ => drop(release.run(d, &r.release()?).await?),
+        }
+    }
+    rows.push(reserve.row("reservation, 8 parts (2 × each algorithm at the maxima, sliding logs of 7,000+)"));
+    rows.push(below.row("settle below the reservation, 8 parts (32 sliding entries rewritten)"));
+    rows.push(above.row("settle above the reservation, 8 parts (each overrun charged)"));
+    rows.push(extend.row("extend, 8 parts (units used so far charged)"));
+    rows.push(release.row("release, 8 parts (32 sliding entries rewritten)"));
+
+    // Owed refunds: 8 reservations whose lease ends unsettled, 7 calls after each.
+    let mut owed = PerCall(Vec::new());
+    for round in 0..10 {
+        for j in 0..8 {
+            let r = Reserve::new(&subject, &format!("x{round}-{j}"), parts(1)?, 1, Mode::All)?;
+            d.run(&r).await?;
+            fill(3).await?;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let r = Reserve::new(&subject, &format!("y{round}"), parts(1)?, 3_600_000, Mode::All)?;
+        let got = owed.run(d, &r).await?;
+        if got.parts[0].back == 0 {
+            return Err(Error::Failed("no owed refund given back".into()));
+        }
+        d.run(&r.release()?).await?;
+    }
+    rows.push(owed.row("reservation, 8 parts, giving back 8 owed refunds first (sliding)"));
+    Ok(rows)
 }
 
 /// The fixed window's three Redis calls without anything else: what server time, the

@@ -7,6 +7,7 @@
 use alloc::borrow::ToOwned;
 use alloc::format;
 use alloc::string::{String, ToString};
+use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use serde_json::{Map, Value as Json};
@@ -14,6 +15,7 @@ use serde_json::{Map, Value as Json};
 use redcount_core::keys::Namespace;
 use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
 use redcount_core::ops::quota::Algorithm;
+use redcount_core::ops::reservation::OnExpiry;
 use redcount_core::validate;
 
 /// A configuration that cannot be used, with the variable and the reason.
@@ -46,6 +48,11 @@ pub enum Policy {
         algorithm: Algorithm,
         /// Largest cost a public request may ask for.
         max_cost: i64,
+        /// The most units a reservation's overrun may leave it above its size (0: none; the
+        /// overrun is charged up to the size, the rest reported uncharged).
+        max_debt: i64,
+        /// What a reservation whose lease ends unsettled does with its units.
+        on_expiry: OnExpiry,
     },
     /// At most `limit` holders, each with a lease.
     Semaphore {
@@ -117,46 +124,38 @@ impl Policy {
         use crate::Field::{Bool, Int, Word};
         let opt = crate::Field::opt;
         match *self {
-            Policy::Quota { algorithm, max_cost } => {
+            Policy::Quota { algorithm, max_cost, max_debt, on_expiry } => {
                 let quota = ("kind", Word("quota"));
-                let max_cost = ("max_cost", Int(max_cost));
-                match algorithm {
+                let mut fields = match algorithm {
                     Algorithm::FixedWindow { limit, window_ms } | Algorithm::SlidingWindow { limit, window_ms } => {
                         let name = if matches!(algorithm, Algorithm::FixedWindow { .. }) { "fixed" } else { "sliding" };
-                        crate::object(
-                            out,
-                            &mut [
-                                quota,
-                                ("algorithm", Word(name)),
-                                ("limit", Int(limit)),
-                                ("window_ms", Int(window_ms)),
-                                max_cost,
-                            ],
-                        )
+                        vec![quota, ("algorithm", Word(name)), ("limit", Int(limit)), ("window_ms", Int(window_ms))]
                     }
-                    Algorithm::TokenBucket { capacity, refill, interval_ms } => crate::object(
-                        out,
-                        &mut [
-                            quota,
-                            ("algorithm", Word("bucket")),
-                            ("capacity", Int(capacity)),
-                            ("refill", Int(refill)),
-                            ("interval_ms", Int(interval_ms)),
-                            max_cost,
-                        ],
-                    ),
-                    Algorithm::Gcra { rate, period_ms, burst } => crate::object(
-                        out,
-                        &mut [
-                            quota,
-                            ("algorithm", Word("gcra")),
-                            ("rate", Int(rate)),
-                            ("period_ms", Int(period_ms)),
-                            ("burst", Int(burst)),
-                            max_cost,
-                        ],
-                    ),
+                    Algorithm::TokenBucket { capacity, refill, interval_ms } => vec![
+                        quota,
+                        ("algorithm", Word("bucket")),
+                        ("capacity", Int(capacity)),
+                        ("refill", Int(refill)),
+                        ("interval_ms", Int(interval_ms)),
+                    ],
+                    Algorithm::Gcra { rate, period_ms, burst } => vec![
+                        quota,
+                        ("algorithm", Word("gcra")),
+                        ("rate", Int(rate)),
+                        ("period_ms", Int(period_ms)),
+                        ("burst", Int(burst)),
+                    ],
+                };
+                fields.push(("max_cost", Int(max_cost)));
+                // The reservation settings only when not the defaults, so a policy without
+                // them reads as before.
+                if max_debt != 0 {
+                    fields.push(("max_debt", Int(max_debt)));
                 }
+                if on_expiry == OnExpiry::Refund {
+                    fields.push(("on_expiry", Word("refund")));
+                }
+                crate::object(out, &mut fields)
             }
             Policy::Semaphore { limit, lease_ms } => crate::object(
                 out,
@@ -594,9 +593,13 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
     let allowed: &[&str] = match kind {
         // A setting of another algorithm is refused, not silently ignored.
         "quota" => match s.get("algorithm").and_then(Json::as_str) {
-            Some("sliding") | Some("fixed") | None => &["kind", "algorithm", "limit", "window_ms", "max_cost"],
-            Some("bucket") => &["kind", "algorithm", "capacity", "refill", "interval_ms", "max_cost"],
-            Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost"],
+            Some("sliding") | Some("fixed") | None => {
+                &["kind", "algorithm", "limit", "window_ms", "max_cost", "max_debt", "on_expiry"]
+            }
+            Some("bucket") => {
+                &["kind", "algorithm", "capacity", "refill", "interval_ms", "max_cost", "max_debt", "on_expiry"]
+            }
+            Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost", "max_debt", "on_expiry"],
             // An unknown algorithm is named below.
             Some(_) => &[
                 "kind",
@@ -610,6 +613,8 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                 "period_ms",
                 "burst",
                 "max_cost",
+                "max_debt",
+                "on_expiry",
             ],
         },
         "semaphore" => &["kind", "limit", "lease_ms"],
@@ -663,7 +668,18 @@ fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> 
                     ));
                 }
             };
-            Policy::Quota { max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?, algorithm }
+            let on_expiry = match s.get("on_expiry").map(|w| w.as_str()) {
+                None | Some(Some("charge")) => OnExpiry::Charge,
+                Some(Some("refund")) => OnExpiry::Refund,
+                _ => return Err(err(format!("{at}.on_expiry"), "must be \"charge\" or \"refund\"")),
+            };
+            Policy::Quota {
+                max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?,
+                // Above the size by at most what the algorithm's largest size leaves.
+                max_debt: int("max_debt", 0, algorithm.max_size() - algorithm.limit(), Some(0))?,
+                on_expiry,
+                algorithm,
+            }
         }
         "semaphore" => Policy::Semaphore {
             limit: int("limit", 1, semaphore::MAX_LIMIT, None)?,

@@ -228,10 +228,15 @@ impl ApiError {
 
     /// The same error as part `i`'s own: its field becomes `parts[i].field` and its message
     /// says which part (an error naming no field is the whole request's and stays as it is).
-    fn in_part(mut self, i: usize) -> Self {
+    fn in_part(self, i: usize) -> Self {
+        self.in_list("parts", i)
+    }
+
+    /// The same error as item `i`'s own of the list `list` (see [`ApiError::in_part`]).
+    fn in_list(mut self, list: &str, i: usize) -> Self {
         if let Some(f) = self.field.take() {
-            self.message = format!("parts[{i}]: {}", self.message);
-            self.field = Some(format!("parts[{i}].{f}"));
+            self.message = format!("{list}[{i}]: {}", self.message);
+            self.field = Some(format!("{list}[{i}].{f}"));
         }
         self
     }
@@ -670,6 +675,12 @@ impl Exchange {
                 "this Idempotency-Key was already used for a different request",
                 Some("Idempotency-Key"),
             ),
+            // A script refused the call as clashing with what it keeps (a reservation's id in
+            // use, a settle naming other parts): the client's to resolve, nothing written.
+            Err(RestError::Reply(e)) if e.kind == ErrorKind::Conflict => {
+                let why = e.message.split_once(": ").map_or(e.message.as_str(), |(_, m)| m);
+                ApiResponse::error(409, why, None)
+            }
             // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS: retryable, so 503 rather than 502.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {
                 self.unavailable(503, format!("Redis is unavailable for now: {e}"))

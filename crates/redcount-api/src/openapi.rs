@@ -144,6 +144,24 @@ fn semaphore_answer() -> Json {
     ])
 }
 
+fn level() -> Json {
+    words(&["user", "tenant"])
+}
+
+/// A settle's `actual` or an extend's `used`: units per policy (at every level of it, or at
+/// `level`).
+fn units_list() -> Json {
+    json!({
+        "type": "array", "maxItems": redcount_core::ops::decision::MAX_PARTS,
+        "items": object(&[("policy", id()), ("units", body_int(Some(0))), ("level", level())], &["policy", "units"]),
+    })
+}
+
+/// A reservation's id: a sealed ticket (base64url), up to 8 parts long.
+fn ticket() -> Json {
+    json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"})
+}
+
 fn empty_body() -> Json {
     object(&[], &[])
 }
@@ -199,12 +217,18 @@ fn doc(route: RouteId) -> Doc {
             decides: true,
             ..write(Public, empty_body(), false, record(&[("claimed", boolean()), ("retry_after_ms", opt_int())]), &[])
         },
-        RouteId::QuotaPeek => Doc { query: vec![("cost", int_min(1))], decides: true, ..read(quota_answer()) },
-        RouteId::QuotaTake => Doc { decides: true, ..write(Public, cost(), false, quota_answer(), &[403]) },
-        RouteId::QuotaReset => {
+        RouteId::QuotaPeek | RouteId::QuotaPeekTenant => {
+            Doc { query: vec![("cost", int_min(1))], decides: true, ..read(quota_answer()) }
+        }
+        RouteId::QuotaTake | RouteId::QuotaTakeTenant => {
+            Doc { decides: true, ..write(Public, cost(), false, quota_answer(), &[403]) }
+        }
+        RouteId::QuotaReset | RouteId::QuotaResetTenant => {
             Doc { body: None, ..write(Admin, empty_body(), false, record(&[("reset", boolean())]), &[]) }
         }
-        RouteId::QuotaRefund => write(Admin, cost(), false, record(&[("refunded", int())]), &[]),
+        RouteId::QuotaRefund | RouteId::QuotaRefundTenant => {
+            write(Admin, cost(), false, record(&[("refunded", int())]), &[])
+        }
         RouteId::OverrideSet => write(
             Admin,
             object(
@@ -229,7 +253,7 @@ fn doc(route: RouteId) -> Doc {
         RouteId::OverrideClear => {
             Doc { body: None, ..write(Admin, empty_body(), false, record(&[("cleared", boolean())]), &[]) }
         }
-        RouteId::Decide => Doc {
+        RouteId::Decide | RouteId::DecideTenant => Doc {
             decides: true,
             ..write(
                 Public,
@@ -241,8 +265,8 @@ fn doc(route: RouteId) -> Doc {
                                 "type": "array", "minItems": 1,
                                 "maxItems": redcount_core::ops::decision::MAX_PARTS,
                                 "items": {"oneOf": [
-                                    object(&[("policy", id()), ("cost", body_int(Some(1)))], &["policy"]),
-                                    object(&[("policy", id()), ("holder", id())], &["policy", "holder"]),
+                                    object(&[("policy", id()), ("cost", body_int(Some(1))), ("level", level())], &["policy"]),
+                                    object(&[("policy", id()), ("holder", id()), ("level", level())], &["policy", "holder"]),
                                 ]},
                             }),
                         ),
@@ -255,6 +279,55 @@ fn doc(route: RouteId) -> Doc {
                 &[403],
             )
         },
+        RouteId::Reserve | RouteId::ReserveTenant => Doc {
+            decides: true,
+            ..write(
+                Public,
+                object(
+                    &[
+                        (
+                            "parts",
+                            json!({
+                                "type": "array", "minItems": 1,
+                                "maxItems": redcount_core::ops::decision::MAX_PARTS,
+                                "items": {"oneOf": [
+                                    object(
+                                        &[
+                                            ("policy", id()),
+                                            ("units", body_int(Some(1))),
+                                            ("level", level()),
+                                            ("min_units", body_int(Some(1))),
+                                        ],
+                                        &["policy", "units"],
+                                    ),
+                                    object(&[("policy", id()), ("holder", id()), ("level", level())], &["policy", "holder"]),
+                                ]},
+                            }),
+                        ),
+                        ("lease_ms", body_int(Some(1))),
+                        ("mode", words(&["all", "capped"])),
+                        ("peek", boolean()),
+                    ],
+                    &["parts"],
+                ),
+                true,
+                reference("Reservation"),
+                &[403, 409],
+            )
+        },
+        RouteId::Settle | RouteId::SettleTenant => {
+            write(Public, object(&[("actual", units_list())], &["actual"]), true, reference("Settlement"), &[409])
+        }
+        RouteId::Extend | RouteId::ExtendTenant => write(
+            Public,
+            object(&[("lease_ms", body_int(Some(1))), ("used", units_list())], &[]),
+            false,
+            reference("Settlement"),
+            &[403, 409],
+        ),
+        RouteId::Release | RouteId::ReleaseTenant => {
+            write(Public, empty_body(), false, reference("Settlement"), &[409])
+        }
         RouteId::SemaphoreAcquire | RouteId::SemaphoreRenew | RouteId::SemaphoreRelease => {
             Doc { decides: true, ..write(Public, holder_body(false), true, semaphore_answer(), &[]) }
         }
@@ -376,7 +449,9 @@ fn error_text(status: u16) -> &'static str {
         403 => "Beyond the policy's public limit: `field` names what (the admin token may exceed it)",
         404 => "No such policy (`field`: `policy`) or object",
         408 => "The request body did not arrive in time",
-        409 => "A red packet with this id exists",
+        409 => {
+            "A conflict with what Redis holds: a red packet with this id exists, a reservation's id is in use, or its policies changed since it was made"
+        }
         413 => "The body is larger than 16 KiB",
         422 => "This Idempotency-Key was used for another request",
         500 => "The server is misconfigured",
@@ -429,8 +504,14 @@ fn shared(components: &mut Json) {
 
 fn operation(spec: &RouteSpec) -> Json {
     let d = doc(spec.id);
-    let mut parameters: Vec<Json> =
-        spec.params.iter().map(|p| json!({"name": p, "in": "path", "required": true, "schema": id()})).collect();
+    let mut parameters: Vec<Json> = spec
+        .params
+        .iter()
+        .map(|p| {
+            let schema = if *p == "id" && spec.family() == "reservations" { ticket() } else { id() };
+            json!({"name": p, "in": "path", "required": true, "schema": schema})
+        })
+        .collect();
     for (name, schema) in &d.query {
         parameters.push(json!({"name": name, "in": "query", "required": false, "schema": schema}));
     }
@@ -516,7 +597,7 @@ fn components() -> Json {
         ("policy", string()),
         ("kind", words(&["semaphore"])),
         ("allowed", boolean()),
-        ("result", words(&["full", "acquired", "renewed", "ended"])),
+        ("result", words(&["full", "acquired", "renewed", "ended", "held"])),
         ("in_use", int()),
         ("limit", int()),
         ("earliest_end_ms", opt_int()),
@@ -524,6 +605,51 @@ fn components() -> Json {
         ("lease_ms", int()),
         ("fencing_token", opt_int()),
     ]);
+    let level = || words(&["user", "tenant"]);
+    let reserved_quota = record(&[
+        ("policy", string()),
+        ("level", level()),
+        ("kind", words(&["quota"])),
+        ("allowed", boolean()),
+        ("limit", int()),
+        ("remaining", int()),
+        ("reset_ms", int()),
+        ("retry_after_ms", int()),
+        ("reserved", int()),
+        ("reclaimed", int()),
+    ]);
+    let reserved_lease = record(&[
+        ("policy", string()),
+        ("level", level()),
+        ("kind", words(&["semaphore"])),
+        ("allowed", boolean()),
+        ("result", words(&["full", "acquired", "held"])),
+        ("in_use", int()),
+        ("limit", int()),
+        ("earliest_end_ms", opt_int()),
+        ("retry_after_ms", int()),
+        ("lease_ms", int()),
+        ("fencing_token", opt_int()),
+    ]);
+    let settled_quota = record(&[
+        ("policy", string()),
+        ("level", level()),
+        ("kind", words(&["quota"])),
+        ("reserved", int()),
+        ("actual", int()),
+        ("refunded", int()),
+        ("charged", int()),
+        ("uncharged", int()),
+        ("debt", int()),
+        ("reclaimed", int()),
+    ]);
+    let settled_lease = record(&[
+        ("policy", string()),
+        ("level", level()),
+        ("kind", words(&["semaphore"])),
+        ("lease", words(&["released", "renewed", "ended"])),
+    ]);
+    let states = || words(&["open", "settled", "released", "expired"]);
     json!({
         "securitySchemes": {
             "admin": {
@@ -563,6 +689,23 @@ fn components() -> Json {
                 ],
                 &["allowed", "denied_by", "retry_after_ms", "peek", "parts"],
             ),
+            "Reservation": record(&[
+                ("allowed", boolean()),
+                ("reservation", json!({"type": ["string", "null"]})),
+                ("state", json!({"anyOf": [states(), {"type": "null"}]})),
+                ("expires_ms", opt_int()),
+                ("denied_by", json!({"type": ["string", "null"]})),
+                ("retry_after_ms", int()),
+                ("peek", boolean()),
+                ("parts", json!({"type": "array", "items": {"oneOf": [reserved_quota, reserved_lease]}})),
+            ]),
+            "Settlement": record(&[
+                ("reservation", string()),
+                ("state", states()),
+                ("already_settled", boolean()),
+                ("expires_ms", int()),
+                ("parts", json!({"type": "array", "items": {"oneOf": [settled_quota, settled_lease]}})),
+            ]),
             "Policy": {
                 "type": "object",
                 "properties": {"kind": words(&["quota", "semaphore", "counter", "claim", "redpackets", "inbox"])},

@@ -9,13 +9,17 @@
 //! let route = Route::parse("POST", "/api/quot%61s/per-user/alice").unwrap();
 //! assert_eq!(route, Route::QuotaTake { policy: "per-user".into(), subject: "alice".into() });
 //! assert_eq!(route.id().spec().path, "/api/quotas/{policy}/{subject}");
-//! assert_eq!((route.policy(), route.subject()), (Some("per-user"), Some("alice")));
+//! assert_eq!((route.policy(), route.subject().as_deref()), (Some("per-user"), Some("alice")));
 //! assert_eq!(route.path(), "/api/quotas/per-user/alice");
 //! // The same path with another method is another route; a method no route of the path has is a 405.
 //! assert_eq!(Route::parse("GET", "/api/quotas/per-user/alice").unwrap().id(), RouteId::QuotaPeek);
 //! assert_eq!(Route::parse("PATCH", "/api/quotas/per-user/alice").unwrap_err().status, 405);
+//! // A user of a tenant: two segments.
+//! let route = Route::parse("POST", "/api/reservations/acme/alice").unwrap();
+//! assert_eq!((route.id(), route.subject().as_deref()), (RouteId::ReserveTenant, Some("acme/alice")));
 //! ```
 
+use alloc::borrow::Cow;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -174,12 +178,39 @@ routes! {
     QuotaReset { policy, subject } = DELETE "/api/quotas/{policy}/{subject}";
     /// Gives units back, never above the limit (admin).
     QuotaRefund { policy, subject } = POST "/api/quotas/{policy}/{subject}/refund";
+    /// Whether a take of `cost` would pass, taking nothing: a user of a tenant.
+    QuotaPeekTenant { policy, tenant, user } = GET "/api/quotas/{policy}/{tenant}/{user}";
+    /// Takes `cost` units of a quota when they are there: a user of a tenant.
+    QuotaTakeTenant { policy, tenant, user } = POST "/api/quotas/{policy}/{tenant}/{user}";
+    /// Forgets a tenant's user's use of a quota (admin).
+    QuotaResetTenant { policy, tenant, user } = DELETE "/api/quotas/{policy}/{tenant}/{user}";
+    /// Gives a tenant's user units back, never above the limit (admin).
+    QuotaRefundTenant { policy, tenant, user } = POST "/api/quotas/{policy}/{tenant}/{user}/refund";
     /// Sets a subject's own size of a quota or semaphore policy (admin).
     OverrideSet { policy, subject } = PUT "/api/overrides/{policy}/{subject}";
     /// Clears a subject's override (admin).
     OverrideClear { policy, subject } = DELETE "/api/overrides/{policy}/{subject}";
     /// Quota and semaphore policies of one subject decided at once, all or nothing.
     Decide { subject } = POST "/api/decisions/{subject}";
+    /// A tenant's user's and the tenant's own quota and semaphore policies decided at once.
+    DecideTenant { tenant, user } = POST "/api/decisions/{tenant}/{user}";
+    /// Reserves units of quotas (and leases of semaphores) of one subject, all or nothing (or
+    /// capped), until the reservation is settled at what was used.
+    Reserve { subject } = POST "/api/reservations/{subject}";
+    /// Reserves for a user of a tenant, at either level.
+    ReserveTenant { tenant, user } = POST "/api/reservations/{tenant}/{user}";
+    /// Settles a reservation at the units used: the difference back, or the overrun charged.
+    Settle { subject, id } = POST "/api/reservations/{subject}/{id}/settle";
+    /// Settles a tenant's user's reservation.
+    SettleTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/settle";
+    /// Renews a reservation's lease, charging the units used so far.
+    Extend { subject, id } = POST "/api/reservations/{subject}/{id}/extend";
+    /// Renews a tenant's user's reservation.
+    ExtendTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/extend";
+    /// Cancels a reservation: every unit not reported used back, its leases freed.
+    Release { subject, id } = POST "/api/reservations/{subject}/{id}/release";
+    /// Cancels a tenant's user's reservation.
+    ReleaseTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/release";
     /// Takes a lease of a semaphore when one is free.
     SemaphoreAcquire { policy, name } = POST "/api/semaphores/{policy}/{name}/acquire";
     /// Extends a held lease.
@@ -225,15 +256,20 @@ impl Route {
 
     /// The route of `method` and the decoded `segments` after `/api/` ([`segments`]): 404
     /// when no route has this path, 405 (with `Allow`) when none of its routes has this method.
+    /// The path's routes are those that fit it with the most fixed segments: a word such as
+    /// `refund` after a subject names that action whatever the method, never a tenant's user.
     pub fn matching(method: &str, segments: Vec<String>) -> Result<Route, ApiError> {
-        if let Some(spec) = ROUTES.iter().find(|s| s.takes(method) && s.fit(&segments)) {
+        let fixed = |s: &RouteSpec| s.pattern().filter(|p| p.first() != Some(&b'{')).count();
+        let most = ROUTES.iter().filter(|s| s.fit(&segments)).map(fixed).max();
+        let of_path = |s: &&RouteSpec| Some(fixed(s)) == most && s.fit(&segments);
+        if let Some(spec) = ROUTES.iter().filter(of_path).find(|s| s.takes(method)) {
             let mut params = segments;
             let mut at = spec.pattern().map(|p| p.first() == Some(&b'{'));
             params.retain(|_| at.next().unwrap_or(false));
             return Ok(Route::with_params(spec.id, params));
         }
         let mut allow = String::new();
-        for spec in ROUTES.iter().filter(|s| s.fit(&segments)) {
+        for spec in ROUTES.iter().filter(of_path) {
             if !allow.is_empty() {
                 allow.push_str(", ");
             }
@@ -264,9 +300,15 @@ impl Route {
         self.param("policy")
     }
 
-    /// The subject the route names, if any (a semaphore's is its `name`).
-    pub fn subject(&self) -> Option<&str> {
-        self.param("subject").or_else(|| self.param("name"))
+    /// The subject the route names, if any (a semaphore's is its `name`; a tenant's user's,
+    /// `TENANT/USER`).
+    pub fn subject(&self) -> Option<Cow<'_, str>> {
+        match (self.param("tenant"), self.param("user")) {
+            (Some(tenant), Some(user)) if self.spec().params.contains(&"tenant") => {
+                Some(Cow::Owned(format!("{tenant}/{user}")))
+            }
+            _ => self.param("subject").or_else(|| self.param("name")).map(Cow::Borrowed),
+        }
     }
 
     /// The route's path, each parameter encoded one way (bytes outside `A-Z a-z 0-9 - . _ ~`
@@ -382,6 +424,10 @@ mod tests {
         assert_eq!(allow("PUT", "/api/counters/a/b"), "GET, HEAD, POST");
         assert_eq!(allow("GET", "/api/overrides/a/b"), "PUT, DELETE");
         assert_eq!(allow("PUT", "/api/redpackets/a/grab"), "POST");
+        // An action's word after a subject is that action, never a tenant's user of that name.
+        assert_eq!(allow("GET", "/api/quotas/a/b/refund"), "POST");
+        assert_eq!(allow("DELETE", "/api/quotas/a/b/refund"), "POST");
+        assert_eq!(Route::parse("GET", "/api/quotas/a/b/c").unwrap().id(), RouteId::QuotaPeekTenant);
         assert_eq!(Route::parse("POST", "/api/semaphores/a/b/steal").unwrap_err().status, 404);
     }
 }

@@ -17,7 +17,7 @@ use redcount_core::command::Command;
 use redcount_core::error::{InputError, Problem, ShapeError};
 use redcount_core::ops::claim::Claim;
 use redcount_core::ops::counter::{AddCounter, CounterStatus, GetCounter};
-use redcount_core::ops::decision::{self, Decide, LeaseResult, Part, PartOutcome};
+use redcount_core::ops::decision::{self, Decide, Part, PartOutcome};
 use redcount_core::ops::inbox::{Append, Read, Trim};
 use redcount_core::ops::quota::{Algorithm, OverrideQuota, RefundQuota, ResetQuota, TakeQuota};
 use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadGrabs, ReadStatus};
@@ -28,6 +28,9 @@ use redcount_core::split;
 use redcount_core::validate;
 use redcount_core::value::Value;
 use redcount_core::{Operation, ops};
+use reservations::Close;
+
+mod reservations;
 
 type Routed = Result<Step, ApiError>;
 
@@ -128,7 +131,26 @@ fn dispatch<R: RngCore + ?Sized>(cx: &Cx<'_>, route: &Route, rng: &mut R) -> Rou
         Route::QuotaRefund { policy, subject } => refund(cx, policy, subject),
         Route::OverrideSet { policy, subject } => override_set(cx, policy, subject),
         Route::OverrideClear { policy, subject } => override_clear(cx, policy, subject),
+        Route::QuotaPeekTenant { policy, tenant, user } => quota_take(cx, policy, &tenant_user(tenant, user), true),
+        Route::QuotaTakeTenant { policy, tenant, user } => quota_take(cx, policy, &tenant_user(tenant, user), false),
+        Route::QuotaResetTenant { policy, tenant, user } => quota_reset(cx, policy, &tenant_user(tenant, user)),
+        Route::QuotaRefundTenant { policy, tenant, user } => refund(cx, policy, &tenant_user(tenant, user)),
         Route::Decide { subject } => decide(cx, subject),
+        Route::DecideTenant { tenant, user } => decide(cx, &tenant_user(tenant, user)),
+        Route::Reserve { subject } => reservations::reserve(cx, subject, rng),
+        Route::ReserveTenant { tenant, user } => reservations::reserve(cx, &tenant_user(tenant, user), rng),
+        Route::Settle { subject, id } => reservations::close(cx, subject, id, Close::Settle),
+        Route::SettleTenant { tenant, user, id } => {
+            reservations::close(cx, &tenant_user(tenant, user), id, Close::Settle)
+        }
+        Route::Extend { subject, id } => reservations::close(cx, subject, id, Close::Extend),
+        Route::ExtendTenant { tenant, user, id } => {
+            reservations::close(cx, &tenant_user(tenant, user), id, Close::Extend)
+        }
+        Route::Release { subject, id } => reservations::close(cx, subject, id, Close::Release),
+        Route::ReleaseTenant { tenant, user, id } => {
+            reservations::close(cx, &tenant_user(tenant, user), id, Close::Release)
+        }
         Route::SemaphoreAcquire { policy, name } => semaphore(cx, policy, name, Act::Acquire),
         Route::SemaphoreRenew { policy, name } => semaphore(cx, policy, name, Act::Renew),
         Route::SemaphoreRelease { policy, name } => semaphore(cx, policy, name, Act::Release),
@@ -231,6 +253,12 @@ impl<'a> Cx<'a> {
 /// The answer for the policy `name`, a `p`, where a `kind` policy is wanted.
 fn wrong_kind(name: &str, p: &Policy, kind: &str) -> ApiError {
     ApiError::new(404, format!("policy {name} is a {} policy, not a {kind} policy", p.kind())).at("policy")
+}
+
+/// The subject `TENANT/USER` of a tenant route's two segments (checked, as every subject, by
+/// the operation, after the policy: a segment holding `/` makes no valid subject).
+fn tenant_user(tenant: &str, user: &str) -> String {
+    format!("{tenant}/{user}")
 }
 
 /// What makes two uses of one `Idempotency-Key` the same request: the method, the route
@@ -357,7 +385,7 @@ fn claim(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
 
 fn quota_policy(cx: &Cx<'_>, policy: &str) -> Result<(Algorithm, i64), ApiError> {
     match *cx.find(policy)? {
-        Policy::Quota { algorithm, max_cost } => Ok((algorithm, max_cost)),
+        Policy::Quota { algorithm, max_cost, .. } => Ok((algorithm, max_cost)),
         ref p => Err(wrong_kind(policy, p, "quota")),
     }
 }
@@ -499,14 +527,7 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
         Some(Json::Bool(true)) => true,
         Some(_) => return Err(ApiError::new(400, "peek must be true or false").at("peek")),
     };
-    let list = match b.get("parts") {
-        Some(Json::Array(list)) => list,
-        None => return Err(ApiError::new(400, "parts is required").at("parts")),
-        Some(_) => return Err(ApiError::new(400, "parts must be an array of parts").at("parts")),
-    };
-    if list.is_empty() || list.len() > decision::MAX_PARTS {
-        return Err(ApiError::new(400, format!("parts must hold 1 to {} parts", decision::MAX_PARTS)).at("parts"));
-    }
+    let list = parts_list(&b)?;
     let mut parts = Vec::with_capacity(list.len());
     let mut costs = Vec::with_capacity(list.len());
     let mut kinds: Vec<(String, Option<Algorithm>)> = Vec::with_capacity(list.len());
@@ -514,7 +535,7 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     // lease never degrades to a pass), and the shortest time budget of the parts.
     let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
     for (i, item) in list.iter().enumerate() {
-        let (part, name, algorithm, cost) = decision_part(cx, item).map_err(|e| e.in_part(i))?;
+        let (part, name, algorithm, cost) = decision_part(cx, subject, item).map_err(|e| e.in_part(i))?;
         costs.push(cost);
         let mode = cx.config.failure_mode(&name);
         allow_all &= mode.allow && algorithm.is_some();
@@ -542,17 +563,30 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     send(ex)
 }
 
+/// A body's `parts`: an array of 1 to [`decision::MAX_PARTS`] items.
+fn parts_list(b: &Map<String, Json>) -> Result<&Vec<Json>, ApiError> {
+    let list = match b.get("parts") {
+        Some(Json::Array(list)) => list,
+        None => return Err(ApiError::new(400, "parts is required").at("parts")),
+        Some(_) => return Err(ApiError::new(400, "parts must be an array of parts").at("parts")),
+    };
+    if list.is_empty() || list.len() > decision::MAX_PARTS {
+        return Err(ApiError::new(400, format!("parts must hold 1 to {} parts", decision::MAX_PARTS)).at("parts"));
+    }
+    Ok(list)
+}
+
 /// One part of a decision: the part, its policy's name, its algorithm (`None`: a lease) and
 /// its cost (0 for a lease).
-fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algorithm>, i64), ApiError> {
+fn decision_part(cx: &Cx<'_>, subject: &str, item: &Json) -> Result<(Part, String, Option<Algorithm>, i64), ApiError> {
     let Json::Object(map) = item else {
         return Err(ApiError::new(400, "a part must be a JSON object").at("part"));
     };
     let part = Fields::Json(map.clone());
     let name = part.string("policy")?;
     let (built, algorithm, cost) = match *cx.find(&name)? {
-        Policy::Quota { algorithm, max_cost } => {
-            known_fields(map, &["policy", "cost"])?;
+        Policy::Quota { algorithm, max_cost, .. } => {
+            known_fields(map, &["policy", "cost", "level"])?;
             let cost = part.int("cost", 1, algorithm.limit(), Some(1))?;
             if !cx.admin() && cost > max_cost {
                 return Err(beyond("cost", format!("{cost} > {max_cost}")));
@@ -560,7 +594,7 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
             (Part::quota(&name, algorithm, cost), Some(algorithm), cost)
         }
         Policy::Semaphore { limit, lease_ms } => {
-            known_fields(map, &["policy", "holder"])?;
+            known_fields(map, &["policy", "holder", "level"])?;
             (Part::lease(&name, &part.string("holder")?, limit, lease_ms), None, 0)
         }
         ref other => {
@@ -571,7 +605,8 @@ fn decision_part(cx: &Cx<'_>, item: &Json) -> Result<(Part, String, Option<Algor
             .at("policy"));
         }
     };
-    Ok((built?, name, algorithm, cost))
+    let level = reservations::level(map, subject)?;
+    Ok((built?.at(level), name, algorithm, cost))
 }
 
 /// A decision's answer (`cached`: repeated from memory, see [`Local`]).
@@ -595,12 +630,7 @@ pub(crate) fn decision_response(
             ],
         ),
         PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
-            let result = match result {
-                LeaseResult::Full => "full",
-                LeaseResult::Acquired => "acquired",
-                LeaseResult::Renewed => "renewed",
-                LeaseResult::Ended => "ended",
-            };
+            let result = reservations::lease_result(result);
             object(
                 out,
                 &mut [

@@ -2,7 +2,7 @@
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use redcount_api::{self as api, ApiRequest, ApiResponse, Config, Step};
+use redcount_api::{self as api, ApiRequest, ApiResponse, Config, Policy, Step};
 use redcount_core::script;
 use serde_json::{Value, json};
 
@@ -336,6 +336,19 @@ fn policies_cors_and_config_errors() {
         (r#"{"g":{"kind":"quota","algorithm":"leaky","limit":3,"window_ms":1}}"#, "REDCOUNT_POLICIES.g.algorithm"),
         (r#"{"a:b":{"kind":"claim","window_ms":1}}"#, "REDCOUNT_POLICIES.a:b"),
         (r#"{"c":{"kind":"counter","min":5,"max":1}}"#, "REDCOUNT_POLICIES.c.max"),
+        // Reservation settings: a debt within what the algorithm's largest size leaves
+        // (a fixed window's 10^9, a sliding window's 10,000), charge or refund, quotas only.
+        (r#"{"q":{"kind":"quota","limit":5,"window_ms":1,"max_debt":-1}}"#, "REDCOUNT_POLICIES.q.max_debt"),
+        (r#"{"q":{"kind":"quota","limit":5,"window_ms":1,"max_debt":999999996}}"#, "REDCOUNT_POLICIES.q.max_debt"),
+        (
+            r#"{"q":{"kind":"quota","algorithm":"sliding","limit":9000,"window_ms":1,"max_debt":1001}}"#,
+            "REDCOUNT_POLICIES.q.max_debt",
+        ),
+        (r#"{"q":{"kind":"quota","limit":5,"window_ms":1,"max_debt":"x"}}"#, "REDCOUNT_POLICIES.q.max_debt"),
+        (r#"{"q":{"kind":"quota","limit":5,"window_ms":1,"on_expiry":"forget"}}"#, "REDCOUNT_POLICIES.q.on_expiry"),
+        (r#"{"q":{"kind":"quota","limit":5,"window_ms":1,"on_expiry":1}}"#, "REDCOUNT_POLICIES.q.on_expiry"),
+        (r#"{"s":{"kind":"semaphore","limit":1,"lease_ms":1,"max_debt":1}}"#, "REDCOUNT_POLICIES.s.max_debt"),
+        (r#"{"c":{"kind":"claim","window_ms":1,"on_expiry":"refund"}}"#, "REDCOUNT_POLICIES.c.on_expiry"),
         // A repeated name, or a repeated setting, is refused (a map would keep the last).
         (r#"{"c":{"kind":"claim","window_ms":1},"c":{"kind":"counter"}}"#, "REDCOUNT_POLICIES.c"),
         (
@@ -357,6 +370,27 @@ fn policies_cors_and_config_errors() {
         ("REDCOUNT_POLICIES", r#"{"a":{"kind":"claim","window_ms":1}}"#),
     ];
     assert_eq!(Config::from_env(env(short_admin)).unwrap_err().variable, "REDCOUNT_ADMIN_TOKEN");
+
+    // The reservation settings are read, and shown when they are not the defaults.
+    let with: &[(&str, &str)] = &[(
+        "REDCOUNT_POLICIES",
+        r#"{"q":{"kind":"quota","limit":5,"window_ms":1,"max_debt":3,"on_expiry":"refund"},"p":{"kind":"quota","limit":5,"window_ms":1,"on_expiry":"charge"}}"#,
+    )];
+    let c = Config::from_env(env(with)).unwrap();
+    assert!(matches!(
+        c.policy("q"),
+        Some(Policy::Quota { max_debt: 3, on_expiry: redcount_core::ops::reservation::OnExpiry::Refund, .. })
+    ));
+    assert_eq!(c.policy("q").unwrap().to_json()["max_debt"], 3);
+    assert_eq!(c.policy("q").unwrap().to_json()["on_expiry"], "refund");
+    assert!(matches!(
+        c.policy("p"),
+        Some(Policy::Quota { max_debt: 0, on_expiry: redcount_core::ops::reservation::OnExpiry::Charge, .. })
+    ));
+    assert_eq!(
+        c.policy("p").unwrap().to_json(),
+        json!({"kind": "quota", "algorithm": "fixed", "limit": 5, "window_ms": 1, "max_cost": 1})
+    );
 }
 
 #[test]

@@ -290,6 +290,13 @@ fn valid_call(spec: &api::RouteSpec) -> (&'static str, String, &'static str) {
     use api::RouteId::*;
     let (policy, body) = match spec.id {
         Health | Policies | OpenApi | InboxRead | PacketStatus | PacketGrabs => ("", ""),
+        // An id of these is a sealed ticket a reserve answered (anything else is a 404 before
+        // a call): their failures are driven in redcount-cli's reservation_routes.
+        Settle | SettleTenant | Extend | ExtendTenant | Release | ReleaseTenant => ("", ""),
+        QuotaPeekTenant | QuotaResetTenant => ("daily", ""),
+        QuotaTakeTenant | QuotaRefundTenant => ("daily", r#"{"cost":1}"#),
+        DecideTenant => ("", r#"{"parts":[{"policy":"daily","level":"tenant"}]}"#),
+        Reserve | ReserveTenant => ("", r#"{"parts":[{"policy":"daily","units":1}]}"#),
         CounterGet => ("jobs", ""),
         CounterAdd => ("jobs", r#"{"delta":1}"#),
         Claim => ("bonus", ""),
@@ -310,7 +317,8 @@ fn valid_call(spec: &api::RouteSpec) -> (&'static str, String, &'static str) {
         .replace("{id}", "0123456789abcdef0123456789abcdef")
         .replace("{subject}", "u1")
         .replace("{name}", "n1")
-        .replace("{user}", "u1");
+        .replace("{user}", "u1")
+        .replace("{tenant}", "t1");
     (spec.method, path, body)
 }
 
@@ -325,6 +333,9 @@ fn a_write_that_got_no_answer_may_have_run() {
     let auth = format!("Bearer {ADMIN}");
     let mut sent = 0;
     for spec in api::ROUTES {
+        if spec.path.starts_with("/api/reservations/") && spec.path.contains("{id}") {
+            continue; // (see valid_call)
+        }
         let (method, path, body) = valid_call(spec);
         let request = ApiRequest {
             method,

@@ -25,6 +25,9 @@ use redcount_core::ops::quota::Algorithm;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+mod support;
+use support::{diff, server, snapshot};
+
 const ADMIN: &str = "admin-token-of-no-change-0123";
 /// The subject of a found route, and its placeholder in a route's name.
 const SUBJECT: &str = "s1";
@@ -155,10 +158,15 @@ fn routed(config: &Config, method: &str, path: &str) -> Option<u16> {
         };
         let r = match redcount_api::handle(config, &req, &mut rand::rng()) {
             Step::Send(_) => return Some(0),
-            Step::Respond(r) if r.status == 404 || r.status == 405 => return None,
             Step::Respond(r) => r,
         };
         let field = serde_json::from_str::<Value>(&r.body).ok().and_then(|v| v["field"].as_str().map(str::to_string));
+        // Not routed: no route (404 naming nothing), no policy of that name, another method.
+        // A 404 naming `id` is a route that looked for its object (a reservation's id is
+        // checked before anything is sent).
+        if r.status == 405 || (r.status == 404 && field.as_deref() != Some("id")) {
+            return None;
+        }
         match field.filter(|f| r.status == 400 && f != "body" && !body.get(f).is_some_and(Value::is_number)) {
             Some(f) if body.contains_key(&f) => body.insert(f, json!(1)),
             Some(f) => body.insert(f, json!("x1")),
@@ -179,17 +187,29 @@ fn write_routes(config: &Config) -> BTreeSet<String> {
         kinds.entry(p.kind()).or_default().push(name);
     }
     let second: Vec<&str> = kinds.values().map(|names| names[0]).chain([SUBJECT]).collect();
-    let mut paths = Vec::new();
-    for w in &words {
-        paths.push(vec![w.as_str()]);
-        for x in &second {
-            paths.push(vec![w.as_str(), x]);
-            paths.push(vec![w.as_str(), x, SUBJECT]);
-            for last in &words {
-                paths.push(vec![w.as_str(), x, last.as_str()]);
-                paths.push(vec![w.as_str(), x, SUBJECT, last.as_str()]);
+    // Paths of up to five segments, grown one segment at a time while some row of the route
+    // table has the path's shape so far: at a row's word, that word if the source has it; at a
+    // parameter, the subject (and, second, a policy of each kind). The table's shapes prune
+    // the search; the router alone decides what is routed.
+    let mut paths: Vec<Vec<&str>> = Vec::new();
+    let mut open: Vec<Vec<&str>> = vec![Vec::new()];
+    for at in 0..5 {
+        let mut next = Vec::new();
+        for prefix in &open {
+            let mut options: BTreeSet<&str> = BTreeSet::new();
+            for pattern in redcount_api::ROUTES.iter().map(|spec| spec.path.split('/').skip(2).collect::<Vec<_>>()) {
+                let fits = pattern.len() > at && pattern.iter().zip(prefix).all(|(p, s)| p.starts_with('{') || p == s);
+                match pattern.get(at) {
+                    Some(p) if fits && p.starts_with('{') && at == 1 => options.extend(&second),
+                    Some(p) if fits && p.starts_with('{') => drop(options.insert(SUBJECT)),
+                    Some(p) if fits && words.contains(*p) => drop(options.insert(p)),
+                    _ => {}
+                }
             }
+            next.extend(options.into_iter().map(|s| prefix.iter().copied().chain([s]).collect::<Vec<_>>()));
         }
+        paths.extend(next.iter().cloned());
+        open = next;
     }
     let path = |segs: &[&str]| format!("/api/{}", segs.join("/"));
     let mut found = BTreeSet::new();
@@ -206,12 +226,17 @@ fn write_routes(config: &Config) -> BTreeSet<String> {
                 if routed(config, method, &path(&segs)).is_none() {
                     continue;
                 }
+                // A segment is a subject (or id) where a subject is routed too, to the same
+                // route of the table (`…/{s}/refund` is not a tenant's user called refund).
+                let id = |segs: &[&str]| redcount_api::Route::parse(method, &path(segs)).map(|r| r.id()).ok();
                 let named: Vec<&str> = (0..segs.len())
                     .map(|i| {
                         let mut with_subject = segs.clone();
                         with_subject[i] = SUBJECT;
-                        let subject =
-                            i > 0 && (segs[i] == SUBJECT || routed(config, method, &path(&with_subject)).is_some());
+                        let subject = i > 0
+                            && (segs[i] == SUBJECT
+                                || (id(&with_subject) == id(&segs)
+                                    && routed(config, method, &path(&with_subject)).is_some()));
                         if subject { "{s}" } else { segs[i] }
                     })
                     .collect();
@@ -341,6 +366,37 @@ fn scenarios(config: &Config) -> Vec<Scenario> {
                     call("POST", format!("{take}/refund"), r#"{"cost":1}"#, 200),
                 ];
                 out.push(scenario(refund, "all given back already", back, r#"{"cost":1}"#, 200).expect("/refunded", 0));
+                // A tenant's user, two segments: the same outcomes at its own keys.
+                let user = format!("/api/quotas/{name}/{{s}}/{{s}}");
+                let user_all = call("POST", &user, format!(r#"{{"cost":{limit}}}"#), 200);
+                out.push(
+                    scenario(format!("POST {user}"), "denied", vec![user_all.clone()], r#"{"cost":1}"#, 200)
+                        .expect("/allowed", false),
+                );
+                out.push(
+                    scenario(format!("DELETE {user}"), "nothing to reset", vec![], "", 200).expect("/reset", false),
+                );
+                out.push(
+                    scenario(format!("POST {user}/refund"), "nothing in use", vec![], r#"{"cost":1}"#, 200)
+                        .expect("/refunded", 0),
+                );
+                out.push(
+                    scenario(
+                        "POST /api/decisions/{s}/{s}".to_string(),
+                        format!("denied by {name} at the tenant's level"),
+                        vec![call(
+                            "POST",
+                            "/api/decisions/{s}/{s}",
+                            json!({"parts": [{"policy": name, "cost": limit, "level": "tenant"}]}).to_string(),
+                            200,
+                        )],
+                        json!({"parts": [{"policy": name, "level": "tenant"}]}).to_string(),
+                        200,
+                    )
+                    .expect("/allowed", false)
+                    .expect("/denied_by", name.as_str()),
+                );
+                reservations(&mut out, name, all.clone(), user_all);
                 out.push(
                     scenario(
                         "POST /api/decisions/{s}".to_string(),
@@ -388,6 +444,37 @@ fn scenarios(config: &Config) -> Vec<Scenario> {
                     scenario(check, "never held", vec![], r#"{"holder":"h0","fencing_token":1}"#, 200)
                         .expect("/result", "never_held"),
                 );
+                // A tenant's user's semaphore is named by its subject, TENANT/USER.
+                for (path, name_of) in [("/api/reservations/{s}", "{s}"), ("/api/reservations/{s}/{s}", "{s}%2F{s}")] {
+                    let at = |h: &str| {
+                        let acquire = format!("/api/semaphores/{name}/{name_of}/acquire");
+                        call("POST", acquire, json!({"holder": h}).to_string(), 200)
+                    };
+                    let holders: Vec<Given> = (0..*limit).map(|i| at(&format!("h{i}"))).collect();
+                    out.push(
+                        scenario(
+                            format!("POST {path}"),
+                            format!("denied by a full {name}"),
+                            holders,
+                            json!({"parts": [{"policy": name, "holder": "other"}]}).to_string(),
+                            200,
+                        )
+                        .expect("/allowed", false)
+                        .expect("/reservation", Value::Null)
+                        .expect("/parts/0/result", "full"),
+                    );
+                    out.push(
+                        scenario(
+                            format!("POST {path}"),
+                            format!("denied: its holder holds a lease of {name}"),
+                            vec![at("h0")],
+                            json!({"parts": [{"policy": name, "holder": "h0"}]}).to_string(),
+                            200,
+                        )
+                        .expect("/allowed", false)
+                        .expect("/parts/0/result", "held"),
+                    );
+                }
                 out.push(
                     scenario(
                         "POST /api/decisions/{s}".into(),
@@ -449,6 +536,37 @@ fn scenarios(config: &Config) -> Vec<Scenario> {
     out
 }
 
+/// The reservation routes over the quota `name` (`all` takes it whole for the subject,
+/// `user_all` for the tenant's user): a reserve denied and a peek, for a plain subject and a
+/// tenant's user; a settle, extend or release of a reservation settled already.
+fn reservations(out: &mut Vec<Scenario>, name: &str, all: Given, user_all: Given) {
+    let one = json!({"parts": [{"policy": name, "units": 1}]}).to_string();
+    let peek = json!({"parts": [{"policy": name, "units": 1}], "peek": true}).to_string();
+    for (path, all) in [("/api/reservations/{s}", all), ("/api/reservations/{s}/{s}", user_all)] {
+        let r = format!("POST {path}");
+        out.push(
+            scenario(r.clone(), format!("denied by {name}"), vec![all], &one, 200)
+                .expect("/allowed", false)
+                .expect("/denied_by", name),
+        );
+        out.push(scenario(r.clone(), "a peek", vec![], &peek, 200).expect("/allowed", true).expect("/peek", true));
+        let reserve = call("POST", path, &one, 200);
+        let settled = vec![reserve, call("POST", format!("{path}/{{id}}/settle"), actual(name, 1), 200)];
+        for (act, body) in [("settle", actual(name, 0)), ("extend", String::new()), ("release", String::new())] {
+            out.push(
+                scenario(format!("POST {path}/{{s}}/{act}"), "settled already", settled.clone(), body, 200)
+                    .path(format!("{path}/{{id}}/{act}"))
+                    .expect("/already_settled", true)
+                    .expect("/state", "settled"),
+            );
+        }
+    }
+}
+
+fn actual(name: &str, units: i64) -> String {
+    json!({"actual": [{"policy": name, "units": units}]}).to_string()
+}
+
 /// The override routes of a quota or semaphore policy: a clear of nothing, and a size set to
 /// what it already is.
 fn overrides(out: &mut Vec<Scenario>, name: &str) {
@@ -462,58 +580,6 @@ fn overrides(out: &mut Vec<Scenario>, name: &str) {
 
 // ---------------------------------------------------------------------------------------
 // Redis, byte for byte.
-
-/// Everything Redis holds: each key's DUMP and exact expiry (PEXPIRETIME), the key count, and
-/// DEBUG DIGEST.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    keys: BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
-    dbsize: i64,
-    digest: String,
-}
-
-fn snapshot(c: &mut redis::Connection) -> Snapshot {
-    let names: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
-    let mut keys = BTreeMap::new();
-    for k in names {
-        let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
-        let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
-        if let Some(dump) = dump {
-            keys.insert(k, (dump, at));
-        }
-    }
-    let dbsize = redis::cmd("DBSIZE").query(c).unwrap();
-    let digest = redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap();
-    Snapshot { keys, dbsize, digest }
-}
-
-/// The keys of `b` that differ from `a`'s, by name.
-fn diff(a: &Snapshot, b: &Snapshot) -> Vec<String> {
-    let names: BTreeSet<&Vec<u8>> = a.keys.keys().chain(b.keys.keys()).collect();
-    names
-        .into_iter()
-        .filter(|k| a.keys.get(*k) != b.keys.get(*k))
-        .map(|k| String::from_utf8_lossy(k).into_owned())
-        .collect()
-}
-
-struct Server {
-    _proc: redcount_procs::Proc,
-    dir: PathBuf,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn server() -> Server {
-    let dir = redcount_procs::scratch_dir("no-change");
-    let (proc, port) = redcount_procs::start_server(&dir, &["--enable-debug-command", "local"]).unwrap();
-    Server { _proc: proc, dir, url: format!("redis://127.0.0.1:{port}/") }
-}
 
 // ---------------------------------------------------------------------------------------
 // The run.
@@ -598,7 +664,7 @@ async fn a_call_that_changes_nothing_stores_nothing_on_every_write_route() {
                         "{} ({}): set-up {method} {path} {body}: {}",
                         s.route, s.outcome, a.json
                     );
-                    if let Some(v) = a.json["id"].as_str() {
+                    if let Some(v) = a.json["id"].as_str().or(a.json["reservation"].as_str()) {
                         id = v.to_string();
                     }
                     if let Some(v) = a.json["fencing_token"].as_i64() {

@@ -90,6 +90,9 @@ pub enum ErrorKind {
     /// `IDEMPOTENCY_CONFLICT`: the idempotency key was used before for a different request
     /// (nothing written; the first request's answer stands).
     IdempotencyConflict,
+    /// `CONFLICT`: the call clashes with state a redcount script keeps (a reservation id in
+    /// use, a settle naming other parts than its reservation's); nothing written.
+    Conflict,
     /// Anything else.
     Other,
 }
@@ -117,6 +120,7 @@ impl ErrorReply {
             "READONLY" | "NOPERM" | "NOAUTH" => ErrorKind::Denied,
             "OOM" => ErrorKind::OutOfMemory,
             "IDEMPOTENCY_CONFLICT" => ErrorKind::IdempotencyConflict,
+            "CONFLICT" => ErrorKind::Conflict,
             _ if message.starts_with("ERR redcount:") => ErrorKind::Rejected,
             // A byte-window search: `str::contains` with a `&str` pattern links the two-way
             // searcher (kilobytes in the worker's wasm) for this one check.

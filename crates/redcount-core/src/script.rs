@@ -87,7 +87,7 @@ scripts! {
     /// Quota: set or clear a subject's override of the size.
     QUOTA_OVERRIDE = "quota_override" "#!lua" [];
     /// Quota: give units back.
-    QUOTA_REFUND = "quota_refund" "#!lua" ["lib_sliding"];
+    QUOTA_REFUND = "quota_refund" "#!lua" ["lib_fixed", "lib_sliding", "lib_bucket", "lib_gcra", "lib_give"];
     /// Quota: forget a subject's usage.
     QUOTA_RESET = "quota_reset" "#!lua" [];
     /// Quota, fixed window: budget leases (borrow a slice of the limit, give back the rest).
@@ -96,6 +96,10 @@ scripts! {
     SEMAPHORE = "semaphore" "#!lua" ["lib_lease"];
     /// A compound decision: several quotas and a semaphore lease of one subject, all or nothing.
     DECIDE = "decide" "#!lua" ["lib_fixed", "lib_sliding", "lib_bucket", "lib_gcra", "lib_lease"];
+    /// A reservation: several quotas and leases of one subject held, all or nothing.
+    RESERVE = "reserve" "#!lua" ["lib_fixed", "lib_sliding", "lib_bucket", "lib_gcra", "lib_give", "lib_lease", "lib_reserve"];
+    /// A reservation's settle, extend or release.
+    SETTLE = "settle" "#!lua" ["lib_fixed", "lib_sliding", "lib_bucket", "lib_gcra", "lib_give", "lib_lease", "lib_reserve"];
     /// Inbox: append a message.
     INBOX_APPEND = "inbox_append" "#!lua" [];
     /// Inbox: trim by age and length.

@@ -25,6 +25,29 @@ pub fn id<'a>(field: &'static str, s: &'a str) -> Result<&'a str, InputError> {
     if ok { Ok(s) } else { Err(InputError::new(field, Problem::BadId)) }
 }
 
+/// Checks a subject: an id, or `TENANT/USER`, two ids (a user of a tenant: its keys share the
+/// tenant's hash tag, see [`crate::keys::Level`]).
+///
+/// ```
+/// use redcount_core::validate::subject;
+///
+/// assert!(subject("subject", "alice").is_ok());
+/// assert!(subject("subject", "acme/alice").is_ok());
+/// for bad in ["acme/", "/alice", "a/b/c", "acme/al ice", ""] {
+///     assert_eq!(subject("subject", bad).unwrap_err().field, "subject", "{bad}");
+/// }
+/// ```
+pub fn subject<'a>(field: &'static str, s: &'a str) -> Result<&'a str, InputError> {
+    match s.split_once('/') {
+        None => id(field, s),
+        Some((tenant, user)) => {
+            id(field, tenant)?;
+            id(field, user)?;
+            Ok(s)
+        }
+    }
+}
+
 /// Checks that `n` lies in `min..=max`.
 pub fn range(field: &'static str, n: i64, min: i64, max: i64) -> Result<i64, InputError> {
     if (min..=max).contains(&n) { Ok(n) } else { Err(InputError::new(field, Problem::OutOfRange { min, max })) }

@@ -36,6 +36,8 @@ const BAD_NUMBERS: &[&str] = &[
 ];
 
 const BAD_IDS: &[&str] = &["", "a{b", "a}b", "a:b", "{rp:x}", "a b", "a/b", "../x", "a\nb", "ünïcødé", "a\0b", "%2F"];
+/// What a subject may not be: a subject may be `TENANT/USER` (two ids), nothing else with `/`.
+const BAD_SUBJECTS: &[&str] = &["a/b/c", "a/", "/b", "a/b{", "a b/c", "a//b"];
 
 /// A named input check: the case's name and the constructor it feeds.
 type Case = (&'static str, Box<dyn Fn(&str) -> Result<(), InputError>>);
@@ -123,6 +125,13 @@ fn id_cases() -> Vec<Case> {
     vec![
         ("policy", Box::new(move |s| TakeQuota::take(s, "s", fw, 1).map(drop))),
         ("subject", Box::new(move |s| TakeQuota::take("p", s, fw, 1).map(drop))),
+        (
+            "subject",
+            Box::new(move |s| {
+                use redcount_core::ops::decision::{Decide, Part};
+                Decide::new(s, vec![Part::quota("p", fw, 1).unwrap()]).map(drop)
+            }),
+        ),
         ("subject", Box::new(|s| Claim::new("p", s, 1000).map(drop))),
         ("subject", Box::new(|s| AddCounter::new("p", s, Storage::HashField, 1, Bounds::default()).map(drop))),
         ("name", Box::new(|s| UpdateLease::new("p", s, Action::Acquire, "h", 5, 1000).map(drop))),
@@ -152,12 +161,21 @@ fn the_table_is_refused_by_the_constructors() {
     }
     let long = "x".repeat(10 * 1024);
     for (field, case) in id_cases() {
-        for bad in BAD_IDS.iter().copied().chain([long.as_str(), &"a".repeat(65)]) {
+        // A subject (a quota's, a decision's, a semaphore's name) may be TENANT/USER.
+        let subject = case("acme/alice").is_ok();
+        for bad in BAD_IDS.iter().copied().chain([long.as_str(), &"a".repeat(65)]).chain(BAD_SUBJECTS.iter().copied()) {
+            if subject && bad == "a/b" {
+                continue;
+            }
             let err = case(bad).expect_err(&format!("{field}={bad:?} must be refused"));
             assert_eq!(err.field, field, "{bad:?}");
             rows += 1;
         }
         assert!(case(&"a".repeat(64)).is_ok(), "64 characters are fine");
+        if subject {
+            assert!(case(&format!("{}/{}", "a".repeat(64), "b".repeat(64))).is_ok(), "two ids of 64");
+            assert!(case(&format!("{}/{}", "a".repeat(65), "b")).is_err(), "each part an id");
+        }
     }
     // Values that parse but break a rule.
     let checks: Vec<(&str, Result<(), InputError>)> = vec![
@@ -551,6 +569,23 @@ async fn scripts_refuse_a_call_of_another_shape() {
     for algo in [fw, sw, tb, gc] {
         invs.push(TakeQuota::take("q", "shape", algo, 1).unwrap().request());
         invs.push(RefundQuota::new("q", "shape", algo, 1).unwrap().request());
+    }
+    {
+        use redcount_core::ops::reservation::{Mode, Part, Reserve};
+        let parts = vec![
+            Part::quota("q", fw, 1).unwrap(),
+            Part::quota("r", tb, 1).unwrap(),
+            Part::lease("sem", "h", 2).unwrap(),
+        ];
+        let r = Reserve::new("shape", "r1", parts.clone(), 60_000, Mode::All).unwrap();
+        d.run(&Reserve::new("shape", "r0", parts, 60_000, Mode::All).unwrap()).await.unwrap();
+        invs.push(r.request());
+        let held = Reserve::new("shape", "r0", r.parts().to_vec(), 60_000, Mode::All).unwrap();
+        invs.extend([
+            held.settle(&[1, 1, 0]).unwrap().request(),
+            held.extend(60_000, &[1, 1, 0]).unwrap().request(),
+            held.release().unwrap().request(),
+        ]);
     }
     d.run(&Create::new("shapepk", 100, 2, 1, 60_000, &mut rand::rng()).unwrap()).await.unwrap();
     for req in invs {

@@ -19,6 +19,8 @@ mod namespace;
 mod observability;
 mod openapi;
 mod primitives;
+mod reservations;
+mod reservations_model;
 mod rest;
 mod scenario;
 mod scripts;

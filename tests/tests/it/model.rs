@@ -54,7 +54,7 @@ pub(crate) fn seed() -> u64 {
 }
 
 /// Operations per primitive: `REDCOUNT_MODEL_STEPS`, default 160.
-fn steps() -> usize {
+pub(crate) fn steps() -> usize {
     match std::env::var("REDCOUNT_MODEL_STEPS") {
         Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("REDCOUNT_MODEL_STEPS must be a number, not {s:?}")),
         Err(_) => 160,
@@ -118,34 +118,34 @@ impl rand::RngCore for Rng {
 }
 
 /// Now, in ms since the epoch: the clock Redis's `TIME` reads too.
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// Tolerance, in ms, on comparisons between the client's clock and Redis's.
 const SLACK: i64 = 2;
 /// Concurrent clients per test.
-const CLIENTS: usize = 4;
+pub(crate) const CLIENTS: usize = 4;
 /// Operations per client per round.
-const OPS: usize = 5;
+pub(crate) const OPS: usize = 5;
 
 /// Which test, which seed: in every failure.
 #[derive(Debug, Clone)]
-struct Ctx {
-    name: &'static str,
-    seed: u64,
+pub(crate) struct Ctx {
+    pub(crate) name: &'static str,
+    pub(crate) seed: u64,
 }
 
 impl Ctx {
     #[track_caller]
-    fn fail(&self, round: usize, what: impl Display) -> ! {
+    pub(crate) fn fail(&self, round: usize, what: impl Display) -> ! {
         panic!(
             "model::{} (seed {}, round {round}): {what}\n  replay: REDCOUNT_SEED={} cargo xtask test -- model::{}",
             self.name, self.seed, self.seed, self.name
         )
     }
 
-    fn say(&self, what: impl Display) {
+    pub(crate) fn say(&self, what: impl Display) {
         println!("model::{} seed {}: {what}", self.name, self.seed);
     }
 }
@@ -163,7 +163,7 @@ macro_rules! check {
 
 /// What became of one call.
 #[derive(Debug, Clone)]
-enum Outcome<T> {
+pub(crate) enum Outcome<T> {
     /// Answered: it happened, and this is what it did.
     Done(T),
     /// Refused whole at maxmemory (OOM; HTTP 507), or never sent (the connection was
@@ -176,15 +176,15 @@ enum Outcome<T> {
 /// One call. If it ran, the server ran it between `s` and `r` (ms); `last` is when its last
 /// attempt was sent (a keyed or idempotent call is sent again while its outcome is unknown).
 #[derive(Debug, Clone)]
-struct Timed<T> {
-    s: i64,
-    last: i64,
-    r: i64,
-    out: Outcome<T>,
+pub(crate) struct Timed<T> {
+    pub(crate) s: i64,
+    pub(crate) last: i64,
+    pub(crate) r: i64,
+    pub(crate) out: Outcome<T>,
 }
 
 impl<T> Timed<T> {
-    fn done(&self) -> Option<&T> {
+    pub(crate) fn done(&self) -> Option<&T> {
         match &self.out {
             Outcome::Done(t) => Some(t),
             _ => None,
@@ -267,25 +267,25 @@ struct Keyed {
 }
 
 /// One concurrent client: its own PRNG stream, HTTP client and RESP connection.
-struct Client {
-    n: usize,
+pub(crate) struct Client {
+    pub(crate) n: usize,
     ctx: Ctx,
-    round: usize,
-    rng: Rng,
+    pub(crate) round: usize,
+    pub(crate) rng: Rng,
     api: Api,
-    direct: Direct,
+    pub(crate) direct: Direct,
     pace_ms: u64,
     keyed: Vec<Keyed>,
 }
 
 impl Client {
     #[track_caller]
-    fn fail(&self, what: impl Display) -> ! {
+    pub(crate) fn fail(&self, what: impl Display) -> ! {
         self.ctx.fail(self.round, format!("client {}: {what}", self.n))
     }
 
     /// A random pause between calls, up to the test's pace.
-    async fn pause(&mut self) {
+    pub(crate) async fn pause(&mut self) {
         let ms = self.rng.below(self.pace_ms + 1);
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
@@ -315,7 +315,7 @@ impl Client {
     }
 
     /// Runs a core operation over RESP, once.
-    async fn run<O: Operation + Sync>(&self, op: &O) -> Timed<O::Outcome> {
+    pub(crate) async fn run<O: Operation + Sync>(&self, op: &O) -> Timed<O::Outcome> {
         let s = now_ms();
         let got = self.direct.run(op).await;
         let r = now_ms();
@@ -413,7 +413,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 }
 
 /// "n answered, n refused at maxmemory, n unanswered".
-fn tally<'a, T: 'a>(outs: impl Iterator<Item = &'a Outcome<T>>) -> String {
+pub(crate) fn tally<'a, T: 'a>(outs: impl Iterator<Item = &'a Outcome<T>>) -> String {
     let (mut done, mut refused, mut unknown) = (0, 0, 0);
     for o in outs {
         match o {
@@ -433,7 +433,7 @@ fn int(v: &Value, field: &str) -> Option<i64> {
 // The environment: Redis with AOF, `redcount serve`, the fault schedule
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
+pub(crate) enum Fault {
     Calm,
     ScriptFlush,
     KillRestart,
@@ -442,14 +442,14 @@ enum Fault {
 
 const ADMIN: &str = "model-admin-token-0123456789";
 
-struct Env {
-    ctx: Ctx,
-    redis: Arc<Mutex<RedisServer>>,
+pub(crate) struct Env {
+    pub(crate) ctx: Ctx,
+    pub(crate) redis: Arc<Mutex<RedisServer>>,
     _server: NativeServer,
     api: Api,
     url: String,
     rng: Rng,
-    schedule: Vec<Fault>,
+    pub(crate) schedule: Vec<Fault>,
     /// A connection of the checker's own, for reading state between rounds.
     direct: Direct,
     /// When Redis was at maxmemory for certain: from `CONFIG SET maxmemory 1` answered to
@@ -460,7 +460,7 @@ struct Env {
 impl Env {
     /// Starts Redis (AOF, fsync always, noeviction) and `redcount serve` before it, and plans
     /// the rounds: each fault in turn, in a seeded order.
-    async fn start(name: &'static str) -> (Env, usize) {
+    pub(crate) async fn start(name: &'static str) -> (Env, usize) {
         let ctx = Ctx { name, seed: seed() };
         let steps = steps();
         let rounds = steps.div_ceil(CLIENTS * OPS).max(4);
@@ -495,7 +495,7 @@ impl Env {
         (env, rounds)
     }
 
-    async fn clients(&self, pace_ms: u64) -> Vec<Client> {
+    pub(crate) async fn clients(&self, pace_ms: u64) -> Vec<Client> {
         let mut out = Vec::new();
         for n in 0..CLIENTS {
             out.push(Client {
@@ -512,7 +512,7 @@ impl Env {
         out
     }
 
-    fn conn(&self) -> redis::Connection {
+    pub(crate) fn conn(&self) -> redis::Connection {
         self.redis.lock().unwrap().conn()
     }
 
@@ -575,7 +575,13 @@ impl Env {
     }
 
     /// One round: the fault, and every client's `f` at once; returns their calls.
-    async fn round<R, F, Fut>(&mut self, round: usize, clients: &mut Vec<Client>, span_ms: u64, f: F) -> Vec<R>
+    pub(crate) async fn round<R, F, Fut>(
+        &mut self,
+        round: usize,
+        clients: &mut Vec<Client>,
+        span_ms: u64,
+        f: F,
+    ) -> Vec<R>
     where
         R: Send + 'static,
         F: Fn(Client) -> Fut,
@@ -608,7 +614,7 @@ impl Env {
 
     /// Writes that ran while Redis was at maxmemory were refused whole (507 / OOM): none was
     /// answered as done. (That nothing was written, the models check.)
-    fn fail_closed<'a, T: 'a>(&self, round: usize, writes: impl Iterator<Item = (&'a Timed<T>, String)>) {
+    pub(crate) fn fail_closed<'a, T: 'a>(&self, round: usize, writes: impl Iterator<Item = (&'a Timed<T>, String)>) {
         for (t, what) in writes {
             // Strictly inside (times are whole ms): sent after the setting was answered,
             // answered before it was undone.

@@ -169,7 +169,7 @@ async fn quota_fixed_window_state_ends_with_its_window_and_reads_the_layout_befo
     let key = keys::quota("fw", &s, "fw");
     let _: () = redis::cmd("SET").arg(&key).arg("1:7").arg("PXAT").arg(window_end).query(&mut redis.conn()).unwrap();
     assert_eq!(d.run(&RefundQuota::new("fw", &s, algo, 2).unwrap()).await.unwrap(), 2);
-    assert_eq!(get(&key).as_deref(), Some("1:5"));
+    assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("5"), window_end), "a refund writes the layout of now");
     assert_eq!(d.run(&take(&s, 1)).await.unwrap().remaining, 94);
     assert_eq!((get(&key).as_deref(), expires_at(&key)), (Some("6"), window_end));
     // Of an earlier window: nothing is carried over or refunded.

@@ -440,16 +440,30 @@ async fn a_bad_configuration_is_a_clear_500_and_logged() {
     assert_eq!(page.status().as_u16(), 200);
 }
 
+/// The test policies, and the reservation panel's `llm-*` policies as `wrangler.toml`
+/// configures them for the deployed demo.
+fn demo_policies() -> String {
+    let toml = std::fs::read_to_string(redcount_tests::root().join("wrangler.toml")).unwrap();
+    let deployed: Value = serde_json::from_str(toml.split("'''").nth(1).expect("REDCOUNT_POLICIES")).unwrap();
+    let mut policies: Value = serde_json::from_str(TEST_POLICIES).unwrap();
+    for (name, p) in deployed.as_object().unwrap().iter().filter(|(n, _)| n.starts_with("llm-")) {
+        policies[name] = p.clone();
+    }
+    assert_eq!(policies.as_object().unwrap().keys().filter(|n| n.starts_with("llm-")).count(), 3);
+    policies.to_string()
+}
+
 #[test]
 fn demo_page_in_a_real_browser() {
     let redis = RedisServer::start();
     let front = RestFront::start(&redis.url(), false);
     let admin = secret("admin");
+    let policies = demo_policies();
     let worker = Wrangler::start(&[
         ("REDCOUNT_REST_URL", &front.url()),
         ("REDCOUNT_REST_TOKEN", &front.token),
         ("REDCOUNT_ADMIN_TOKEN", &admin),
-        ("REDCOUNT_POLICIES", TEST_POLICIES),
+        ("REDCOUNT_POLICIES", &policies),
     ]);
     let artifacts = redcount_tests::root().join("target/artifacts");
     let out = std::process::Command::new("node")
@@ -462,7 +476,9 @@ fn demo_page_in_a_real_browser() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "browser test failed");
-    assert!(artifacts.join("demo-desktop.png").exists() && artifacts.join("demo-phone.png").exists());
+    for shot in ["demo-desktop.png", "demo-phone.png", "demo-reservations.png"] {
+        assert!(artifacts.join(shot).exists(), "{shot}");
+    }
     // The page and its files hold no secret.
     for file in ["index.html", "app.js", "style.css"] {
         let text = std::fs::read_to_string(redcount_tests::root().join("www").join(file)).unwrap();

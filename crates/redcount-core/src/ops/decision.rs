@@ -3,7 +3,9 @@
 //!
 //! Either every part admits and every part is consumed, or nothing is written and the
 //! outcome says which part denied and when to retry. A subject's quota and semaphore keys
-//! share one hash tag ([`crate::keys`]), so a decision is one slot on Redis Cluster.
+//! share one hash tag ([`crate::keys`]), so a decision is one slot on Redis Cluster; for a
+//! subject `TENANT/USER` that tag is the tenant's, so a part at [`Level::Tenant`] (the
+//! tenant's own counter) is decided with the user's in the same script.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -13,7 +15,7 @@ use super::quota::{Algorithm, QuotaOutcome};
 use super::semaphore::{MAX_LEASE_MS, MAX_LIMIT as MAX_SEMAPHORE_LIMIT};
 use crate::command::itoa_i;
 use crate::error::{InputError, Problem, ShapeError};
-use crate::keys;
+use crate::keys::{self, Level};
 use crate::script::{DECIDE, Invocation, Request};
 use crate::validate;
 use crate::value::Value;
@@ -26,6 +28,7 @@ pub const MAX_PARTS: usize = 8;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
     policy: String,
+    level: Level,
     kind: PartKind,
 }
 
@@ -41,7 +44,7 @@ impl Part {
         let policy = validate::id("policy", policy)?;
         algorithm.validate()?;
         validate::range("cost", cost, 1, algorithm.limit())?;
-        Ok(Part { policy: String::from(policy), kind: PartKind::Quota { algorithm, cost } })
+        Ok(Part { policy: String::from(policy), level: Level::User, kind: PartKind::Quota { algorithm, cost } })
     }
 
     /// Acquires a lease for `holder` on the semaphore of `policy` named by the subject (or
@@ -53,13 +56,27 @@ impl Part {
         validate::range("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
         Ok(Part {
             policy: String::from(policy),
+            level: Level::User,
             kind: PartKind::Lease { holder: String::from(holder), limit, lease_ms },
         })
+    }
+
+    /// This part at `level` of a `TENANT/USER` subject: [`Level::Tenant`] applies it to the
+    /// tenant's own counter (or semaphore) of the policy, shared by its users; a decision of a
+    /// plain subject refuses it, naming `level`.
+    pub fn at(mut self, level: Level) -> Part {
+        self.level = level;
+        self
     }
 
     /// The policy this part applies.
     pub fn policy(&self) -> &str {
         &self.policy
+    }
+
+    /// The level it applies at.
+    pub fn level(&self) -> Level {
+        self.level
     }
 }
 
@@ -83,6 +100,15 @@ impl Part {
 /// // The same policy twice would read its state twice before writing it: refused.
 /// let twice = vec![Part::quota("per-second", per_second, 1).unwrap(), Part::quota("per-second", per_second, 1).unwrap()];
 /// assert_eq!(Decide::new("alice", twice).unwrap_err().field, "parts");
+///
+/// // A user of a tenant within the tenant's total: both levels of one policy, one slot.
+/// use redcount_core::keys::Level;
+/// let both = vec![Part::quota("tpm", per_second, 1).unwrap(), Part::quota("tpm", per_second, 1).unwrap().at(Level::Tenant)];
+/// let keys = Decide::new("acme/alice", both.clone()).unwrap().request().keys().to_vec();
+/// assert_eq!(keys[0], "rc:{t:acme}:u:alice:q:tpm:fw");
+/// assert_eq!(keys[2], "rc:{t:acme}:q:tpm:fw");
+/// // A plain subject has no tenant level.
+/// assert_eq!(Decide::new("alice", both).unwrap_err().field, "level");
 /// ```
 #[derive(Debug, Clone)]
 pub struct Decide {
@@ -105,13 +131,14 @@ impl Decide {
     }
 
     fn build(subject: &str, parts: Vec<Part>, peek: bool) -> Result<Self, InputError> {
-        let subject = validate::id("subject", subject)?;
+        let subject = validate::subject("subject", subject)?;
         if parts.is_empty() || parts.len() > MAX_PARTS {
             return Err(InputError::new("parts", Problem::OutOfRange { min: 1, max: MAX_PARTS as i64 }));
         }
         for (i, p) in parts.iter().enumerate() {
-            if parts[..i].iter().any(|q| q.policy == p.policy) {
-                return Err(InputError::new("parts", Problem::Inconsistent("each policy may appear once")));
+            super::quota::scope_and_subject(&p.policy, subject, p.level)?;
+            if parts[..i].iter().any(|q| q.policy == p.policy && q.level == p.level) {
+                return Err(InputError::new("parts", Problem::Inconsistent("each policy may appear once per level")));
             }
         }
         let mut keys = Vec::with_capacity(3 * parts.len());
@@ -119,14 +146,14 @@ impl Decide {
         for p in &parts {
             match &p.kind {
                 PartKind::Quota { algorithm, cost } => {
-                    keys.push(keys::quota(&p.policy, subject, algorithm.tag()));
-                    keys.push(keys::quota_override(&p.policy, subject));
+                    keys.push(keys::quota_at(&p.policy, subject, p.level, algorithm.tag()));
+                    keys.push(keys::quota_override_at(&p.policy, subject, p.level));
                     args.push(String::from(algorithm.tag()));
                     algorithm.push_params(&mut args);
                     args.push(itoa_i(*cost));
                 }
                 PartKind::Lease { holder, limit, lease_ms } => {
-                    keys.extend(keys::semaphore_keys(&keys::semaphore(&p.policy, subject)));
+                    keys.extend(keys::semaphore_keys(&keys::semaphore_at(&p.policy, subject, p.level)));
                     args.extend([String::from("se"), holder.clone(), itoa_i(*limit), itoa_i(*lease_ms)]);
                 }
             }
@@ -152,6 +179,9 @@ pub enum LeaseResult {
     /// A replayed decision whose lease has ended since (or is another holder's now): the
     /// decision is no longer allowed, its quotas stay charged.
     Ended,
+    /// A reservation's lease part whose holder holds a lease of the semaphore already (a
+    /// reservation takes a new one, which its settle ends): denied until that lease ends.
+    Held,
 }
 
 /// One part's result, in the decision's order.

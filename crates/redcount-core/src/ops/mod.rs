@@ -22,6 +22,7 @@ pub mod decision;
 pub mod inbox;
 pub mod quota;
 pub mod redpacket;
+pub mod reservation;
 pub mod semaphore;
 
 /// A validated operation: what to send and how to read the answer.

@@ -5,7 +5,7 @@ use alloc::string::String;
 use super::Operation;
 use crate::command::itoa_i;
 use crate::error::{InputError, ShapeError};
-use crate::keys;
+use crate::keys::{self, Level};
 use crate::script::{
     Invocation, QUOTA_BUCKET, QUOTA_FIXED, QUOTA_GCRA, QUOTA_LEASE, QUOTA_OVERRIDE, QUOTA_REFUND, QUOTA_RESET,
     QUOTA_SLIDING, Request,
@@ -144,7 +144,8 @@ impl Algorithm {
         }
     }
 
-    pub(crate) fn tag(&self) -> &'static str {
+    /// Its tag in key names and script arguments: `fw`, `sw`, `tb` or `gc`.
+    pub fn tag(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow { .. } => "fw",
             Algorithm::SlidingWindow { .. } => "sw",
@@ -165,24 +166,60 @@ pub struct TakeQuota {
 }
 
 impl TakeQuota {
-    /// Consumes `cost` units if they are available.
+    /// Consumes `cost` units if they are available. The subject may be `TENANT/USER`
+    /// ([`validate::subject`]): the user's own counter.
     pub fn take(scope: &str, subject: &str, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
-        Self::build(scope, subject, algo, cost, false)
+        Self::build(scope, subject, Level::User, algo, cost, false)
     }
 
     /// Reports what [`TakeQuota::take`] with this cost would get; consumes and writes nothing.
     pub fn peek(scope: &str, subject: &str, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
-        Self::build(scope, subject, algo, cost, true)
+        Self::build(scope, subject, Level::User, algo, cost, true)
     }
 
-    fn build(scope: &str, subject: &str, algo: Algorithm, cost: i64, peek: bool) -> Result<Self, InputError> {
-        let scope = validate::id("policy", scope)?;
-        let subject = validate::id("subject", subject)?;
+    /// As [`TakeQuota::take`] at `level` of a `TENANT/USER` subject: [`Level::Tenant`] takes
+    /// from the tenant's own counter of the policy.
+    pub fn take_at(scope: &str, subject: &str, level: Level, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
+        Self::build(scope, subject, level, algo, cost, false)
+    }
+
+    /// As [`TakeQuota::peek`] at `level` of a `TENANT/USER` subject.
+    pub fn peek_at(scope: &str, subject: &str, level: Level, algo: Algorithm, cost: i64) -> Result<Self, InputError> {
+        Self::build(scope, subject, level, algo, cost, true)
+    }
+
+    fn build(
+        scope: &str,
+        subject: &str,
+        level: Level,
+        algo: Algorithm,
+        cost: i64,
+        peek: bool,
+    ) -> Result<Self, InputError> {
+        let (scope, subject) = scope_and_subject(scope, subject, level)?;
         algo.validate()?;
         validate::range("cost", cost, 1, algo.limit())?;
-        let keys = [keys::quota(scope, subject, algo.tag()), keys::quota_override(scope, subject)];
+        let keys = [keys::quota_at(scope, subject, level, algo.tag()), keys::quota_override_at(scope, subject, level)];
         Ok(TakeQuota { keys, algo, cost, peek })
     }
+}
+
+/// A policy and a subject as every quota operation checks them: the policy an id, the subject
+/// an id or `TENANT/USER`, and [`Level::Tenant`] only for a subject with a tenant.
+pub(crate) fn scope_and_subject<'a>(
+    scope: &'a str,
+    subject: &'a str,
+    level: Level,
+) -> Result<(&'a str, &'a str), InputError> {
+    let scope = validate::id("policy", scope)?;
+    let subject = validate::subject("subject", subject)?;
+    if level == Level::Tenant && !subject.contains('/') {
+        return Err(InputError::new(
+            "level",
+            crate::error::Problem::Inconsistent("tenant needs a TENANT/USER subject"),
+        ));
+    }
+    Ok((scope, subject))
 }
 
 /// The result of [`TakeQuota`] (and of a quota part of a decision).
@@ -240,11 +277,17 @@ pub struct ResetQuota {
 }
 
 impl ResetQuota {
-    /// Validates and builds the operation.
+    /// Validates and builds the operation (the subject may be `TENANT/USER`: the user's).
     pub fn new(scope: &str, subject: &str, algo: Algorithm) -> Result<Self, InputError> {
-        let scope = validate::id("policy", scope)?;
-        let subject = validate::id("subject", subject)?;
-        Ok(ResetQuota { keys: [keys::quota(scope, subject, algo.tag()), keys::quota_lent(scope, subject, algo.tag())] })
+        Self::new_at(scope, subject, Level::User, algo)
+    }
+
+    /// As [`ResetQuota::new`], at `level` of a `TENANT/USER` subject.
+    pub fn new_at(scope: &str, subject: &str, level: Level, algo: Algorithm) -> Result<Self, InputError> {
+        let (scope, subject) = scope_and_subject(scope, subject, level)?;
+        let keys =
+            [keys::quota_at(scope, subject, level, algo.tag()), keys::quota_lent_at(scope, subject, level, algo.tag())];
+        Ok(ResetQuota { keys })
     }
 }
 
@@ -276,16 +319,20 @@ pub struct RefundQuota {
 }
 
 impl RefundQuota {
-    /// Validates and builds the operation.
+    /// Validates and builds the operation (the subject may be `TENANT/USER`: the user's).
     pub fn new(scope: &str, subject: &str, algo: Algorithm, units: i64) -> Result<Self, InputError> {
-        let scope = validate::id("policy", scope)?;
-        let subject = validate::id("subject", subject)?;
+        Self::new_at(scope, subject, Level::User, algo, units)
+    }
+
+    /// As [`RefundQuota::new`], at `level` of a `TENANT/USER` subject.
+    pub fn new_at(scope: &str, subject: &str, level: Level, algo: Algorithm, units: i64) -> Result<Self, InputError> {
+        let (scope, subject) = scope_and_subject(scope, subject, level)?;
         algo.validate()?;
         validate::range("cost", units, 1, algo.limit())?;
         let keys = [
-            keys::quota(scope, subject, algo.tag()),
-            keys::quota_override(scope, subject),
-            keys::quota_lent(scope, subject, algo.tag()),
+            keys::quota_at(scope, subject, level, algo.tag()),
+            keys::quota_override_at(scope, subject, level),
+            keys::quota_lent_at(scope, subject, level, algo.tag()),
         ];
         Ok(RefundQuota { keys, algo, units })
     }
@@ -466,18 +513,29 @@ impl OverrideQuota {
     /// Sets the subject's size to `size` (within the algorithm's bound) for `ttl_ms` (0: until
     /// cleared).
     pub fn set(scope: &str, subject: &str, algo: Algorithm, size: i64, ttl_ms: i64) -> Result<Self, InputError> {
-        let scope = validate::id("policy", scope)?;
-        let subject = validate::id("subject", subject)?;
+        Self::set_at(scope, subject, Level::User, algo, size, ttl_ms)
+    }
+
+    /// As [`OverrideQuota::set`], at `level` of a `TENANT/USER` subject.
+    pub fn set_at(
+        scope: &str,
+        subject: &str,
+        level: Level,
+        algo: Algorithm,
+        size: i64,
+        ttl_ms: i64,
+    ) -> Result<Self, InputError> {
+        let (scope, subject) = scope_and_subject(scope, subject, level)?;
         validate::range("limit", size, 1, algo.max_size())?;
         validate::range("ttl_ms", ttl_ms, 0, MAX_OVERRIDE_TTL_MS)?;
-        Ok(OverrideQuota { key: keys::quota_override(scope, subject), set: Some((size, ttl_ms)) })
+        Ok(OverrideQuota { key: keys::quota_override_at(scope, subject, level), set: Some((size, ttl_ms)) })
     }
 
     /// Sets a semaphore's own limit (at most [`super::semaphore::MAX_LIMIT`]) for `ttl_ms`
     /// (0: until cleared): read by every call on that semaphore in the same script.
     pub fn set_semaphore(scope: &str, name: &str, limit: i64, ttl_ms: i64) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
-        let name = validate::id("subject", name)?;
+        let name = validate::subject("subject", name)?;
         validate::range("limit", limit, 1, super::semaphore::MAX_LIMIT)?;
         validate::range("ttl_ms", ttl_ms, 0, MAX_OVERRIDE_TTL_MS)?;
         Ok(OverrideQuota { key: keys::semaphore_override(scope, name), set: Some((limit, ttl_ms)) })
@@ -486,15 +544,19 @@ impl OverrideQuota {
     /// Clears a semaphore's own limit: the policy's applies again.
     pub fn clear_semaphore(scope: &str, name: &str) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
-        let name = validate::id("subject", name)?;
+        let name = validate::subject("subject", name)?;
         Ok(OverrideQuota { key: keys::semaphore_override(scope, name), set: None })
     }
 
     /// Clears the subject's override: the policy's size applies again.
     pub fn clear(scope: &str, subject: &str) -> Result<Self, InputError> {
-        let scope = validate::id("policy", scope)?;
-        let subject = validate::id("subject", subject)?;
-        Ok(OverrideQuota { key: keys::quota_override(scope, subject), set: None })
+        Self::clear_at(scope, subject, Level::User)
+    }
+
+    /// As [`OverrideQuota::clear`], at `level` of a `TENANT/USER` subject.
+    pub fn clear_at(scope: &str, subject: &str, level: Level) -> Result<Self, InputError> {
+        let (scope, subject) = scope_and_subject(scope, subject, level)?;
+        Ok(OverrideQuota { key: keys::quota_override_at(scope, subject, level), set: None })
     }
 }
 

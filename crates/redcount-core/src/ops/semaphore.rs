@@ -53,7 +53,8 @@ pub struct UpdateLease {
 }
 
 impl UpdateLease {
-    /// Validates and builds the operation.
+    /// Validates and builds the operation. `name` is an id, or a `TENANT/USER` subject (the
+    /// semaphore a decision of that subject leases).
     pub fn new(
         scope: &str,
         name: &str,
@@ -63,7 +64,7 @@ impl UpdateLease {
         lease_ms: i64,
     ) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
-        let name = validate::id("name", name)?;
+        let name = validate::subject("name", name)?;
         let holder = validate::id("holder", holder)?;
         if let Action::Check { fencing_token } = action {
             validate::range("fencing_token", fencing_token, 1, validate::MAX_SAFE)?;

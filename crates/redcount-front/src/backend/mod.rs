@@ -356,7 +356,7 @@ impl Backend {
             let info = logged_in(url.into_connection_info().map_err(Failed::Redis)?, login);
             let pool = Pool::new(info, connections, connect_timeout, timeout, max_reply);
             let waits = wait.map(|wait| Waits { wait, lanes: None });
-            (Conns::Single(Arc::new(pool), Arc::new(Shared::new(4))), waits)
+            (Conns::Single(Arc::new(pool), Arc::new(Shared::new(shared_connections()))), waits)
         };
         conns.query(&redis::cmd("PING"), Lane::Bounded, &mut Held::default()).await?;
         Ok(Backend { conns, login: login.cloned(), restore: None, waits })
@@ -413,6 +413,17 @@ pub fn redact(url: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// How many pipelined connections the small-reply lane spreads over: one on a one-thread
+/// runtime (`--threads 1`), where more only split each write to Redis, and each read of its
+/// replies, into several syscalls (on the front and on Redis); four on a multi-thread runtime,
+/// so that one connection's driver task does not carry every worker's commands.
+fn shared_connections() -> usize {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => 1,
+        _ => 4,
+    }
 }
 
 #[cfg(test)]
