@@ -1,12 +1,15 @@
 // redcount's Cloudflare Worker: the platform half of a thin shell around redcount_api.
 //
-// This module owns the I/O (reading the request, the REST fetch, the Response); every
-// decision is the wasm module's (src/lib.rs, which drives redcount_api): it is called once
+// This module owns the I/O (reading the request, the REST fetch, the Response, an RPC call's
+// arguments and result); every decision is the wasm module's (src/lib.rs, which drives redcount_api): it is called once
 // per step with the bytes of that step, written into its input buffer, and leaves the next
 // step in its output buffer (its doc comment has the layout). `cargo xtask build-worker`
 // copies this file to build/index.js beside wasm-bindgen's glue and the wasm.
+import { WorkerEntrypoint } from "cloudflare:workers";
 import wasmModule from "./redcount_worker_bg.wasm";
-import { initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, due } from "./redcount_worker.js";
+import {
+  initSync, input, configure, rest_target, max_body, max_reply, handle, receive, fail, script, rpc_methods, rpc, stats, due,
+} from "./redcount_worker.js";
 
 const { memory } = initSync({ module: wasmModule });
 
@@ -109,110 +112,196 @@ function respond(step) {
   return new Response(status === 204 ? null : step.slice(7 + len), { status, headers });
 }
 
-// The REST reply's bytes, refused past MAX_REPLY as they arrive (a longer Content-Length
-// unread): a broken or hostile front must not make the isolate hold whatever it sends.
-async function replyBytes(resp) {
-  const length = resp.headers.get("Content-Length");
-  if (length !== null && Number(length) <= MAX_REPLY) return new Uint8Array(await resp.arrayBuffer());
-  const tooLarge = () => new Error(`reply larger than ${MAX_REPLY} bytes`);
-  if (length !== null || resp.body === null) {
-    if (resp.body !== null) await resp.body.cancel();
-    if (length !== null) throw tooLarge();
-    return EMPTY;
-  }
-  const reader = resp.body.getReader();
+// The first bytes of `stream`, up to `max` + 1 (the rest left unread, the stream cancelled):
+// more than `max` says "too long" without holding whatever a peer sends.
+async function upTo(stream, max) {
+  const reader = stream.getReader();
   const chunks = [];
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    size += value.length;
-    if (size > MAX_REPLY) {
-      await reader.cancel();
-      throw tooLarge();
-    }
     chunks.push(value);
+    size += value.length;
+    if (size > max) {
+      await reader.cancel();
+      break;
+    }
   }
-  const all = new Uint8Array(size);
+  const all = new Uint8Array(Math.min(size, max + 1));
   let at = 0;
   for (const c of chunks) {
-    all.set(c, at);
-    at += c.length;
+    const part = c.subarray(0, all.length - at);
+    all.set(part, at);
+    at += part.length;
   }
   return all;
 }
 
-// Makes the REST calls a step asks for until a respond step (a view, as `output`'s).
-async function drive(step) {
-  while (step[0] === 1) {
-    const id = word(step, 1);
-    const timeout = word(step, 5);
-    // slice: the REST body is copied out of wasm memory once, for the fetch to keep.
-    const init = { method: "POST", headers: restHeaders, body: step.slice(9) };
-    // Past the policy's timeout_ms the runtime aborts the fetch ("…timeout").
-    if (timeout > 0) init.signal = AbortSignal.timeout(timeout);
-    let status;
-    let reply;
-    try {
-      const resp = await fetch(restUrl, init);
-      status = resp.status;
-      reply = await replyBytes(resp);
-    } catch (e) {
-      reply = null;
-      step = output(fail(id, put(errorText(e)), Date.now()));
-    }
-    if (reply !== null) {
-      put("", reply);
-      step = output(receive(id, status, reply.length, Date.now()));
-    }
-    wake?.resolve();
-    wake = null;
-  }
-  return step;
+// The REST reply's bytes, refused past MAX_REPLY as they arrive (a longer Content-Length
+// unread): a broken or hostile front must not make the isolate hold whatever it sends.
+async function replyBytes(resp) {
+  const length = resp.headers.get("Content-Length");
+  if (length !== null && Number(length) <= MAX_REPLY) return new Uint8Array(await resp.arrayBuffer());
+  const bytes = length === null && resp.body !== null ? await upTo(resp.body, MAX_REPLY) : EMPTY;
+  if (length === null && bytes.length <= MAX_REPLY) return bytes;
+  if (length !== null && resp.body !== null) await resp.body.cancel();
+  throw new Error(`reply larger than ${MAX_REPLY} bytes`);
 }
 
-// After a response: the background calls due (leases' unused units given back), and a wake
-// at the next lease's end, each kept alive past the response by `waitUntil`.
-function background(ctx) {
+// A final step's flag: after answering, call `due` in the background.
+const THEN_DUE = 8;
+
+// After an answer: the background calls due (leases' unused units given back), and a wake at
+// the next lease's end, each kept alive past the answer by `waitUntil`.
+function background(ctx, env) {
   const out = output(due(Date.now()));
   const next = word(out, 0);
-  for (let at = 4; at < out.length; at += 4 + word(out, at)) {
-    ctx.waitUntil(drive(out.subarray(at + 4, at + 4 + word(out, at))));
-  }
-  if (next <= 60000) ctx.waitUntil(new Promise((r) => setTimeout(r, next)).then(() => background(ctx)));
+  const calls = [];
+  for (let at = 4; at < out.length; at += 4 + word(out, at)) calls.push(out.slice(at + 4, at + 4 + word(out, at)));
+  for (const step of calls) ctx.waitUntil(drive(step, env, () => {}));
+  if (next <= 60000) ctx.waitUntil(new Promise((r) => setTimeout(r, next)).then(() => background(ctx, env)));
 }
 
 function errorText(e) {
   return e instanceof Error ? e.message || e.name : String(e);
 }
 
-export default {
-  async fetch(request, env, ctx) {
-    configured(env);
-    const h = request.headers;
-    const length = h.get("Content-Length");
-    const head =
-      request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
-      header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
-    let body = EMPTY;
-    let bodyError = "-";
-    // Past MAX_BODY the wasm side answers 413 without the body ever being read; an empty one
-    // (Content-Length: 0) is not waited for.
-    if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) {
+// Drives the wasm module from its first step to its answer: each REST call it asks for, and
+// the text of a script Redis lost (from the static assets), then `finish(step)` on the last
+// step, at once (the step is a view of wasm memory, valid until the next call).
+async function drive(step, env, finish) {
+  while (step[0] === 1 || step[0] === 3) {
+    const id = word(step, 1);
+    if (step[0] === 3) {
+      // A NOSCRIPT: the script's text, which the module checks against its SHA-1.
+      let source = EMPTY;
       try {
-        body = new Uint8Array(await request.arrayBuffer());
-      } catch (e) {
-        bodyError = "+" + errorText(e).replaceAll("\0", " ");
-      }
+        const resp = await env.ASSETS.fetch(`https://assets/lua/${text.decode(step.subarray(5))}.lua`);
+        if (resp.ok) source = new Uint8Array(await resp.arrayBuffer());
+      } catch {}
+      put("", source);
+      step = output(script(id, source.length, Date.now()));
+      continue;
     }
-    const since = Date.now();
-    const ask = () => output(handle(put(head + "\0" + bodyError, body), body.length, Date.now(), Date.now() - since < 1000 ? 1 : 0));
-    let step;
-    while ((step = ask())[0] === 2) await settled();
-    step = await drive(step);
-    const more = step[0] === 3;
-    const response = respond(step);
-    if (more) background(ctx);
-    return response;
+    // slice: the REST body is copied out of wasm memory once, for the fetch to keep. The
+    // module bounds every call (the policy's timeout_ms, or its own); past it the runtime
+    // aborts the fetch ("…timeout").
+    const init = { method: "POST", headers: restHeaders, body: step.slice(9), signal: AbortSignal.timeout(word(step, 5)) };
+    let status;
+    let reply = null;
+    try {
+      const resp = await fetch(restUrl, init);
+      status = resp.status;
+      reply = await replyBytes(resp);
+    } catch (e) {
+      step = output(fail(id, put(errorText(e)), Date.now()));
+    }
+    if (reply !== null) {
+      put("", reply);
+      step = output(receive(id, status, reply.length, Date.now()));
+    }
+    // Calls told to wait for this answer ask again.
+    wake?.resolve();
+    wake = null;
+  }
+  return finish(step);
+}
+
+// A call from its first step (`ask(mayWait)`, asked again while told to wait: a borrow of the
+// same subject under way; after a second, to be sent regardless) to `finish` of its last.
+async function first(ask, env, finish) {
+  const since = Date.now();
+  let step;
+  while ((step = ask(Date.now() - since < 1000 ? 1 : 0))[0] === 2) await settled();
+  return drive(step, env, finish);
+}
+
+// `finish` of a final step, then the background calls it asks for (after: `due` reuses the
+// output the step is a view of).
+const ending = (ctx, env, finish) => (step) => {
+  const more = step[0] & THEN_DUE;
+  try {
+    return finish(step);
+  } finally {
+    if (more) background(ctx, env);
+  }
+};
+
+async function serve(request, env, ctx) {
+  configured(env);
+  const h = request.headers;
+  const length = h.get("Content-Length");
+  const head =
+    request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
+    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
+  let body = EMPTY;
+  let bodyError = "-";
+  // Past MAX_BODY the wasm side answers 413 without the body being read: unread when its
+  // Content-Length says so, read no further than MAX_BODY + 1 bytes when it has none. An
+  // empty one (Content-Length: 0) is not waited for.
+  if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) {
+    try {
+      body = length === null ? await upTo(request.body, MAX_BODY) : new Uint8Array(await request.arrayBuffer());
+    } catch (e) {
+      bodyError = "+" + errorText(e).replaceAll("\0", " ");
+    }
+  }
+  const ask = (mayWait) => output(handle(put(head + "\0" + bodyError, body), body.length, Date.now(), mayWait));
+  return first(ask, env, ending(ctx, env, respond));
+}
+
+// A call the runtime cancels (its client gone) would otherwise stop at its next await, its
+// exchange parked in the module for good: it runs to its end (each REST call is bounded) and
+// frees it.
+function toEnd(ctx, answer) {
+  ctx.waitUntil(answer.catch(() => {}));
+  return answer;
+}
+
+export default {
+  fetch(request, env, ctx) {
+    return toEnd(ctx, serve(request, env, ctx));
   },
 };
+
+// An argument's JSON, or a text that is not JSON for what JSON cannot hold (a function, a
+// BigInt, a cycle): the module refuses it, naming the argument.
+function json(value) {
+  try {
+    return JSON.stringify(value ?? null) ?? "!";
+  } catch {
+    return "!";
+  }
+}
+
+// An RPC call's end: the value, or the error, whose message carries its status and field
+// (`{"status":400,"error":…,"field":…}`: a thrown error's own properties do not cross a binding).
+function settle(step) {
+  const value = text.decode(step.subarray(1));
+  if ((step[0] & ~THEN_DUE) === 5) throw new Error(value);
+  return JSON.parse(value);
+}
+
+// The Service binding's entry point: `env.REDCOUNT.take("per-user", "alice", { cost: 1 })`,
+// one method per route of the API's table. The binding's props (`namespace`, `admin`) are the
+// caller's scope and rights; the module reads them.
+export class Redcount extends WorkerEntrypoint {
+  // The isolate's parked exchanges and memory (admin bindings only).
+  stats() {
+    configured(this.env);
+    return settle(output(stats(put(json(this.ctx.props)))));
+  }
+}
+
+// The methods, from the route table: `name(...params, fields, { idempotencyKey })`.
+const methods = text.decode(output(rpc_methods())).split("\0");
+for (let m = 0; m < methods.length; m += 2) {
+  const [index, params] = [m / 2, Number(methods[m + 1])];
+  Redcount.prototype[methods[m]] = function (...args) {
+    configured(this.env);
+    const call = [index, json(this.ctx.props), json(args.slice(0, params)), json(args[params + 1]), json(args[params])];
+    const ask = (mayWait) => output(rpc(put(call.join("\0")), Date.now(), mayWait));
+    return toEnd(this.ctx, first(ask, this.env, ending(this.ctx, this.env, settle)));
+  };
+}

@@ -156,7 +156,8 @@ impl RedisServer {
         // INFO (ours), CLUSTER (a cluster client refreshing its slot map), PING (health
         // checks), SCRIPT/FUNCTION KILL (the REST front's script watchdog polls with them) and
         // CLIENT SETINFO (redis-rs names itself on every new connection; counted where the
-        // server has it: Valkey, Redis 7.2+) are not traffic of the requests under test.
+        // server has it: Valkey, Redis 7.2+) and ACL GETUSER (the front checks its users every
+        // 2 s) are not traffic of the requests under test.
         info.lines()
             .filter(|l| {
                 l.starts_with("cmdstat_")
@@ -166,6 +167,7 @@ impl RedisServer {
                     && !l.starts_with("cmdstat_script|kill:")
                     && !l.starts_with("cmdstat_function|kill:")
                     && !l.starts_with("cmdstat_client|setinfo:")
+                    && !l.starts_with("cmdstat_acl|getuser:")
             })
             .filter_map(|l| l.split("calls=").nth(1))
             .filter_map(|r| r.split(',').next())
@@ -783,7 +785,7 @@ impl Wrangler {
         let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).expect("wrangler.toml");
         let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
         let mut toml = format!(
-            "name = \"redcount-test\"\nmain = \"{}\"\n{date}\n\n[assets]\ndirectory = \"{}\"\n\n[vars]\n",
+            "name = \"redcount-test\"\nmain = \"{}\"\n{date}\n\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n\n[vars]\n",
             main.display(),
             root.join("www").display()
         );

@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: start every part, run the suite, write BENCHMARKS.md.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::Command;
 
 use crate::setup::{self, root};
@@ -48,6 +49,85 @@ fn worker_dir(dir: &std::path::Path, toml: &str, dev_vars: &str) -> Result<(), S
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("wrangler.toml"), toml).map_err(|e| e.to_string())?;
     std::fs::write(dir.join(".dev.vars"), dev_vars).map_err(|e| e.to_string())
+}
+
+/// The one compatibility date, wrangler.toml's, for the workers the benchmarks configure.
+fn compatibility_date() -> Result<String, String> {
+    let text = std::fs::read_to_string(root().join("wrangler.toml")).map_err(|e| e.to_string())?;
+    Ok(redcount_procs::workerd::parse_wrangler_toml(&text)?.compatibility_date)
+}
+
+/// The redcount worker's directory under `work` (as tests and `dev` run it), on the front at
+/// `front_url`.
+fn redcount_dir(work: &std::path::Path, front_url: &str, rest_token: &str, admin: &str) -> Result<PathBuf, String> {
+    let date = compatibility_date()?;
+    let wdir = work.join("worker");
+    worker_dir(
+        &wdir,
+        &format!(
+            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
+            root().join("crates/redcount-worker/build/index.js").display(),
+            root().join("www").display()
+        ),
+        &format!("REDCOUNT_REST_URL={front_url}\nREDCOUNT_REST_TOKEN={rest_token}\nREDCOUNT_ADMIN_TOKEN={admin}\n"),
+    )?;
+    Ok(wdir)
+}
+
+/// bench/caller-worker in one workerd with the redcount worker of `wdir`: a take through its
+/// RPC entrypoint (`/rpc/`), or as an HTTP request through a plain Service binding (`/http/`).
+fn callers(work: &std::path::Path, wdir: &std::path::Path) -> Result<workerd::Prepared, String> {
+    let date = compatibility_date()?;
+    let cdir = work.join("caller");
+    worker_dir(
+        &cdir,
+        &format!(
+            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
+            root().join("bench/caller-worker/index.mjs").display()
+        ),
+        "",
+    )?;
+    let callee = workerd::Worker::from_dir(&root(), wdir, &cdir.join("callee"))?;
+    let mut caller = workerd::Worker::from_dir(&root(), &cdir, &cdir.join("bundle"))?;
+    caller.bindings.push(workerd::Binding::service("REDCOUNT", &callee.name, Some("Redcount"), None));
+    caller.bindings.push(workerd::Binding::service("REDCOUNT_HTTP", &callee.name, None, None));
+    workerd::prepare_with(&cdir, &caller, &[&callee])
+}
+
+/// The sentence under the CPU table comparing the two callers' rows (each is two isolates'
+/// CPU, caller and callee, per request).
+fn binding_ratio(rpc: &[f64], http: &[f64]) -> String {
+    format!(
+        "\nA take through the RPC binding costs {:.2}× the CPU of the same take as an HTTP request through a Service binding (caller and callee together).\n",
+        workerd::median(rpc) / workerd::median(http)
+    )
+}
+
+/// `cargo xtask bench binding`: only the caller worker's two rows (a take through the RPC
+/// binding, the same take as HTTP), three runs each taking turns, printed. The front is a
+/// debug build (what the tests use): the figures are workerd's CPU, which it does not move.
+pub fn binding() -> Result<(), String> {
+    setup::ensure_test_deps()?;
+    workerd::ensure()?;
+    let bins = setup::build_bins(false)?;
+    crate::worker::build()?;
+    crate::client::build()?;
+    let work = setup::target_dir().join("bench");
+    let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
+    let rest_token = procs::secret()?;
+    let redis_url = format!("redis://127.0.0.1:{redis_port}");
+    let (_front, front_port) =
+        procs::rest_front(&bins, &redis_url, &rest_token, &["--threads", "1", "--log", "error"])?;
+    let wdir = redcount_dir(&work, &format!("http://127.0.0.1:{front_port}"), &rest_token, &procs::secret()?)?;
+    let callers = callers(&work, &wdir)?;
+    let (mut rpc, mut http) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        rpc.push(workerd::cpu_per_request(&callers, "/rpc/", 4, 10)?.1);
+        http.push(workerd::cpu_per_request(&callers, "/http/", 4, 10)?.1);
+    }
+    println!("CPU per request (µs), RPC binding: {rpc:.0?}; HTTP through a Service binding: {http:.0?}");
+    print!("{}", binding_ratio(&rpc, &http));
+    Ok(())
 }
 
 /// `redcount-bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
@@ -219,19 +299,8 @@ pub fn all(part: Part) -> Result<(), String> {
     // Each worker as wrangler sees it: the redcount worker (as tests and `dev` run it), the
     // @upstash/ratelimit peer, and the floor (one fetch to the front per request); all on
     // the same front and Redis.
-    let date = crate::workerd::parse_wrangler_toml(
-        &std::fs::read_to_string(root().join("wrangler.toml")).map_err(|e| e.to_string())?,
-    )?
-    .compatibility_date;
-    let wdir = work.join("worker");
-    worker_dir(
-        &wdir,
-        &format!(
-            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
-            root().join("crates/redcount-worker/build/index.js").display()
-        ),
-        &format!("REDCOUNT_REST_URL={front_url}\nREDCOUNT_REST_TOKEN={rest_token}\nREDCOUNT_ADMIN_TOKEN={admin}\n"),
-    )?;
+    let date = compatibility_date()?;
+    let wdir = redcount_dir(&work, &front_url, &rest_token, &admin)?;
     let pdir = work.join("peer");
     worker_dir(
         &pdir,
@@ -277,6 +346,7 @@ pub fn all(part: Part) -> Result<(), String> {
         println!("\n{}", local_decisions(&ours, &peer_one, &none, redis_port)?);
         return Ok(());
     }
+    let callers = callers(&work, &wdir)?;
 
     // Cold starts, the two workers taking turns.
     let (mut cold_ours, mut cold_peer) = (Vec::new(), Vec::new());
@@ -286,12 +356,22 @@ pub fn all(part: Part) -> Result<(), String> {
     }
     eprintln!("xtask: cold starts (ms): redcount {cold_ours:?}, peer {cold_peer:?}");
     // CPU per request, each worker in turn, three times; then where each isolate's CPU goes.
-    let mut cpu: Vec<(&str, Vec<f64>)> =
-        vec![("redcount worker", vec![]), ("@upstash/ratelimit worker", vec![]), ("floor: one fetch", vec![])];
+    let mut cpu: Vec<(&str, Vec<f64>)> = vec![
+        ("redcount worker", vec![]),
+        ("@upstash/ratelimit worker", vec![]),
+        ("floor: one fetch", vec![]),
+        ("caller worker → redcount worker, RPC binding", vec![]),
+        ("caller worker → redcount worker, HTTP through a Service binding", vec![]),
+    ];
     for _ in 0..3 {
-        for (k, (p, path)) in
-            [(&ours, "/api/quotas/bench-quota/"), (&peer, "/limit/"), (&floor, "/floor/")].into_iter().enumerate()
-        {
+        let runs = [
+            (&ours, "/api/quotas/bench-quota/"),
+            (&peer, "/limit/"),
+            (&floor, "/floor/"),
+            (&callers, "/rpc/"),
+            (&callers, "/http/"),
+        ];
+        for (k, (p, path)) in runs.into_iter().enumerate() {
             cpu[k].1.push(workerd::cpu_per_request(p, path, 4, 10)?.1);
         }
     }
@@ -300,6 +380,7 @@ pub fn all(part: Part) -> Result<(), String> {
         let each: Vec<String> = runs.iter().map(|r| format!("{r:.0} µs")).collect();
         let _ = writeln!(cpu_table, "| {name} | {:.0} µs | {} |", workerd::median(runs), each.join(", "));
     }
+    cpu_table.push_str(&binding_ratio(&cpu[3].1, &cpu[4].1));
     let local_table = local_decisions(&ours, &peer_one, &none, redis_port)?;
     // Where each isolate's CPU goes, under 10 connections for 5 s.
     let profiles = [

@@ -5,6 +5,7 @@
 //! Std only, so it compiles in seconds.
 
 mod bench;
+mod client;
 mod compat;
 mod deploy;
 mod dev;
@@ -24,7 +25,9 @@ Tasks:
   dev      install what is missing, then run Redis + redcount-rest + the worker under
            wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
   test     install what is missing, check fmt, clippy and rustdoc (warnings denied), prove
-           redcount-core is no_std, build the binaries and the worker (failing over 150 KB gzipped), run every test (real Redis, Redis Cluster, REST front, wrangler dev,
+           redcount-core is no_std, build the binaries, the worker (failing over 150 KB gzipped)
+           and the npm client (packed into examples/caller-worker), run every test (real Redis,
+           Redis Cluster, REST front, wrangler dev, workerd with the caller worker, node --test,
            Chromium), then the model-based tests, the storms, the route contract and the
            script checks again on Valkey (REDCOUNT_TEST_SERVER=valkey runs a whole run there)
   tidy     what must not drift: test names the documents cite exist, the Lua scripts' bounds
@@ -40,6 +43,9 @@ Tasks:
            prints each seed and stops at the first failure (REDCOUNT_SEED: that seed only)
   build-worker
            build the Cloudflare Worker (wasm32) and print its bundle size
+  build-client
+           build the npm client (packages/client), `npm pack` it and install the tarball
+           into examples/caller-worker (as `test` does)
   deploy [--dry-run]
            build the worker and run `wrangler deploy` (needs CLOUDFLARE_API_TOKEN); with
            --dry-run, offline and without an account: print the upload size wrangler reports
@@ -52,6 +58,9 @@ Tasks:
   bench workers
            only the workers side by side under workerd (with cold starts and CPU profiles);
            prints the tables, writes nothing in the repository
+  bench binding
+           a caller worker's quota take through the RPC binding vs as HTTP through a Service
+           binding, CPU per request side by side (three runs each); printed
   bench local
            only the local-decisions table (the denial cache and budget leases off and on, the
            peer with its ephemeral cache; Redis calls and CPU per request), printed; debug
@@ -78,6 +87,7 @@ fn main() -> ExitCode {
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build().map(|_| ()),
+        Some("build-client") => client::build().map(|_| ()),
         Some("deploy") => deploy::deploy(&args[1..]),
         Some("fuzz") => fuzz::fuzz(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60)),
         Some("soak") => soak(&args[1..]),
@@ -121,6 +131,8 @@ fn test_run(extra: &[String]) -> Result<(), String> {
     setup::run(setup::cargo().args(["test", "-p", "xtask", "--quiet"]))?;
     let bins = setup::build_bins(false)?;
     worker::build()?;
+    // The npm client, packed, for its tests and the caller worker's (tests/tests/it/rpc.rs).
+    client::build()?;
     let valkey = setup::ensure_valkey()?;
     let mut args = vec!["test", "--workspace", "--exclude", "xtask"];
     args.extend(extra.iter().map(String::as_str));
@@ -232,6 +244,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         None | Some("all") => bench::all(bench::Part::All),
         Some("workers") => bench::all(bench::Part::Workers),
+        Some("binding") => bench::binding(),
         Some("local") => bench::all(bench::Part::Local),
         Some("rest") => bench_rest(),
         Some("replicas") => {

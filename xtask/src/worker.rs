@@ -153,6 +153,12 @@ pub fn build() -> Result<(u64, u64), String> {
             ])
             .arg(format!("--outfile={}", file.display())))?;
     }
+    // The scripts' texts, outside the bundle: the static assets the worker fetches one from
+    // after a NOSCRIPT (see the crate's `script-assets`).
+    run(setup::cargo()
+        .args(["run", "--quiet", "-p", "redcount-worker", "--bin", "script-assets", "--"])
+        .arg(root().join("www/lua"))
+        .current_dir(root()))?;
     let (raw, gz) = report_size(&out)?;
     if gz > MAX_BUNDLE_GZ {
         return Err(format!(

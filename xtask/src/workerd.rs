@@ -1,11 +1,7 @@
 //! Workers served by workerd directly, for the benchmark: no `wrangler dev` (whose local
-//! Node.js proxy caps every worker at a few hundred requests per second) in front.
-//!
-//! A worker is described the way wrangler sees it, by a directory with its `wrangler.toml` and
-//! `.dev.vars`. Its bundle is the one `wrangler deploy --dry-run` makes (what would be
-//! uploaded), and its workerd config (capnp) is generated from those two files: the
-//! compatibility date and flags, `[vars]` and the `.dev.vars` secrets as text bindings, and
-//! an outbound network that may reach loopback (the REST front runs there).
+//! Node.js proxy caps every worker at a few hundred requests per second) in front. The
+//! bundles and configs are `redcount_procs::workerd`'s (shared with the tests); this module
+//! serves them and measures them.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,230 +12,46 @@ use std::time::{Duration, Instant};
 use crate::procs::{Guard, free_port, wait_port};
 use crate::setup::{self, root};
 
+pub use redcount_procs::workerd::{Binding, Worker};
+
 /// The workerd binary wrangler itself runs (npm `@cloudflare/workerd-linux-64`, pinned by
 /// package-lock.json through wrangler).
 pub fn binary() -> PathBuf {
-    root().join("node_modules/@cloudflare/workerd-linux-64/bin/workerd")
-}
-
-/// Bundles the worker of `dir` (its `wrangler.toml`) with `wrangler deploy --dry-run` into
-/// `dir/bundle`, offline and without an account.
-pub fn bundle(dir: &Path) -> Result<PathBuf, String> {
-    let out = dir.join("bundle");
-    let _ = std::fs::remove_dir_all(&out);
-    let status = Command::new(root().join("node_modules/.bin/wrangler"))
-        .current_dir(dir)
-        .args(["deploy", "--dry-run", "--outdir"])
-        .arg(&out)
-        .arg("--config")
-        .arg(dir.join("wrangler.toml"))
-        .env("WRANGLER_SEND_METRICS", "false")
-        .env("WRANGLER_HIDE_BANNER", "true")
-        .env("FORCE_COLOR", "0")
-        .env_remove("CLOUDFLARE_API_TOKEN")
-        .env_remove("CLOUDFLARE_ACCOUNT_ID")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| format!("cannot run wrangler: {e}"))?;
-    if !status.success() {
-        return Err(format!("wrangler deploy --dry-run failed for {}", dir.display()));
-    }
-    Ok(out)
-}
-
-/// What workerd needs from a `wrangler.toml`: the compatibility date and flags and the
-/// `[vars]` (strings; `'''` multi-line ones included).
-#[derive(Debug, Default, PartialEq)]
-pub struct WranglerToml {
-    /// `compatibility_date`.
-    pub compatibility_date: String,
-    /// `compatibility_flags`.
-    pub compatibility_flags: Vec<String>,
-    /// `[vars]`, in order.
-    pub vars: Vec<(String, String)>,
-}
-
-fn unquote(v: &str) -> String {
-    let v = v.trim();
-    v.strip_prefix('"')
-        .and_then(|v| v.strip_suffix('"'))
-        .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-        .unwrap_or(v)
-        .to_string()
-}
-
-/// Reads the parts of `wrangler.toml` workerd needs (the subset of TOML wrangler configs use:
-/// strings, string arrays, `'''` multi-line strings, `#` comments).
-pub fn parse_wrangler_toml(text: &str) -> Result<WranglerToml, String> {
-    let mut out = WranglerToml::default();
-    let mut table = String::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        if t.starts_with('[') {
-            table = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
-            continue;
-        }
-        let Some((key, value)) = t.split_once('=') else { continue };
-        let (key, value) = (key.trim(), value.trim());
-        // A multi-line literal string: everything up to the closing '''.
-        let value = if let Some(rest) = value.strip_prefix("'''") {
-            let mut s = rest.strip_prefix('\n').unwrap_or(rest).to_string();
-            if let Some(end) = s.find("'''") {
-                s.truncate(end);
-            } else {
-                loop {
-                    let next = lines.next().ok_or_else(|| format!("{key}: ''' is never closed"))?;
-                    if let Some(end) = next.find("'''") {
-                        if !s.is_empty() {
-                            s.push('\n');
-                        }
-                        s.push_str(&next[..end]);
-                        break;
-                    }
-                    if !s.is_empty() {
-                        s.push('\n');
-                    }
-                    s.push_str(next);
-                }
-            }
-            s
-        } else {
-            // A comment may follow a one-line value.
-            let v = match value.find(" #") {
-                Some(i) if !value.starts_with('[') => &value[..i],
-                _ => value,
-            };
-            unquote(v)
-        };
-        match (table.as_str(), key) {
-            ("", "compatibility_date") => out.compatibility_date = value,
-            ("", "compatibility_flags") => {
-                out.compatibility_flags = value
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .split(',')
-                    .map(unquote)
-                    .filter(|f| !f.is_empty())
-                    .collect()
-            }
-            ("vars", k) => out.vars.push((unquote(k), value)),
-            _ => {}
-        }
-    }
-    if out.compatibility_date.is_empty() {
-        return Err("wrangler.toml has no compatibility_date".into());
-    }
-    Ok(out)
-}
-
-/// `.dev.vars` (`NAME=value` lines) as pairs.
-pub fn parse_dev_vars(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), unquote(v)))
-        .collect()
-}
-
-/// A capnp text literal.
-fn capnp_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// The workerd config serving `modules` (file names in the config's own directory, the main
-/// module first) on `127.0.0.1:port`, with `toml`'s settings and vars plus `secrets` as text
-/// bindings. Outbound fetches may reach loopback and private addresses (the REST front).
-pub fn capnp(toml: &WranglerToml, secrets: &[(String, String)], modules: &[String], port: u16) -> String {
-    let mods: Vec<String> = modules
-        .iter()
-        .map(|m| {
-            let kind = if m.ends_with(".wasm") { "wasm" } else { "esModule" };
-            format!("      (name = {}, {kind} = embed {}),\n", capnp_str(m), capnp_str(m))
-        })
-        .collect();
-    let bindings: Vec<String> = toml
-        .vars
-        .iter()
-        .chain(secrets)
-        .map(|(k, v)| format!("      (name = {}, text = {}),\n", capnp_str(k), capnp_str(v)))
-        .collect();
-    let flags: Vec<String> = toml.compatibility_flags.iter().map(|f| capnp_str(f)).collect();
-    format!(
-        "# Generated by `cargo xtask bench` from wrangler.toml and .dev.vars; do not edit.\n\
-         using Workerd = import \"/workerd/workerd.capnp\";\n\n\
-         const config :Workerd.Config = (\n\
-         \x20 services = [\n\
-         \x20   (name = \"main\", worker = .worker),\n\
-         \x20   (name = \"internet\", network = (allow = [\"public\", \"private\", \"local\"])),\n\
-         \x20 ],\n\
-         \x20 sockets = [(name = \"http\", address = \"127.0.0.1:{port}\", http = (), service = \"main\")],\n\
-         );\n\n\
-         const worker :Workerd.Worker = (\n\
-         \x20 modules = [\n{}  ],\n\
-         \x20 compatibilityDate = {},\n\
-         \x20 compatibilityFlags = [{}],\n\
-         \x20 bindings = [\n{}  ],\n\
-         );\n",
-        mods.concat(),
-        capnp_str(&toml.compatibility_date),
-        flags.join(", "),
-        bindings.concat(),
-    )
+    redcount_procs::workerd::binary(&root())
 }
 
 /// A worker ready to be served by workerd: its generated config.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The config file (in the bundle's directory, beside the modules it embeds).
+    /// The config file (beside the modules it embeds).
     pub config: PathBuf,
     /// The port it serves on.
     pub port: u16,
+    /// The socket's name in the config (`http-<worker>`).
+    socket: String,
 }
 
 /// Bundles the worker of `dir` and writes its workerd config, to serve on a free port.
 pub fn prepare(dir: &Path) -> Result<Prepared, String> {
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
-    let toml = parse_wrangler_toml(&read("wrangler.toml")?)?;
-    let secrets = parse_dev_vars(&read(".dev.vars").unwrap_or_default());
-    let out = bundle(dir)?;
-    let mut modules: Vec<String> = std::fs::read_dir(&out)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".js") || n.ends_with(".mjs") || n.ends_with(".wasm"))
-        .collect();
-    // The entry point first (wrangler names it after `main`, as index.js).
-    modules.sort_by_key(|m| (m != "index.js", m.clone()));
-    if modules.first().map(String::as_str) != Some("index.js") {
-        return Err(format!("no index.js in {}", out.display()));
-    }
+    let worker = Worker::from_dir(&root(), dir, &dir.join("bundle"))?;
+    prepare_with(dir, &worker, &[])
+}
+
+/// Writes the config of `worker` in `dir` (on a free port) with the workers it calls
+/// through Service bindings (`others`, served without a socket of their own).
+pub fn prepare_with(dir: &Path, worker: &Worker, others: &[&Worker]) -> Result<Prepared, String> {
     let port = free_port();
-    let config = out.join("workerd.capnp");
-    std::fs::write(&config, capnp(&toml, &secrets, &modules, port)).map_err(|e| e.to_string())?;
-    Ok(Prepared { config, port })
+    let mut all = vec![(worker, Some(port))];
+    all.extend(others.iter().map(|w| (*w, None)));
+    let config = redcount_procs::workerd::write(&dir.join("config"), &all)?;
+    Ok(Prepared { config, port, socket: format!("http-{}", worker.name) })
 }
 
 fn command(p: &Prepared, port: u16) -> Command {
     let mut cmd = Command::new(binary());
     cmd.arg("serve")
         .arg(&p.config)
-        .arg(format!("--socket-addr=http=127.0.0.1:{port}"))
+        .arg(format!("--socket-addr={}=127.0.0.1:{port}", p.socket))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         // Its warnings (and the workers' console) would drown the benchmark's progress.
@@ -419,47 +231,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_what_workerd_needs_from_wrangler_toml() {
-        let t = parse_wrangler_toml(
-            "name = \"x\"\nmain = \"a.js\"\ncompatibility_date = \"2025-09-01\" # pinned\n\
-             compatibility_flags = [\"nodejs_compat\", 'other']\n[build]\ncommand = \"cargo\"\n\
-             [vars]\nPOLICIES = '''\n{\n  \"a\": 1\n}\n'''\nNAME = \"shop\" # a comment\nONE = '''{}'''\n",
-        )
-        .unwrap();
-        assert_eq!(t.compatibility_date, "2025-09-01");
-        assert_eq!(t.compatibility_flags, ["nodejs_compat", "other"]);
-        assert_eq!(
-            t.vars,
-            [
-                ("POLICIES".into(), "{\n  \"a\": 1\n}\n".into()),
-                ("NAME".into(), "shop".into()),
-                ("ONE".into(), "{}".into())
-            ]
-        );
-        assert!(parse_wrangler_toml("name = \"x\"").is_err());
-    }
-
-    #[test]
     fn reads_the_profile_line() {
         let line = r#"{"requests":100,"cpu_us_per_request":412,"js":10.5,"builtins":30,"wasm":20.1,"other":39.4}"#;
         assert_eq!(json_number(line, "js"), Some(10.5));
         assert_eq!(json_number(line, "other"), Some(39.4));
         assert_eq!(json_number(line, "cpu_us_per_request"), Some(412.0));
         assert_eq!(json_number(line, "nope"), None);
-    }
-
-    #[test]
-    fn writes_a_capnp_config_with_escaped_bindings() {
-        let t = WranglerToml {
-            compatibility_date: "2025-09-01".into(),
-            compatibility_flags: vec![],
-            vars: vec![("P".into(), "{\"a\":\n1}".into())],
-        };
-        let c = capnp(&t, &parse_dev_vars("TOKEN=abc\n# no\n"), &["index.js".into(), "x-m.wasm".into()], 8123);
-        assert!(c.contains(r#"(name = "index.js", esModule = embed "index.js")"#), "{c}");
-        assert!(c.contains(r#"(name = "x-m.wasm", wasm = embed "x-m.wasm")"#), "{c}");
-        assert!(c.contains(r#"(name = "P", text = "{\"a\":\n1}")"#), "{c}");
-        assert!(c.contains(r#"(name = "TOKEN", text = "abc")"#), "{c}");
-        assert!(c.contains("127.0.0.1:8123"), "{c}");
     }
 }

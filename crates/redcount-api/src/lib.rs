@@ -13,12 +13,17 @@
 //!                   Err(e) => Step::Respond(exchange.fail(&e)),
 //!               };
 //!           }
+//!           Step::Script(exchange) => {                              // Redis lost the script
+//!               step = exchange.give_compiled_script();                // or give_script(text)
+//!           }
 //!       }
 //!   }
 //! ```
 //!
 //! Every operation costs one REST round trip (EVALSHA), two only when the script cache
-//! lost the script (then EVAL, once). Nothing is sent for a request that fails validation.
+//! lost the script (then EVAL, once, with the script's text: from the binary, or, for a
+//! shell that keeps the texts elsewhere, given by it and checked against the script's
+//! SHA-1). Nothing is sent for a request that fails validation.
 //!
 //! A claim, answered by a REST reply the test makes up (a shell would POST the body):
 //!
@@ -56,6 +61,7 @@ pub mod local;
 pub mod openapi;
 pub mod route;
 mod routes;
+pub mod rpc;
 
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
@@ -111,6 +117,9 @@ pub struct ApiResponse {
     /// decided, typed, for a shell that acts on answers without reading their JSON (the
     /// route names the policy and the subject; [`Config::fingerprint`] the policy's definition).
     pub verdict: Option<Verdict>,
+    /// True for a decision route's declared answer when Redis did not answer (its body says
+    /// `"degraded": true`): an answer, not an error, whatever its status.
+    pub degraded: bool,
     /// What the answer said, typed, for [`Local`].
     pub(crate) seen: Option<local::Seen>,
     /// What the call that led to it teaches [`Local`].
@@ -142,7 +151,7 @@ impl ApiResponse {
 
     /// An answer with `body`, JSON already written (empty for 204).
     fn text(status: u16, body: String) -> Self {
-        ApiResponse { status, body, headers: Vec::new(), verdict: None, seen: None, plan: None }
+        ApiResponse { status, body, headers: Vec::new(), verdict: None, degraded: false, seen: None, plan: None }
     }
 
     /// An error response: `{"error": message}`, with `"field"` when one input is at fault
@@ -370,6 +379,11 @@ pub enum Step {
     Respond(ApiResponse),
     /// Make this REST call, then give its reply to [`Exchange::receive`].
     Send(Exchange),
+    /// Redis lost the script the call runs (NOSCRIPT): give the text of
+    /// [`Exchange::wanted_script`] to [`Exchange::give_script`] (a shell that keeps the texts
+    /// outside its binary, like the worker), or call [`Exchange::give_compiled_script`] (a
+    /// shell whose binary carries them); either leads to the one EVAL.
+    Script(Exchange),
 }
 
 /// A value of an answer written by [`object`].
@@ -613,7 +627,9 @@ impl Exchange {
                     ("error", Field::Text(&why)),
                 ];
                 let n = if allow { 4 } else { 5 };
-                ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n])
+                let mut r = ApiResponse::object(if allow { 200 } else { 503 }, &mut fields[..n]);
+                r.degraded = true;
+                r
             }
             None if self.writes => {
                 let why = format!("{why}; if the call reached Redis it may still be applied");
@@ -641,8 +657,8 @@ impl Exchange {
         self.call.command()
     }
 
-    /// Reads a reply that arrived some other way than REST (e.g. RESP): the response, or
-    /// one more call (EVAL after NOSCRIPT).
+    /// Reads a reply that arrived some other way than REST (e.g. RESP): the response, or,
+    /// after NOSCRIPT, a [`Step::Script`] that leads to the one EVAL.
     pub fn receive_value(self, reply: Result<Value, redcount_core::ErrorReply>) -> Step {
         match reply {
             Ok(v) => self.receive_result(Ok(v)),
@@ -655,7 +671,8 @@ impl Exchange {
         &self.body
     }
 
-    /// Reads the REST reply: the response, or one more call (EVAL after NOSCRIPT).
+    /// Reads the REST reply: the response, or, after NOSCRIPT, a [`Step::Script`] that leads
+    /// to the one EVAL.
     pub fn receive(self, status: u16, body: &[u8]) -> Step {
         self.receive_result(rest::decode_reply(status, body, Encoding::Base64))
     }
@@ -666,10 +683,7 @@ impl Exchange {
                 Ok(r) => r,
                 Err(e) => ApiResponse::error(502, format!("unexpected reply from Redis: {e}"), None),
             },
-            Err(RestError::Reply(e)) if self.call.retry(&e) => {
-                self.body = self.call.command().to_rest_body();
-                return Step::Send(self);
-            }
+            Err(RestError::Reply(e)) if self.call.needs_source(&e) => return Step::Script(self),
             Err(RestError::Reply(e)) if e.kind == ErrorKind::IdempotencyConflict => ApiResponse::error(
                 422,
                 "this Idempotency-Key was already used for a different request",
@@ -701,6 +715,34 @@ impl Exchange {
             Err(e) => ApiResponse::error(502, format!("{e}"), None),
         };
         Step::Respond(self.finish(response))
+    }
+
+    /// The script whose text the call waits for, after a [`Step::Script`].
+    pub fn wanted_script(&self) -> Option<&'static redcount_core::script::Script> {
+        self.call.wanted()
+    }
+
+    /// Gives the text of [`Exchange::wanted_script`] after a [`Step::Script`]: the EVAL to
+    /// send when `text` is that script's (its SHA-1 checked), else a 500 (the shell's copy
+    /// is missing or stale; nothing was run).
+    pub fn give_script(mut self, text: &[u8]) -> Step {
+        if self.call.give_source(text) {
+            self.body = self.call.command().to_rest_body();
+            return Step::Send(self);
+        }
+        let (name, sha) = self.call.wanted().map_or(("?", ""), |s| (s.name(), s.sha1()));
+        let why = format!(
+            "server misconfigured: no valid copy of the script {name} ({sha}) to send after Redis lost it (NOSCRIPT); \
+             the worker fetches lua/{sha}.lua from its static assets"
+        );
+        Step::Respond(self.finish(ApiResponse::error(500, why, None)))
+    }
+
+    /// After a [`Step::Script`], the EVAL with the text this binary carries (linking every
+    /// script's text into it).
+    pub fn give_compiled_script(self) -> Step {
+        let text = self.call.wanted().map(|s| s.source()).unwrap_or_default();
+        self.give_script(text.as_bytes())
     }
 
     /// The response when the call ran but fewer replicas than the shell waits for
@@ -766,6 +808,8 @@ pub(crate) fn handle_in<R: RngCore + ?Sized>(
             ex.cors = cors;
             Step::Send(ex)
         }
+        // A first step never waits for a script: nothing was sent yet.
+        step @ Step::Script(_) => step,
     })
 }
 

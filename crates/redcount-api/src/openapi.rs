@@ -570,6 +570,10 @@ fn operation(spec: &RouteSpec) -> Json {
         "security": security,
         "responses": responses,
     });
+    // The RPC binding's (and the npm client's) method for this call.
+    if let Some(name) = spec.rpc() {
+        op["x-rpc"] = json!(name);
+    }
     if d.access == Access::Inbox {
         op["description"] =
             json!("Public when the inbox policy says `\"public\": true`; otherwise the admin token is required.");

@@ -1,7 +1,8 @@
 //! The route table: every route of the API once, as a typed [`Route`] parsed from the method
 //! and the percent-decoded path. Dispatch, the failure-mode lookup, the metric labels and the
-//! OpenAPI document all read this one table; adding a route is one line in `routes!` (the
-//! compiler then asks for its handler and its document entry).
+//! OpenAPI document all read this one table, and so do the worker's RPC binding and the npm
+//! client (each route's method name); adding a route is one line in `routes!` (the compiler
+//! then asks for its handler and its document entry; a test, for its client method).
 //!
 //! ```
 //! use redcount_api::{Route, RouteId};
@@ -38,9 +39,19 @@ pub struct RouteSpec {
     pub path: &'static str,
     /// The parameters' names, in path order.
     pub params: &'static [&'static str],
+    /// The method of the worker's RPC binding (and of the npm client) that makes this call
+    /// (see [`RouteSpec::rpc`]); `_` for none.
+    rpc: &'static str,
 }
 
 impl RouteSpec {
+    /// The name of the RPC method that makes this call (`take`), the same in the npm client
+    /// and in the OpenAPI document (`x-rpc`); `None` for a route an RPC caller has no use for
+    /// (the OpenAPI document, which the worker serves as a static file).
+    pub fn rpc(&self) -> Option<&'static str> {
+        (self.rpc != "_").then_some(self.rpc)
+    }
+
     /// The first segment after `/api/` (`quotas`): the route's family, the metric label.
     pub fn family(&self) -> &'static str {
         let rest = self.path.strip_prefix("/api/").unwrap_or(self.path);
@@ -67,13 +78,13 @@ impl RouteSpec {
     }
 }
 
-/// Declares the routes: for each, its variant (with its parameters, in path order), method
-/// and path. Generates [`Route`], [`RouteId`] and [`ROUTES`] (in this order: a route's id is
+/// Declares the routes: for each, its variant (with its parameters, in path order), method,
+/// path and RPC method name (`_`: none). Generates [`Route`], [`RouteId`] and [`ROUTES`] (in this order: a route's id is
 /// its row's index).
 macro_rules! routes {
     ($(
         $(#[doc = $doc:literal])*
-        $name:ident { $($param:ident),* } = $method:ident $path:literal;
+        $name:ident { $($param:ident),* } = $method:ident $path:literal => $rpc:tt;
     )*) => {
         /// A route with its parameters, each a whole percent-decoded path segment (validated by
         /// the operation that uses it, which names it on failure).
@@ -108,6 +119,7 @@ macro_rules! routes {
                     method: stringify!($method),
                     path: $path,
                     params: &[$(stringify!($param)),*],
+                    rpc: stringify!($rpc),
                 },
             )*
         ];
@@ -159,80 +171,80 @@ macro_rules! routes {
 
 routes! {
     /// Whether Redis answers (a `PING` through the shell's path to it).
-    Health {} = GET "/api/health";
+    Health {} = GET "/api/health" => health;
     /// The configured policies (public: they hold no secret).
-    Policies {} = GET "/api/policies";
+    Policies {} = GET "/api/policies" => policies;
     /// This API as an OpenAPI 3.1 document.
-    OpenApi {} = GET "/api/openapi.json";
+    OpenApi {} = GET "/api/openapi.json" => _;
     /// A counter's value.
-    CounterGet { policy, subject } = GET "/api/counters/{policy}/{subject}";
+    CounterGet { policy, subject } = GET "/api/counters/{policy}/{subject}" => getCounter;
     /// Adds `delta` to a counter, within its bounds.
-    CounterAdd { policy, subject } = POST "/api/counters/{policy}/{subject}";
+    CounterAdd { policy, subject } = POST "/api/counters/{policy}/{subject}" => addCounter;
     /// Takes the once-per-window claim.
-    Claim { policy, subject } = POST "/api/claims/{policy}/{subject}";
+    Claim { policy, subject } = POST "/api/claims/{policy}/{subject}" => claim;
     /// Whether a take of `cost` would pass, taking nothing.
-    QuotaPeek { policy, subject } = GET "/api/quotas/{policy}/{subject}";
+    QuotaPeek { policy, subject } = GET "/api/quotas/{policy}/{subject}" => peek;
     /// Takes `cost` units of a quota when they are there.
-    QuotaTake { policy, subject } = POST "/api/quotas/{policy}/{subject}";
+    QuotaTake { policy, subject } = POST "/api/quotas/{policy}/{subject}" => take;
     /// Forgets a subject's use of a quota (admin).
-    QuotaReset { policy, subject } = DELETE "/api/quotas/{policy}/{subject}";
+    QuotaReset { policy, subject } = DELETE "/api/quotas/{policy}/{subject}" => reset;
     /// Gives units back, never above the limit (admin).
-    QuotaRefund { policy, subject } = POST "/api/quotas/{policy}/{subject}/refund";
+    QuotaRefund { policy, subject } = POST "/api/quotas/{policy}/{subject}/refund" => refund;
     /// Whether a take of `cost` would pass, taking nothing: a user of a tenant.
-    QuotaPeekTenant { policy, tenant, user } = GET "/api/quotas/{policy}/{tenant}/{user}";
+    QuotaPeekTenant { policy, tenant, user } = GET "/api/quotas/{policy}/{tenant}/{user}" => peekTenant;
     /// Takes `cost` units of a quota when they are there: a user of a tenant.
-    QuotaTakeTenant { policy, tenant, user } = POST "/api/quotas/{policy}/{tenant}/{user}";
+    QuotaTakeTenant { policy, tenant, user } = POST "/api/quotas/{policy}/{tenant}/{user}" => takeTenant;
     /// Forgets a tenant's user's use of a quota (admin).
-    QuotaResetTenant { policy, tenant, user } = DELETE "/api/quotas/{policy}/{tenant}/{user}";
+    QuotaResetTenant { policy, tenant, user } = DELETE "/api/quotas/{policy}/{tenant}/{user}" => resetTenant;
     /// Gives a tenant's user units back, never above the limit (admin).
-    QuotaRefundTenant { policy, tenant, user } = POST "/api/quotas/{policy}/{tenant}/{user}/refund";
+    QuotaRefundTenant { policy, tenant, user } = POST "/api/quotas/{policy}/{tenant}/{user}/refund" => refundTenant;
     /// Sets a subject's own size of a quota or semaphore policy (admin).
-    OverrideSet { policy, subject } = PUT "/api/overrides/{policy}/{subject}";
+    OverrideSet { policy, subject } = PUT "/api/overrides/{policy}/{subject}" => setOverride;
     /// Clears a subject's override (admin).
-    OverrideClear { policy, subject } = DELETE "/api/overrides/{policy}/{subject}";
+    OverrideClear { policy, subject } = DELETE "/api/overrides/{policy}/{subject}" => clearOverride;
     /// Quota and semaphore policies of one subject decided at once, all or nothing.
-    Decide { subject } = POST "/api/decisions/{subject}";
+    Decide { subject } = POST "/api/decisions/{subject}" => decide;
     /// A tenant's user's and the tenant's own quota and semaphore policies decided at once.
-    DecideTenant { tenant, user } = POST "/api/decisions/{tenant}/{user}";
+    DecideTenant { tenant, user } = POST "/api/decisions/{tenant}/{user}" => decideTenant;
     /// Reserves units of quotas (and leases of semaphores) of one subject, all or nothing (or
     /// capped), until the reservation is settled at what was used.
-    Reserve { subject } = POST "/api/reservations/{subject}";
+    Reserve { subject } = POST "/api/reservations/{subject}" => reserve;
     /// Reserves for a user of a tenant, at either level.
-    ReserveTenant { tenant, user } = POST "/api/reservations/{tenant}/{user}";
+    ReserveTenant { tenant, user } = POST "/api/reservations/{tenant}/{user}" => reserveTenant;
     /// Settles a reservation at the units used: the difference back, or the overrun charged.
-    Settle { subject, id } = POST "/api/reservations/{subject}/{id}/settle";
+    Settle { subject, id } = POST "/api/reservations/{subject}/{id}/settle" => settle;
     /// Settles a tenant's user's reservation.
-    SettleTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/settle";
+    SettleTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/settle" => settleTenant;
     /// Renews a reservation's lease, charging the units used so far.
-    Extend { subject, id } = POST "/api/reservations/{subject}/{id}/extend";
+    Extend { subject, id } = POST "/api/reservations/{subject}/{id}/extend" => extendReservation;
     /// Renews a tenant's user's reservation.
-    ExtendTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/extend";
+    ExtendTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/extend" => extendReservationTenant;
     /// Cancels a reservation: every unit not reported used back, its leases freed.
-    Release { subject, id } = POST "/api/reservations/{subject}/{id}/release";
+    Release { subject, id } = POST "/api/reservations/{subject}/{id}/release" => releaseReservation;
     /// Cancels a tenant's user's reservation.
-    ReleaseTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/release";
+    ReleaseTenant { tenant, user, id } = POST "/api/reservations/{tenant}/{user}/{id}/release" => releaseReservationTenant;
     /// Takes a lease of a semaphore when one is free.
-    SemaphoreAcquire { policy, name } = POST "/api/semaphores/{policy}/{name}/acquire";
+    SemaphoreAcquire { policy, name } = POST "/api/semaphores/{policy}/{name}/acquire" => acquire;
     /// Extends a held lease.
-    SemaphoreRenew { policy, name } = POST "/api/semaphores/{policy}/{name}/renew";
+    SemaphoreRenew { policy, name } = POST "/api/semaphores/{policy}/{name}/renew" => renew;
     /// Gives a lease back.
-    SemaphoreRelease { policy, name } = POST "/api/semaphores/{policy}/{name}/release";
+    SemaphoreRelease { policy, name } = POST "/api/semaphores/{policy}/{name}/release" => release;
     /// Whether a holder still holds its lease under a fencing token.
-    SemaphoreCheck { policy, name } = POST "/api/semaphores/{policy}/{name}/check";
+    SemaphoreCheck { policy, name } = POST "/api/semaphores/{policy}/{name}/check" => check;
     /// A page of a user's inbox.
-    InboxRead { user } = GET "/api/inbox/{user}/messages";
+    InboxRead { user } = GET "/api/inbox/{user}/messages" => readInbox;
     /// Appends a message to a user's inbox (once per id).
-    InboxAppend { user } = POST "/api/inbox/{user}/messages";
+    InboxAppend { user } = POST "/api/inbox/{user}/messages" => appendInbox;
     /// Drops a user's old messages.
-    InboxTrim { user } = POST "/api/inbox/{user}/trim";
+    InboxTrim { user } = POST "/api/inbox/{user}/trim" => trimInbox;
     /// Creates a red packet: a total split into shares.
-    PacketCreate {} = POST "/api/redpackets";
+    PacketCreate {} = POST "/api/redpackets" => createPacket;
     /// A red packet's status.
-    PacketStatus { id } = GET "/api/redpackets/{id}";
+    PacketStatus { id } = GET "/api/redpackets/{id}" => packetStatus;
     /// Grabs a share of a red packet (once per user).
-    PacketGrab { id } = POST "/api/redpackets/{id}/grab";
+    PacketGrab { id } = POST "/api/redpackets/{id}/grab" => grab;
     /// A page of a red packet's grabs.
-    PacketGrabs { id } = GET "/api/redpackets/{id}/claims";
+    PacketGrabs { id } = GET "/api/redpackets/{id}/claims" => packetGrabs;
 }
 
 /// Most parameters a route has.
@@ -401,6 +413,22 @@ mod tests {
             let route = Route::with_params(spec.id, params);
             assert_eq!(Route::parse(spec.method, &route.path()).unwrap(), route, "{spec:?}");
             assert!(ROUTES.iter().filter(|o| o.path == spec.path).filter(|o| o.method == spec.method).count() == 1);
+        }
+    }
+
+    #[test]
+    fn every_route_but_the_document_has_its_own_rpc_method() {
+        let mut seen = Vec::new();
+        for spec in ROUTES {
+            let Some(name) = spec.rpc() else {
+                assert_eq!(spec.id, RouteId::OpenApi, "{spec:?}: only the OpenAPI document has no RPC method");
+                continue;
+            };
+            // A JavaScript method name, camelCase, never one of a WorkerEntrypoint's own.
+            assert!(name.bytes().all(|b| b.is_ascii_alphabetic()) && name.as_bytes()[0].is_ascii_lowercase(), "{name}");
+            assert!(!["fetch", "constructor", "env", "ctx", "stats", "connect"].contains(&name), "{name}");
+            assert!(!seen.contains(&name), "{name} twice");
+            seen.push(name);
         }
     }
 

@@ -231,7 +231,7 @@ impl<'a> Cx<'a> {
             Err(_) if body.iter().all(u8::is_ascii_whitespace) => b"{}".to_vec(),
             Err(_) => body.to_vec(),
         };
-        let scope = scope(k, self.route.spec().method, &self.route.path());
+        let scope = scope(k, self.route.spec().method, &self.route.path(), self.caller.scope());
         Ok(Some(ops::Idempotency::new(&scope, &canonical)))
     }
 
@@ -262,9 +262,15 @@ fn tenant_user(tenant: &str, user: &str) -> String {
 }
 
 /// What makes two uses of one `Idempotency-Key` the same request: the method, the route
-/// and the key (the layout is part of the stored data: red-packet ids derive from it).
-fn scope(key: &str, method: &str, path: &str) -> Vec<u8> {
+/// and the key (the layout is part of the stored data: red-packet ids derive from it), and
+/// for a scoped caller its scope first, so no two scopes derive one record name or packet id
+/// from the same key (their keys live apart anyway: this keeps even the names apart).
+fn scope(key: &str, method: &str, path: &str, caller: Option<&crate::Scope>) -> Vec<u8> {
     let mut scope = Vec::with_capacity(method.len() + path.len() + key.len() + 2);
+    if let Some(s) = caller {
+        scope.extend_from_slice(s.as_str().as_bytes());
+        scope.push(b'\n');
+    }
     scope.extend_from_slice(method.as_bytes());
     scope.push(b'\n');
     scope.extend_from_slice(path.as_bytes());

@@ -41,7 +41,7 @@ fn step(r: ApiRequest<'_>) -> Step {
 fn respond(r: ApiRequest<'_>) -> ApiResponse {
     match step(r) {
         Step::Respond(resp) => resp,
-        Step::Send(ex) => panic!("expected a response, got a REST call: {}", ex.body()),
+        Step::Send(ex) | Step::Script(ex) => panic!("expected a response, got a REST call: {}", ex.body()),
     }
 }
 
@@ -49,6 +49,7 @@ fn send_body(r: ApiRequest<'_>) -> Value {
     match step(r) {
         Step::Send(ex) => serde_json::from_str(ex.body()).unwrap(),
         Step::Respond(resp) => panic!("expected a REST call, got {} {}", resp.status, resp.body),
+        Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
     }
 }
 
@@ -119,11 +120,27 @@ fn routes_become_exactly_one_evalsha() {
 fn replies_become_responses_and_noscript_retries_once() {
     let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
     let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
-    let Step::Send(ex) = ex.receive(400, noscript) else { panic!("NOSCRIPT leads to EVAL") };
+    let Step::Script(ex) = ex.receive(400, noscript) else { panic!("NOSCRIPT asks for the script's text") };
+    let script = ex.wanted_script().unwrap();
+    assert_eq!(script.name(), "redpacket_grab");
+    let Step::Send(ex) = ex.give_compiled_script() else { panic!("then EVAL") };
     assert!(ex.body().starts_with("[\"EVAL\",\""));
     // A second NOSCRIPT is not retried again.
     let Step::Respond(r) = ex.receive(400, noscript) else { panic!() };
     assert_eq!(r.status, 502);
+    // A text given from elsewhere must be the script's own: anything else is a 500 that
+    // names the script, and nothing is sent.
+    for wrong in [&b""[..], b"return 1", &script.source().as_bytes()[1..]] {
+        let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+        let Step::Script(ex) = ex.receive(400, noscript) else { panic!() };
+        let Step::Respond(r) = ex.give_script(wrong) else { panic!("a wrong text is not sent") };
+        assert_eq!(r.status, 500);
+        assert!(r.body.contains(script.sha1()), "{}", r.body);
+    }
+    let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
+    let Step::Script(ex) = ex.receive(400, noscript) else { panic!() };
+    let Step::Send(ex) = ex.give_script(script.source().as_bytes()) else { panic!() };
+    assert_eq!(serde_json::from_str::<Value>(ex.body()).unwrap()[1], json!(script.source()));
 
     let Step::Send(ex) = step(req("POST", "/api/redpackets/abc/grab", r#"{"user":"alice"}"#)) else { panic!() };
     // [1, 250, 3, 7] base64-free integers.
@@ -464,10 +481,11 @@ fn calls_without_http_make_the_same_exchanges() {
     let body = |step: Step| match step {
         Step::Send(ex) => ex.body().to_string(),
         Step::Respond(r) => panic!("expected a REST call, got {} {}", r.status, r.body),
+        Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
     };
     let error = |step: Step| match step {
         Step::Respond(r) => (r.status, json_of(&r)["field"].as_str().map(str::to_owned)),
-        Step::Send(ex) => panic!("expected an answer, sent {}", ex.body()),
+        Step::Send(ex) | Step::Script(ex) => panic!("expected an answer, sent {}", ex.body()),
     };
     // The same REST body as the HTTP request, the Idempotency-Key's reply key included.
     let http =
@@ -475,6 +493,7 @@ fn calls_without_http_make_the_same_exchanges() {
     let over_http = match step(http) {
         Step::Send(ex) => ex.body().to_string(),
         Step::Respond(r) => panic!("{}", r.body),
+        Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
     };
     assert_eq!(body(call(take(), br#"{"cost":1}"#, &Caller::public(), Some("k-1"))), over_http);
     // A peek reads its cost from the object, as JSON numbers (the query's text over HTTP).
@@ -508,6 +527,7 @@ fn a_scoped_caller_cannot_name_another_scopes_keys() {
                 b.as_array().unwrap()[3..3 + n].iter().map(|k| k.as_str().unwrap().to_owned()).collect()
             }
             Step::Respond(r) => panic!("{} {}", r.status, r.body),
+            Step::Script(ex) => panic!("a first call asks for no script: {}", ex.body()),
         }
     };
     let acme = Caller::public().scoped(Scope::new("acme").unwrap());
@@ -527,7 +547,17 @@ fn a_scoped_caller_cannot_name_another_scopes_keys() {
         let scoped = keys_of(&config, &acme, route.clone(), input);
         assert!(!scoped.is_empty());
         for (u, s) in unscoped.iter().zip(&scoped) {
-            assert_eq!(format!("rc.acme{}", u.strip_prefix("rc").unwrap()), *s, "{route:?}");
+            // The same key, moved; an idempotency record's name is the scope's own too.
+            let (u, u_idem) = u.split_once(":idem:").unwrap_or((u, ""));
+            let (s, s_idem) = s.split_once(":idem:").unwrap_or((s, ""));
+            // A packet whose id comes from the key: another id in the scope (see below).
+            let packet = |k: &str| k.split_once("{rp:").map(|(_, rest)| rest.split_once('}').unwrap().0.to_string());
+            let (u_id, s_id) = (packet(u).unwrap_or_default(), packet(s).unwrap_or_default());
+            assert_eq!(u_id != s_id, route == Route::PacketCreate {}, "{route:?}");
+            let id = |k: &str, i: &str| if i.is_empty() { k.to_string() } else { k.replace(i, "ID") };
+            let (u, s) = (id(u, &u_id), id(s, &s_id));
+            assert_eq!(format!("rc.acme{}", u.strip_prefix("rc").unwrap()), s, "{route:?}");
+            assert!(u_idem != s_idem || u_idem.is_empty(), "{route:?}");
         }
     }
     // Under a configured namespace, the scope is within it.

@@ -55,6 +55,7 @@ impl Shell {
         match self.ask(r, now) {
             Ok(Step::Send(ex)) => ex,
             Ok(Step::Respond(resp)) => panic!("expected a REST call, got {} {}", resp.status, resp.body),
+            Ok(Step::Script(_)) => panic!("expected a REST call, got a script step"),
             Err(Wait) => panic!("expected a REST call, got wait"),
         }
     }
@@ -64,6 +65,7 @@ impl Shell {
         match self.ask(r, now) {
             Ok(Step::Respond(resp)) => resp,
             Ok(Step::Send(ex)) => panic!("expected an answer from memory, got a REST call: {}", ex.body()),
+            Ok(Step::Script(_)) => panic!("expected an answer from memory, got a script step"),
             Err(Wait) => panic!("expected an answer, got wait"),
         }
     }
@@ -74,6 +76,7 @@ impl Shell {
         match self.local.after(ex.receive(200, body.as_bytes()), now) {
             Step::Respond(r) => r,
             Step::Send(ex) => panic!("a second call: {}", ex.body()),
+            Step::Script(_) => panic!("a script step"),
         }
     }
 

@@ -270,6 +270,7 @@ fn every_row_of_the_route_table() {
                 panic!("{what}: answered {} {} without sending {sends:?}", resp.status, resp.body)
             }
             (Step::Send(ex), Sends::Nothing) => panic!("{what}: sent {} though it must not", ex.body()),
+            (Step::Script(ex), _) => panic!("{what}: asked for a script before sending {}", ex.body()),
         };
         assert_eq!(response.status, r.status, "{what}: {}", response.body);
         if !response.body.is_empty() {
@@ -281,6 +282,74 @@ fn every_row_of_the_route_table() {
                 assert!(got["error"].is_string(), "{what}: errors say why: {got}");
             }
         }
+        // The same call through the RPC binding: the same command, the same answer.
+        if let Ok(route) = api::Route::parse(r.method, path)
+            && route.spec().rpc().is_some()
+        {
+            let sent = match api::handle(&config, &request, &mut StdRng::seed_from_u64(i as u64)) {
+                Step::Send(ex) => Some(ex.body().to_string()),
+                _ => None,
+            };
+            let (rpc_sent, answer) = rpc_call(&config, &route, query, r.body, r.admin, i, &r.reply);
+            assert_eq!(rpc_sent, sent, "{what}: over RPC");
+            match (api::rpc::answer(&answer), response.status) {
+                (Ok(text), status) => {
+                    assert!(status < 400 || answer.degraded, "{what}: an error returned over RPC: {text}");
+                    let mut got: Value = serde_json::from_str(&text).unwrap();
+                    got.as_object_mut().unwrap().remove("headers");
+                    assert_eq!(got, serde_json::from_str::<Value>(&response.body).unwrap(), "{what}: over RPC");
+                }
+                (Err(text), status) => {
+                    let got: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(got["status"], json!(status), "{what}: over RPC: {got}");
+                    assert_eq!(got["field"], serde_json::from_str::<Value>(&response.body).unwrap()["field"], "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// `route` called through the RPC binding with the row's fields (a query's as JSON numbers),
+/// admin rights from the binding's props: the REST body sent, if any, and the answer made of
+/// the row's reply.
+fn rpc_call(
+    config: &Config,
+    route: &api::Route,
+    query: &str,
+    body: &str,
+    admin: bool,
+    seed: usize,
+    reply: &Value,
+) -> (Option<String>, api::ApiResponse) {
+    let params = serde_json::to_string(&route.params().collect::<Vec<_>>()).unwrap();
+    let input = if query.is_empty() {
+        if body.is_empty() { "null".to_string() } else { body.to_string() }
+    } else {
+        let fields: serde_json::Map<String, Value> = query
+            .split('&')
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+            .map(|(k, v)| (k.to_string(), v.parse::<i64>().map_or_else(|_| json!(v), |n| json!(n))))
+            .collect();
+        Value::Object(fields).to_string()
+    };
+    let caller = api::rpc::caller(if admin { br#"{"admin": true}"# } else { b"null" }).unwrap();
+    let step = api::rpc::call(
+        config,
+        route.id(),
+        params.as_bytes(),
+        input.as_bytes(),
+        b"null",
+        &caller,
+        &mut StdRng::seed_from_u64(seed as u64),
+    );
+    match step {
+        Step::Respond(r) => (None, r),
+        Step::Send(ex) => {
+            let sent = ex.body().to_string();
+            let Step::Respond(r) = ex.receive(200, json!({"result": reply}).to_string().as_bytes()) else { panic!() };
+            (Some(sent), r)
+        }
+        Step::Script(ex) => panic!("asked for a script before sending {}", ex.body()),
     }
 }
 
@@ -351,6 +420,7 @@ fn a_write_that_got_no_answer_may_have_run() {
                 Step::Send(ex) => ex,
                 Step::Respond(r) if r.status < 400 => break,
                 Step::Respond(r) => panic!("{method} {path}: {} {}", r.status, r.body),
+                Step::Script(ex) => panic!("{method} {path}: a first call asks for no script: {}", ex.body()),
             };
             sent += 1;
             let response = match way {
@@ -358,7 +428,7 @@ fn a_write_that_got_no_answer_may_have_run() {
                 1 => ex.fail_at("Redis", "connection refused"),
                 _ => match ex.receive(503, br#"{"error":"ERR Redis is unreachable"}"#) {
                     Step::Respond(resp) => resp,
-                    Step::Send(_) => panic!("{method} {path}: a second call after a 503"),
+                    Step::Send(_) | Step::Script(_) => panic!("{method} {path}: a second call after a 503"),
                 },
             };
             let what = format!("{method} {path} (way {way}): {} {}", response.status, response.body);

@@ -261,6 +261,7 @@ async fn drive(s: &Server, mut step: Step) -> ApiResponse {
     loop {
         match step {
             Step::Respond(r) => return r,
+            Step::Script(exchange) => step = s.after(exchange.give_compiled_script()),
             Step::Send(exchange) => {
                 calls += 1;
                 if calls == 2 {

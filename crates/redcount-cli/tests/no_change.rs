@@ -157,7 +157,7 @@ fn routed(config: &Config, method: &str, path: &str) -> Option<u16> {
             body: bytes.as_bytes(),
         };
         let r = match redcount_api::handle(config, &req, &mut rand::rng()) {
-            Step::Send(_) => return Some(0),
+            Step::Send(_) | Step::Script(_) => return Some(0),
             Step::Respond(r) => r,
         };
         let field = serde_json::from_str::<Value>(&r.body).ok().and_then(|v| v["field"].as_str().map(str::to_string));

@@ -10,20 +10,23 @@ use crate::command::{Command, itoa};
 use crate::error::ErrorReply;
 use crate::sha1;
 
-/// A Lua script shipped with redcount: its source is its parts one after the other. Two
-/// scripts are equal when their parts are.
+/// A Lua script shipped with redcount: its name and the SHA-1 of its source (computed at
+/// compile time). The source itself is reached only through [`Script::source`], so a build
+/// that never calls it (the worker's wasm, which fetches the text from its static assets
+/// after a NOSCRIPT, see [`Call::wanted`]) carries none of the texts. Two scripts are equal
+/// when their names and SHA-1s are.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Script {
     name: &'static str,
-    parts: &'static [&'static str],
     sha1: [u8; 40],
 }
 
 impl Script {
-    /// A script of `parts` (at most 16), with the SHA-1 of their concatenation computed at
-    /// compile time.
-    pub const fn new(name: &'static str, parts: &'static [&'static str]) -> Self {
-        Script { name, parts, sha1: sha1::hex(sha1::digest_strs(parts)) }
+    /// A script named `name` whose source is `parts` (at most 16) one after the other: the
+    /// SHA-1 of their concatenation is computed at compile time, and the parts are not kept
+    /// (they stay in [`SOURCES`]).
+    const fn new(name: &'static str, parts: &'static [&'static str]) -> Self {
+        Script { name, sha1: sha1::hex(sha1::digest_strs(parts)) }
     }
 
     /// The file name without `.lua`.
@@ -32,15 +35,22 @@ impl Script {
     }
 
     /// The Lua source, as sent by EVAL and SCRIPT LOAD: the parts joined (only those two
-    /// need the text; EVALSHA sends the SHA-1).
+    /// need the text; EVALSHA sends the SHA-1). Calling it links every script's text into
+    /// the binary.
     pub fn source(&self) -> String {
-        self.parts.concat()
+        SOURCES.iter().find(|(name, _)| *name == self.name).map(|(_, parts)| parts.concat()).unwrap_or_default()
     }
 
     /// The SHA-1 of the source in lowercase hex: the name EVALSHA uses.
     pub fn sha1(&self) -> &str {
         // Always ASCII hex digits.
         core::str::from_utf8(&self.sha1).unwrap_or("")
+    }
+
+    /// True when `text` is this script's source (its SHA-1 is the script's): how a shell
+    /// that keeps the texts elsewhere checks one before sending it.
+    pub fn is_source(&self, text: &[u8]) -> bool {
+        sha1::hex(sha1::digest(text)) == self.sha1
     }
 }
 
@@ -55,19 +65,22 @@ macro_rules! scripts {
         // maxmemory (OOM, nothing written) instead of letting it write once its first write
         // passed; reading scripts say `no-writes`.
         // Kept as parts, not one string per script: the same file's text is one constant in
-        // the binary (the prelude was repeated in every script, in the worker's bundle too).
-        $( $(#[$doc])* pub static $id: Script = Script::new(
-            $file,
-            &[
+        // the binary. The parts are a `const` per script, read at compile time for the SHA-1
+        // and at run time only through `SOURCES`.
+        mod parts {
+            $( pub(super) const $id: &[&str] = &[
                 concat!($shebang, "\n"),
                 $(include_str!(concat!(env!("OUT_DIR"), "/lua/", $head, ".lua")),)?
                 include_str!(concat!(env!("OUT_DIR"), "/lua/prelude.lua")),
                 $(include_str!(concat!(env!("OUT_DIR"), "/lua/", $lib, ".lua")),)*
                 include_str!(concat!(env!("OUT_DIR"), "/lua/", $file, ".lua")),
-            ],
-        ); )*
+            ]; )*
+        }
+        $( $(#[$doc])* pub static $id: Script = Script::new($file, parts::$id); )*
         /// Every script, e.g. to `SCRIPT LOAD` them ahead of time.
         pub static ALL: &[&Script] = &[$(&$id),*];
+        /// Every script's source, by name, as its parts (see [`Script::source`]).
+        static SOURCES: &[(&str, &[&str])] = &[$(($file, parts::$id)),*];
     };
 }
 
@@ -140,7 +153,13 @@ impl Invocation {
 
     /// `EVAL source numkeys keys… args…`: the retry after NOSCRIPT (caches the script again).
     pub fn eval(&self) -> Command {
-        self.build("EVAL", &self.script.source())
+        self.eval_with(&self.script.source())
+    }
+
+    /// `EVAL` with `source` as the script's text (which the caller checked: see
+    /// [`Script::is_source`]).
+    pub fn eval_with(&self, source: &str) -> Command {
+        self.build("EVAL", source)
     }
 }
 
@@ -203,26 +222,49 @@ impl Request {
 
 /// The one call machine of every transport: a request's first command (EVALSHA for a
 /// script), and after a NOSCRIPT reply the one EVAL, never more. Sans-IO: the shell sends
-/// [`Call::command`] and feeds error replies to [`Call::retry`].
+/// [`Call::command`] and feeds error replies to [`Call::retry`] (a shell whose binary
+/// carries the script texts), or to [`Call::needs_source`] and then gives the text of
+/// [`Call::wanted`] to [`Call::give_source`] (a shell that keeps the texts elsewhere, like
+/// the worker, whose bundle would otherwise carry every script).
 ///
 /// ```
 /// use redcount_core::{ErrorReply, Operation, script::Call};
 /// use redcount_core::ops::claim::Claim;
 ///
+/// let noscript = ErrorReply::new("NOSCRIPT No matching script.");
 /// let mut call = Call::new(Claim::new("bonus", "alice", 60_000).unwrap().request());
 /// assert_eq!(call.command().parts()[0], "EVALSHA");
 /// // Redis lost its script cache: one EVAL, with the source.
-/// assert!(call.retry(&ErrorReply::new("NOSCRIPT No matching script.")));
+/// assert!(call.retry(&noscript));
 /// assert_eq!(call.command().parts()[0], "EVAL");
 /// // A second NOSCRIPT (or any other error) is the answer.
-/// assert!(!call.retry(&ErrorReply::new("NOSCRIPT No matching script.")));
+/// assert!(!call.retry(&noscript));
+///
+/// // The same, the source coming from elsewhere: it must be the script's own text.
+/// let mut call = Call::new(Claim::new("bonus", "alice", 60_000).unwrap().request());
+/// assert!(call.needs_source(&noscript));
+/// let script = call.wanted().unwrap();
+/// assert!(!call.give_source(b"return 1"), "not the script's text: refused");
+/// assert!(call.give_source(script.source().as_bytes()));
+/// assert_eq!(call.command().parts()[0], "EVAL");
 /// ```
 #[must_use = "a call does nothing until its command is sent"]
 #[derive(Debug, Clone)]
 pub struct Call {
     request: Request,
     command: Command,
-    retried: bool,
+    state: State,
+}
+
+/// Where a call is in its one fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The first command.
+    First,
+    /// NOSCRIPT came back: the EVAL waits for the script's source.
+    Wanting,
+    /// The EVAL is (or was) the command: no more retries.
+    Retried,
 }
 
 impl Call {
@@ -234,7 +276,7 @@ impl Call {
     /// The call of `request`, at its first command.
     pub fn new(request: Request) -> Call {
         let command = request.command();
-        Call { request, command, retried: false }
+        Call { request, command, state: State::First }
     }
 
     /// The command to send now.
@@ -243,18 +285,50 @@ impl Call {
     }
 
     /// After the error reply `err`: true when the call goes on (send [`Call::command`] again,
-    /// now the EVAL fallback), false when `err` is the answer.
+    /// now the EVAL fallback, with the source this binary carries), false when `err` is the
+    /// answer.
     pub fn retry(&mut self, err: &ErrorReply) -> bool {
-        if self.retried {
+        if !self.needs_source(err) {
             return false;
         }
-        match self.request.fallback(err) {
-            Some(eval) => {
-                self.command = eval;
-                self.retried = true;
-                true
-            }
-            None => false,
+        match &self.request {
+            Request::Script(inv) => self.command = inv.eval(),
+            Request::Command(_) => return false,
         }
+        self.state = State::Retried;
+        true
+    }
+
+    /// After the error reply `err`: true when the call goes on once [`Call::give_source`]
+    /// has the text of the script [`Call::wanted`] names (NOSCRIPT, the first time), false
+    /// when `err` is the answer.
+    pub fn needs_source(&mut self, err: &ErrorReply) -> bool {
+        let wanted = self.state == State::First && err.is_noscript() && matches!(self.request, Request::Script(_));
+        if wanted {
+            self.state = State::Wanting;
+        }
+        wanted
+    }
+
+    /// The script whose source the EVAL waits for, after [`Call::needs_source`] said so.
+    pub fn wanted(&self) -> Option<&'static Script> {
+        match (&self.request, self.state) {
+            (Request::Script(inv), State::Wanting) => Some(inv.script),
+            _ => None,
+        }
+    }
+
+    /// Gives the source of [`Call::wanted`]: true when `text` is that script's (checked
+    /// against its SHA-1), and the EVAL is then [`Call::command`]; false, and nothing to
+    /// send, when it is not (or no source was wanted).
+    pub fn give_source(&mut self, text: &[u8]) -> bool {
+        let Some(script) = self.wanted() else { return false };
+        let (Request::Script(inv), Ok(source)) = (&self.request, core::str::from_utf8(text)) else { return false };
+        if !script.is_source(text) {
+            return false;
+        }
+        self.command = inv.eval_with(source);
+        self.state = State::Retried;
+        true
     }
 }

@@ -1,6 +1,6 @@
 //! Real processes for redcount's tests and `cargo xtask`: one place that knows how to start
-//! redis-server, a local Redis Cluster, redcount-rest and `wrangler dev` on free loopback
-//! ports, and how to stop them.
+//! redis-server, a local Redis Cluster, redcount-rest, `wrangler dev` and workers under
+//! workerd ([`workerd`]) on free loopback ports, and how to stop them.
 //!
 //! Every [`Proc`] runs in a process group of its own (wrangler starts workerd; both go
 //! together) and is stopped with its group when dropped. The first spawn also installs a
@@ -15,6 +15,8 @@
 //! redcount_procs::wait_port(port, std::time::Duration::from_secs(10), &mut redis).unwrap();
 //! drop(redis); // stopped (SIGTERM to its group, SIGKILL if it lingers)
 //! ```
+
+pub mod workerd;
 
 use std::collections::BTreeSet;
 use std::io::Read;

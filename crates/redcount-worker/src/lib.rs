@@ -16,22 +16,43 @@
 //!   configure(len)                   vars             -> "" | error       once per isolate / env change
 //!   rest_target()                                     -> url \0 header \0 value …
 //!   handle(head_len, body_len, now, may_wait)  head, body  -> step
-//!   receive(handle, status, len, now)  REST reply body -> step             after a REST reply
+//!   receive(handle, status, len, now)  REST reply body -> step           after a REST reply
 //!   fail(handle, len, now)           why              -> step             the REST front did not answer
+//!   script(handle, len, now)         a script's text  -> step             after a fetch-script step
+//!   rpc_methods()                                     -> name \0 params …  once per isolate
+//!   rpc(len, now, may_wait)          the call         -> step             an RPC call
 //!   due(now)                                          -> next_ms:u32le, then send steps  (background)
+//!   stats(len)                       props            -> return | throw   the admin's look inside
 //! ```
 //!
-//! A step is `[0] status:u16le headers_len:u32le headers body` (respond: `headers` is
-//! `name\0value\0…`; `[3]` the same, and the shell then calls `due` after the response), or
-//! `[1] handle:u32le timeout_ms:u32le rest_body` (send the REST body, then call `receive` or
-//! `fail` with the handle; `timeout_ms` 0: no bound of the policy's), or `[2]` (wait: a borrow
-//! of the same subject is under way; ask again once an exchange has been answered, with
-//! `may_wait` 0 after a while). `now` is `Date.now()`. `due` lists the background calls to
-//! make now (`len:u32le` then a send step, each; their answers go to `receive`/`fail` and are
-//! dropped), after `next_ms`, when to call it again (`u32::MAX`: no need).
+//! A step's first byte says what the shell does next:
 //!
-//! The isolate keeps a [`redcount_api::Local`]: denials repeated from memory, budget leases;
-//! every call of the isolate decides with that one (`Isolate::local`).
+//! | byte | step | then |
+//! |------|------|------|
+//! | `0`  | respond: `status:u16le headers_len:u32le headers body` (`headers` is `name\0value\0…`) | done |
+//! | `1`  | send: `handle:u32le timeout_ms:u32le rest_body` | `receive` or `fail` with the handle, at the latest after `timeout_ms` (the policy's, or [`MAX_WAIT_MS`]) |
+//! | `2`  | wait: a borrow of the same subject is under way | ask again (`handle` or `rpc`) once an exchange is answered, or after a short while; `may_wait` 0 after a second |
+//! | `3`  | fetch script: `handle:u32le sha1` (Redis lost that script) | `script` with the text of the static asset `lua/<sha1>.lua`, or nothing when there is none |
+//! | `4`  | an RPC call's return: `json` | return the value |
+//! | `5`  | an RPC call's throw: `json` | throw an `Error` with this message (the status, message and field, which the npm client reads back) |
+//! | `8`, `12`, `13` | `0`, `4`, `5` with [`THEN_DUE`] set | as those, then call `due` in the background (`waitUntil`) |
+//!
+//! `now` is `Date.now()`. `due` lists the background calls to make now (`len:u32le` then a
+//! send step, each, driven like any other; their last steps are dropped), after `next_ms`,
+//! when to call it again (`u32::MAX`: no need).
+//!
+//! The isolate keeps one [`redcount_api::Local`]: denials repeated from memory, budget leases.
+//! Every call of the isolate decides with that one (`Isolate::local`), HTTP requests and RPC
+//! calls alike, so a denial learnt over one is repeated over the other.
+//!
+//! The RPC class (`Redcount`, a `WorkerEntrypoint` in the shell) has one method per route of
+//! the API's table, made from [`rpc_methods`]: a route added to the table is a method of the
+//! binding with nothing to write here or in the shell.
+//!
+//! The scripts' texts are not in this module: EVAL after NOSCRIPT is rare, and they were a
+//! tenth of the bundle. `cargo xtask build-worker` writes them to the static assets
+//! (`www/lua/`, by the `script-assets` binary of this crate); the API checks each text it is
+//! given against the SHA-1 the module does carry.
 
 // On wasm32 the crate needs no std: core and alloc only, so the bundle carries none of std's
 // panic, thread-local or I/O machinery. Host builds (its unit tests) keep std.
@@ -92,12 +113,18 @@ impl rand_core::RngCore for PlatformRng {
 
 impl rand_core::CryptoRng for PlatformRng {}
 
+/// The bound of a REST call whose policy declares none. Every call is bounded: a request the
+/// runtime cancels (its client gone) runs on to its end under `waitUntil`, which frees its
+/// exchange, and the runtime allows that 30 s.
+pub const MAX_WAIT_MS: u32 = 20_000;
+
 /// What one isolate keeps between requests.
 struct Isolate {
     /// The configuration read by the last [`configure`]; `None` before the first.
     config: Option<Result<(Config, RestTarget), ConfigError>>,
-    /// Exchanges waiting for their REST reply, by handle; a slot is reused once finished.
-    pending: Vec<Option<Exchange>>,
+    /// Exchanges waiting for their REST reply (or a script's text), by handle, each with what
+    /// made it: an RPC call (true) or an HTTP request; a slot is reused once finished.
+    pending: Vec<Option<(Exchange, bool)>>,
     /// Free slots of `pending`.
     free: Vec<u32>,
     /// Where the shell writes each call's input.
@@ -150,7 +177,7 @@ fn seed() -> u64 {
 }
 
 impl Isolate {
-    fn park(&mut self, ex: Exchange) -> u32 {
+    fn park(&mut self, ex: (Exchange, bool)) -> u32 {
         match self.free.pop() {
             Some(h) => {
                 self.pending[h as usize] = Some(ex);
@@ -163,7 +190,7 @@ impl Isolate {
         }
     }
 
-    fn take(&mut self, handle: u32) -> Option<Exchange> {
+    fn take(&mut self, handle: u32) -> Option<(Exchange, bool)> {
         let ex = self.pending.get_mut(handle as usize)?.take()?;
         self.free.push(handle);
         Some(ex)
@@ -290,6 +317,47 @@ fn ms(now: f64) -> u64 {
     if now > 0.0 { now as u64 } else { 0 }
 }
 
+/// The RPC methods, in the order [`rpc`] numbers them: `name\0params\0…`, each with its number
+/// of path parameters (the arguments before the fields object).
+#[wasm_bindgen]
+pub fn rpc_methods() -> *const u8 {
+    call(0, |_| {
+        let mut out = String::new();
+        for (i, spec) in api::rpc::methods().enumerate() {
+            if i > 0 {
+                out.push('\0');
+            }
+            out.push_str(spec.rpc().unwrap_or(""));
+            out.push('\0');
+            out.push(char::from(b'0' + spec.params.len() as u8));
+        }
+        out.into_bytes()
+    })
+}
+
+/// One RPC call: the input (`len` bytes) is `method\0props\0params\0options\0input`, the
+/// method's number in [`rpc_methods`], then JSON texts (which never hold a NUL), at `now`
+/// (`may_wait` as [`handle`]'s). Outputs a step; it ends in `[4] json` (return it) or
+/// `[5] json` (throw it).
+#[wasm_bindgen]
+pub fn rpc(len: usize, now: f64, may_wait: u32) -> *const u8 {
+    call(len, |bytes| rpc_call(text(bytes), ms(now), may_wait != 0))
+}
+
+/// The isolate's stats for a binding whose props (the input, `len` bytes) say `admin: true`:
+/// `[4] {"parked":n,"memory_bytes":m}`, else `[5]` and the error.
+#[wasm_bindgen]
+pub fn stats(len: usize) -> *const u8 {
+    call(len, stats_of)
+}
+
+/// The text of the script the exchange `handle` asked for (the input, `len` bytes; empty when
+/// the shell found none), at `now`. Outputs a step: the EVAL, or a 500 when the text is not the script's.
+#[wasm_bindgen]
+pub fn script(handle: u32, len: usize, now: f64) -> *const u8 {
+    call(len, |source| give_script(handle, source, ms(now)))
+}
+
 fn configure_text(vars: &str) -> String {
     let mut parts = vars.split('\0');
     let mut pairs = Vec::new();
@@ -306,7 +374,8 @@ fn configure_text(vars: &str) -> String {
         i.config = Some(config);
         // Nothing learnt under another configuration is kept; leases end (given back by `due`).
         i.local().reconfigure();
-        i.told = 0;
+        // The shell was told of no lease end yet: the next one is told at the next answer.
+        i.told = u64::MAX;
     });
     message
 }
@@ -369,28 +438,92 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
             return respond(api::unavailable("the worker was not configured"));
         };
         match local.handle(config, &request, now, may_wait, &mut PlatformRng) {
-            Ok(Step::Respond(r)) => answer(i, r),
-            Ok(Step::Send(ex)) => send(i, ex),
+            Ok(step) => next(i, step, false),
             Err(api::Wait) => alloc::vec![2],
         }
     })
 }
 
+/// One RPC call: `call` is `method\0props\0params\0options\0input` (the method's index in
+/// [`rpc_methods`], then the binding's props, the path parameters, the call options and the
+/// fields object, each as JSON), decided with the isolate's local state as a request is.
+fn rpc_call(call: &str, now: u64, may_wait: bool) -> Vec<u8> {
+    let mut f = call.splitn(5, '\0');
+    let (method, props, params, options) = (f.next(), f.next(), f.next(), f.next());
+    let input = f.next().unwrap_or("null").as_bytes();
+    let method = method.and_then(|m| m.parse::<usize>().ok()).and_then(|m| api::rpc::methods().nth(m));
+    isolate(|i| {
+        let (Some(spec), Some(props), Some(params), Some(options)) = (method, props, params, options) else {
+            return lost();
+        };
+        let step = match (&mut *i, api::rpc::caller(props.as_bytes())) {
+            (Isolate { config: Some(Err(e)), .. }, _) => Step::Respond(api::misconfigured(e)),
+            (Isolate { config: Some(Ok((config, _))), local: Some(local), .. }, Ok(caller)) => {
+                let texts = (params.as_bytes(), input, options.as_bytes());
+                match api::rpc::call_local(local, now, may_wait, config, spec.id, texts, &caller, &mut PlatformRng) {
+                    Ok(step) => step,
+                    Err(api::Wait) => return alloc::vec![2],
+                }
+            }
+            (Isolate { config: Some(Ok(_)), .. }, Err(e)) => Step::Respond(e.response()),
+            _ => Step::Respond(api::unavailable("the worker was not configured")),
+        };
+        next(i, step, true)
+    })
+}
+
 fn receive_reply(handle: u32, status: u16, body: &[u8], now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => match i.local().after(ex.receive(status, body), now) {
-            Step::Respond(r) => answer(i, r),
-            Step::Send(ex) => send(i, ex),
-        },
+        Some((ex, rpc)) => {
+            let step = i.local().after(ex.receive(status, body), now);
+            next(i, step, rpc)
+        }
         None => lost(),
     })
 }
 
+fn give_script(handle: u32, source: &[u8], now: u64) -> Vec<u8> {
+    isolate(|i| match i.take(handle) {
+        Some((ex, rpc)) => {
+            let step = i.local().after(ex.give_script(source), now);
+            next(i, step, rpc)
+        }
+        None => lost(),
+    })
+}
+
+/// Set in a final step's first byte when the shell, after answering, must call `due` in the
+/// background: the local state has units to give back, or a lease end the shell was not told of.
+pub const THEN_DUE: u8 = 8;
+
+/// The shell's next step: answer (an HTTP response, or an RPC call's return value or error);
+/// send the REST body (`[1]`, the exchange parked until its reply); or fetch a script's text
+/// (`[3]`, parked until then).
+fn next(i: &mut Isolate, step: Step, rpc: bool) -> Vec<u8> {
+    let (kind, ex) = match step {
+        Step::Respond(r) => return answer(i, r, rpc),
+        Step::Send(ex) => (1, ex),
+        Step::Script(ex) => (3, ex),
+    };
+    let mut out = Vec::with_capacity(9 + ex.body().len());
+    out.push(kind);
+    out.extend_from_slice(&[0; 4]); // the handle, known once the exchange is parked
+    if kind == 1 {
+        out.extend_from_slice(&ex.timeout_ms().unwrap_or(MAX_WAIT_MS).to_le_bytes());
+        out.extend_from_slice(ex.body().as_bytes());
+    } else {
+        out.extend_from_slice(ex.wanted_script().map_or("", |s| s.sha1()).as_bytes());
+    }
+    let handle = i.park((ex, rpc));
+    out[1..5].copy_from_slice(&handle.to_le_bytes());
+    out
+}
+
 fn fail_exchange(handle: u32, why: &str, now: u64) -> Vec<u8> {
     isolate(|i| match i.take(handle) {
-        Some(ex) => {
+        Some((ex, rpc)) => {
             let r = i.local().answered(ex.fail(why), now);
-            answer(i, r)
+            answer(i, r, rpc)
         }
         None => lost(),
     })
@@ -399,12 +532,12 @@ fn fail_exchange(handle: u32, why: &str, now: u64) -> Vec<u8> {
 fn due_calls(now: u64) -> Vec<u8> {
     isolate(|i| {
         let calls = i.local().due(now);
-        let next = i.local().next_due();
-        i.told = next.unwrap_or(u64::MAX);
-        let wait = next.map_or(u32::MAX, |t| u32::try_from(t.saturating_sub(now)).unwrap_or(u32::MAX - 1));
+        let next_due = i.local().next_due();
+        i.told = next_due.unwrap_or(u64::MAX);
+        let wait = next_due.map_or(u32::MAX, |t| u32::try_from(t.saturating_sub(now)).unwrap_or(u32::MAX - 1));
         let mut out = Vec::from(wait.to_le_bytes());
         for ex in calls {
-            let step = send(i, ex);
+            let step = next(i, Step::Send(ex), false);
             out.extend_from_slice(&(step.len() as u32).to_le_bytes());
             out.extend_from_slice(&step);
         }
@@ -412,34 +545,55 @@ fn due_calls(now: u64) -> Vec<u8> {
     })
 }
 
-/// A response step: `[3]` when the shell has background calls to make or a lease end to
-/// wake for that it was not told of yet, else `[0]`.
-fn answer(i: &mut Isolate, r: ApiResponse) -> Vec<u8> {
-    let mut out = respond(r);
+/// A final step: a response (`[0]`), or an RPC call's value (`[4]`) or error (`[5]`), with
+/// [`THEN_DUE`] set when the shell has background calls to make or a lease end to wake for
+/// that it was not told of yet.
+fn answer(i: &mut Isolate, r: ApiResponse, rpc: bool) -> Vec<u8> {
+    let mut out = if rpc { rpc_end(r) } else { respond(r) };
     let local = i.local();
-    let next = local.next_due().unwrap_or(u64::MAX);
-    if local.has_returns() || next < i.told {
-        i.told = next;
-        out[0] = 3;
+    let next_due = local.next_due().unwrap_or(u64::MAX);
+    if local.has_returns() || next_due < i.told {
+        i.told = next_due;
+        out[0] |= THEN_DUE;
     }
     out
+}
+
+/// An RPC call's end: `[4] json` (the value to return) or `[5] json` (the error to throw,
+/// `{status, error, field}`: see [`api::rpc::answer`]).
+fn rpc_end(r: ApiResponse) -> Vec<u8> {
+    let (kind, json) = match api::rpc::answer(&r) {
+        Ok(json) => (4, json),
+        Err(json) => (5, json),
+    };
+    let mut out = Vec::with_capacity(1 + json.len());
+    out.push(kind);
+    out.extend_from_slice(json.as_bytes());
+    out
+}
+
+/// What the admin may ask of the isolate: the exchanges parked now and the wasm memory's size
+/// (`{"parked":n,"memory_bytes":m}`), for a test that cancels requests and shows both flat.
+fn stats_of(props: &[u8]) -> Vec<u8> {
+    let parked = isolate(|i| i.pending.iter().filter(|p| p.is_some()).count());
+    #[cfg(target_family = "wasm")]
+    let memory = core::arch::wasm32::memory_size(0) * 65_536;
+    #[cfg(not(target_family = "wasm"))]
+    let memory = 0;
+    match api::rpc::caller(props) {
+        Ok(c) if c.is_admin() => {
+            let mut out = alloc::vec![4];
+            out.extend_from_slice(format!("{{\"parked\":{parked},\"memory_bytes\":{memory}}}").as_bytes());
+            out
+        }
+        Ok(_) => rpc_end(ApiResponse::error(401, "the isolate's stats need a binding with admin: true", None)),
+        Err(e) => rpc_end(e.response()),
+    }
 }
 
 /// A handle the shell never got (a bug in the shell, not a request's fault).
 fn lost() -> Vec<u8> {
     respond(ApiResponse::error(500, "internal error: unknown exchange", None))
-}
-
-fn send(i: &mut Isolate, ex: Exchange) -> Vec<u8> {
-    let rest = ex.body().as_bytes();
-    let mut out = Vec::with_capacity(9 + rest.len());
-    out.push(1);
-    out.extend_from_slice(&[0; 4]); // the handle, known once the exchange is parked
-    out.extend_from_slice(&ex.timeout_ms().unwrap_or(0).to_le_bytes());
-    out.extend_from_slice(rest);
-    let handle = i.park(ex);
-    out[1..5].copy_from_slice(&handle.to_le_bytes());
-    out
 }
 
 /// The API's response as a step: status, headers (as the API listed them), body.
@@ -535,6 +689,35 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_script_is_asked_for_by_its_sha_and_checked() {
+        assert_eq!(configure_text(VARS), "");
+        let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
+        let script = &redcount_core::script::CLAIM;
+        let ask = |h: u32| {
+            let step = receive_reply(h, 400, noscript, 1_010);
+            assert_eq!(step[0], 3, "a fetch-script step");
+            assert_eq!(core::str::from_utf8(&step[5..]).unwrap(), script.sha1());
+            u32::from_le_bytes(step[1..5].try_into().unwrap())
+        };
+        // No text (no asset), or another text: a 500 naming the script, nothing sent.
+        for wrong in [&b""[..], b"return 1"] {
+            let (h, ..) = parse_send(&handle_request(CLAIM, b"", None, 1_000, true));
+            let step = give_script(ask(h), wrong, 1_020);
+            let (status, _, body) = parse(&step);
+            assert_eq!(status, 500);
+            assert!(body.contains(script.sha1()), "{body}");
+        }
+        // The script's own text: the EVAL, with the same bound as the EVALSHA.
+        let (h, ..) = parse_send(&handle_request(CLAIM, b"", None, 1_000, true));
+        let step = give_script(ask(h), script.source().as_bytes(), 1_020);
+        let (h, timeout, rest) = parse_send(&step);
+        assert!(rest.starts_with(r#"["EVAL","#), "{rest}");
+        assert_eq!(timeout, 250);
+        let (status, _, _) = parse(&receive_reply(h, 200, br#"{"result":[1,0]}"#, 1_030));
+        assert_eq!(status, 200);
+    }
+
+    #[test]
     fn headers_absent_and_empty_differ_and_big_bodies_stay_unread() {
         assert_eq!(configure_text(VARS), "");
         // An empty Idempotency-Key is refused; an absent one is no key.
@@ -547,6 +730,99 @@ mod tests {
         let (status, _, body) = parse(&unread);
         assert_eq!(status, 503);
         assert!(body.contains("reset by peer"), "{body}");
+    }
+
+    #[test]
+    fn rpc_calls_end_in_a_value_or_an_error() {
+        assert_eq!(configure_text(VARS), "");
+        rpc_methods();
+        let methods = String::from_utf8(isolate(|i| i.output[4..].to_vec())).unwrap();
+        let list: Vec<&str> = methods.split('\0').collect();
+        let claim = list.chunks(2).position(|m| m == ["claim", "2"]).expect("claim takes policy and subject");
+        let step =
+            rpc_call(&format!("{claim}\0{{\"namespace\":\"acme\"}}\0[\"bonus\",\"alice\"]\0null\0null"), 1_000, true);
+        let (h, _, rest) = parse_send(&step);
+        assert!(rest.contains("rc.acme:{cl:bonus:alice}"), "{rest}");
+        let done = receive_reply(h, 200, br#"{"result":[1,0]}"#, 1_030);
+        assert_eq!(done[0], 4, "a value to return");
+        let value: &str = core::str::from_utf8(&done[1..]).unwrap();
+        assert!(value.starts_with(r#"{"claimed":true,"retry_after_ms":0,"headers":{"#), "{value}");
+        // Bad input, and props that are not a binding's: an error to throw, nothing sent.
+        for (head, want) in [
+            (
+                format!("{claim}\0null\0[\"bonus\",5]\0null\0null"),
+                r#"{"status":400,"error":"subject must be a string","field":"subject"}"#,
+            ),
+            (format!("{claim}\0{{\"admin\":1}}\0[\"bonus\",\"a\"]\0null\0null"), r#"{"status":500,"#),
+        ] {
+            let out = rpc_call(&head, 1_000, true);
+            assert_eq!(out[0], 5, "an error to throw");
+            assert!(core::str::from_utf8(&out[1..]).unwrap().starts_with(want), "{head}");
+        }
+        // The front gone: a claim's declared failure mode (deny) is a value, not an error.
+        let step = rpc_call(&format!("{claim}\0null\0[\"bonus\",\"a\"]\0null\0null"), 1_000, true);
+        let (h, ..) = parse_send(&step);
+        let out = fail_exchange(h, "connection refused", 1_010);
+        assert_eq!(out[0], 4);
+        assert!(core::str::from_utf8(&out[1..]).unwrap().contains(r#""degraded":true"#));
+        // Stats are the admin's.
+        assert_eq!(stats_of(br#"{"admin":true}"#)[0], 4);
+        assert_eq!(stats_of(b"null")[0], 5);
+    }
+
+    #[test]
+    fn a_denial_over_the_binding_is_repeated_from_the_isolates_cache() {
+        let vars = "REDCOUNT_POLICIES\0{\"day\": {\"kind\": \"quota\", \"algorithm\": \"fixed\", \"limit\": 1, \"window_ms\": 86400000}}\0\
+                    REDCOUNT_REST_URL\0http://127.0.0.1:9/\0REDCOUNT_REST_TOKEN\0rest-token-0123456789";
+        assert_eq!(configure_text(vars), "");
+        let take = api::rpc::methods().position(|s| s.rpc() == Some("take")).unwrap();
+        let call = format!("{take}\0null\0[\"day\",\"alice\"]\0null\0null");
+        let value = |step: &[u8]| {
+            assert_eq!(step[0] & !THEN_DUE, 4, "a value to return");
+            String::from_utf8(step[1..].to_vec()).unwrap()
+        };
+        // Redis denies the first take (nothing left until the window ends).
+        let (h, ..) = parse_send(&rpc_call(&call, 1_000, true));
+        let denied = value(&receive_reply(h, 200, br#"{"result":[0,1,0,50000,50000]}"#, 1_010));
+        assert!(denied.starts_with(r#"{"allowed":false,"#) && !denied.contains("cached"), "{denied}");
+        // 300 ms later the same take over the binding, then over HTTP, is answered from the
+        // isolate's one cache, nothing sent.
+        let again = value(&rpc_call(&call, 1_300, true));
+        assert!(again.starts_with(r#"{"allowed":false,"cached":true,"#), "{again}");
+        assert!(again.contains(r#""retry_after_ms":49700"#), "{again}");
+        let http = handle_request("POST\0http://h/api/quotas/day/alice\0-\0-\0-\0-", b"", None, 1_400, true);
+        let (status, _, body) = parse(&http);
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""cached":true"#), "{body}");
+        // Another subject still goes to Redis.
+        let other = format!("{take}\0null\0[\"day\",\"bob\"]\0null\0null");
+        assert_eq!(rpc_call(&other, 1_400, true)[0], 1, "a send step");
+    }
+
+    #[test]
+    fn a_lease_borrowed_over_the_binding_is_given_back_at_its_end() {
+        let vars = "REDCOUNT_POLICIES\0{\"hot\": {\"kind\": \"quota\", \"algorithm\": \"fixed\", \"limit\": 1000, \"window_ms\": 60000, \"borrow\": {\"units\": 50, \"ms\": 1000}}}\0\
+                    REDCOUNT_REST_URL\0http://127.0.0.1:9/\0REDCOUNT_REST_TOKEN\0rest-token-0123456789";
+        assert_eq!(configure_text(vars), "");
+        let take = api::rpc::methods().position(|s| s.rpc() == Some("take")).unwrap();
+        let call = format!("{take}\0null\0[\"hot\",\"jo\"]\0null\0null");
+        // The first take of the isolate borrows 50 units beside it.
+        let borrow = rpc_call(&call, 1_000, true);
+        let (h, _, rest) = parse_send(&borrow);
+        assert!(rest.contains(r#""borrow""#), "{rest}");
+        let first = receive_reply(h, 200, br#"{"result":[1,1000,949,30000,0,50]}"#, 1_005);
+        // Its value, and the shell told to call `due`: a lease end to wake for.
+        assert_eq!(first[0], 4 | THEN_DUE, "{:?}", String::from_utf8_lossy(&first[1..]));
+        let wake = |out: &[u8]| u32::from_le_bytes(out[..4].try_into().unwrap());
+        assert_eq!(wake(&due_calls(1_010)), 990, "a wake at the lease's end");
+        // Told once: the next answers from its stock need no `due`.
+        assert_eq!(rpc_call(&call, 1_020, true)[0], 4);
+        // At its end the 49 units not used go back, in a call of their own.
+        let back = due_calls(2_000);
+        assert_eq!(wake(&back), u32::MAX, "nothing more to wake for");
+        let len = u32::from_le_bytes(back[4..8].try_into().unwrap()) as usize;
+        let (_, _, rest) = parse_send(&back[8..8 + len]);
+        assert!(rest.contains(r#""return","49""#), "{rest}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod primitives;
 mod reservations;
 mod reservations_model;
 mod rest;
+mod rpc;
 mod scenario;
 mod scripts;
 mod tls;

@@ -1,0 +1,75 @@
+// The example with routes the tests drive (tests/tests/it/rpc.rs), served under workerd beside
+// the redcount worker: the client's contract over the binding, any method through any of the
+// bindings the test config gives it (public, admin, a tenant's), the isolate's stats, and
+// calls cancelled while in flight. Not part of the example a user copies.
+import app from "../src/index";
+import * as lib from "@redcount/client";
+import { contract } from "../../../packages/client/test/contract.mjs";
+
+type Bindings = { [name: string]: any };
+const test = app as unknown as import("hono").Hono<{ Bindings: Bindings }>;
+
+// Every method over the binding: the same contract the client passes over HTTP.
+test.post("/test/contract", async (c) => {
+  const make = (admin: boolean) => new lib.Redcount({ binding: admin ? c.env.REDCOUNT_ADMIN : c.env.REDCOUNT });
+  try {
+    return c.json({ calls: await contract(lib, make, crypto.randomUUID().slice(0, 8)) });
+  } catch (e) {
+    return c.json({ failed: String(e) }, 500);
+  }
+});
+
+// One call: `args` (the JSON body) to `method` through the binding named `binding`.
+test.post("/test/call/:binding/:method", async (c) => {
+  const client = new lib.Redcount({ binding: c.env[c.req.param("binding")] });
+  try {
+    return c.json({ value: await client.call(c.req.param("method") as lib.MethodName, await c.req.json()) });
+  } catch (e) {
+    if (e instanceof lib.RedcountError) return c.json({ error: { status: e.status, message: e.message, field: e.field } });
+    return c.json({ thrown: String(e) }, 500);
+  }
+});
+
+// `n` calls at once through the binding (`args`: the JSON body, `{i}` in a string replaced by
+// the call's number): the answers, in order.
+test.post("/test/storm/:method/:n", async (c) => {
+  const client = new lib.Redcount({ binding: c.env.REDCOUNT });
+  const args = JSON.stringify(await c.req.json());
+  const calls = Array.from({ length: Number(c.req.param("n")) }, (_, i) =>
+    client.call(c.req.param("method") as lib.MethodName, JSON.parse(args.replaceAll("{i}", String(i)))).then(
+      (value) => ({ value }),
+      (e) => ({ error: String(e) }),
+    ),
+  );
+  return c.json(await Promise.all(calls));
+});
+
+test.get("/test/stats", async (c) => c.json(await c.env.REDCOUNT_ADMIN.stats()));
+
+// `n` HTTP requests to the redcount worker (through a plain Service binding), each given up
+// after `ms`: requests the runtime cancels while their REST call is in flight.
+test.post("/test/cancel/http/:n/:ms", async (c) => {
+  const [n, ms] = [Number(c.req.param("n")), Number(c.req.param("ms"))];
+  const sent = Array.from({ length: n }, (_, i) =>
+    c.env.REDCOUNT_HTTP.fetch(`http://redcount/api/quotas/burst/cancel-h${i}`, { method: "POST", signal: AbortSignal.timeout(ms) }),
+  );
+  const settled = await Promise.allSettled(sent);
+  return c.json({ cancelled: settled.filter((s) => s.status === "rejected").length });
+});
+
+// The same for RPC calls: each made by a request of this worker's own (through SELF) that is
+// given up after `ms`, which cancels its call in flight.
+test.post("/test/cancel/rpc/:n/:ms", async (c) => {
+  const [n, ms] = [Number(c.req.param("n")), Number(c.req.param("ms"))];
+  const sent = Array.from({ length: n }, (_, i) =>
+    c.env.SELF.fetch(`http://caller/test/rpc-once/cancel-r${i}`, { method: "POST", signal: AbortSignal.timeout(ms) }),
+  );
+  const settled = await Promise.allSettled(sent);
+  return c.json({ cancelled: settled.filter((s) => s.status === "rejected").length });
+});
+
+test.post("/test/rpc-once/:subject", async (c) => {
+  return c.json(await new lib.Redcount({ binding: c.env.REDCOUNT }).take("burst", c.req.param("subject")));
+});
+
+export default test;

@@ -1,0 +1,337 @@
+//! A Worker of one's own (examples/caller-worker, with the `npm pack`ed @redcount/client)
+//! calling the redcount worker through Service bindings, both under one workerd, before a real
+//! REST front and Redis: every method over the binding, typed errors, the Hono middleware,
+//! `ctx.props` scoping (checked on Redis's keys), admin rights only where props give them,
+//! a storm that stays exact, cancelled calls that leave nothing parked, and the declared
+//! failure mode with the front stopped. And the client's own tests (packages/client/test,
+//! `node --test`) over HTTP against `redcount serve`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use redcount_procs::workerd::{self, Binding, Worker};
+use redcount_procs::{Proc, free_port, scratch_dir, wait_port};
+use redcount_tests::{Api, NativeServer, RedisServer, Reply, RestFront, TEST_POLICIES, root, secret};
+use serde_json::{Value, json};
+
+/// The bindings the caller gets: name and props (all to the `Redcount` entrypoint).
+const BINDINGS: &[(&str, Option<&str>)] = &[
+    ("REDCOUNT", None),
+    ("REDCOUNT_ADMIN", Some(r#"{"admin":true}"#)),
+    ("ACME", Some(r#"{"namespace":"acme"}"#)),
+    ("ACME_ADMIN", Some(r#"{"namespace":"acme","admin":true}"#)),
+    ("GLOBEX", Some(r#"{"namespace":"globex"}"#)),
+    ("WRONG_ADMIN", Some(r#"{"admin":"yes"}"#)),
+    ("WRONG_PROP", Some(r#"{"namespace":"acme","role":"admin"}"#)),
+];
+
+struct Stack {
+    redis: RedisServer,
+    front: RestFront,
+    workerd: Proc,
+    log: std::path::PathBuf,
+    api: Api,
+}
+
+fn write(dir: &Path, toml: &str, dev_vars: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("wrangler.toml"), toml).unwrap();
+    std::fs::write(dir.join(".dev.vars"), dev_vars).unwrap();
+}
+
+fn stack() -> Stack {
+    let root = root();
+    let main = root.join("crates/redcount-worker/build/index.js");
+    let client = root.join("examples/caller-worker/node_modules/@redcount/client/dist/index.js");
+    for (p, what) in [(&main, "the worker"), (&client, "the packed client")] {
+        assert!(
+            p.exists(),
+            "{} is missing ({what}): run `cargo xtask test` (or build-worker, build-client)",
+            p.display()
+        );
+    }
+    let redis = RedisServer::start();
+    let front = RestFront::start(&redis.url(), false);
+    let dir = scratch_dir("rpc");
+    // The one compatibility date, wrangler.toml's.
+    let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).unwrap();
+    let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
+    write(
+        &dir.join("redcount"),
+        &format!(
+            "name = \"redcount\"\nmain = \"{}\"\n{date}\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''\n{TEST_POLICIES}\n'''\n",
+            main.display(),
+            root.join("www").display()
+        ),
+        &format!(
+            "REDCOUNT_REST_URL={}\nREDCOUNT_REST_TOKEN={}\nREDCOUNT_ADMIN_TOKEN={}\n",
+            front.url(),
+            front.token,
+            secret("admin")
+        ),
+    );
+    // The example with the routes the test drives (test/harness.ts), bundled from its own
+    // directory so that its imports resolve as a user's would.
+    write(
+        &dir.join("caller"),
+        &format!(
+            "name = \"caller\"\nmain = \"{}\"\n{date}\n",
+            root.join("examples/caller-worker/test/harness.ts").display()
+        ),
+        "",
+    );
+    let redcount = Worker::from_dir(&root, &dir.join("redcount"), &dir.join("redcount/bundle")).unwrap();
+    let mut caller = Worker::from_dir(&root, &dir.join("caller"), &dir.join("caller/bundle")).unwrap();
+    for (name, props) in BINDINGS {
+        caller.bindings.push(Binding::service(name, "redcount", Some("Redcount"), *props));
+    }
+    caller.bindings.push(Binding::service("REDCOUNT_HTTP", "redcount", None, None));
+    caller.bindings.push(Binding::service("SELF", "caller", None, None));
+    let port = free_port();
+    let config = workerd::write(&dir.join("config"), &[(&caller, Some(port)), (&redcount, None)]).unwrap();
+    let log = dir.join("workerd.log");
+    let mut workerd = Proc::spawn("workerd", &mut workerd::command(&root, &config, Some(&log)).unwrap()).unwrap();
+    if let Err(e) = wait_port(port, Duration::from_secs(60), &mut workerd) {
+        panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    }
+    Stack { redis, front, workerd, log, api: Api::new(format!("http://127.0.0.1:{port}"), "") }
+}
+
+impl Stack {
+    /// `method(...args)` through the binding `binding`: `Ok(value)` or `Err(the RedcountError's
+    /// {status, message, field})`.
+    async fn call(&self, binding: &str, method: &str, args: Value) -> Result<Value, Value> {
+        let r = self.api.post(&format!("/test/call/{binding}/{method}"), &args.to_string()).await;
+        assert_eq!(r.status, 200, "{binding}.{method}({args}): {}\n{}", r.json, self.log());
+        match (r.json.get("value"), r.json.get("error")) {
+            (Some(v), None) => Ok(v.clone()),
+            (None, Some(e)) => Err(e.clone()),
+            _ => panic!("{binding}.{method}({args}): not a value nor a RedcountError: {}", r.json),
+        }
+    }
+
+    fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut self.redis.conn()).unwrap();
+        keys.sort();
+        keys
+    }
+
+    /// The keys that `f` made (present after it, not before).
+    async fn new_keys<F: std::future::Future<Output = ()>>(&self, f: F) -> Vec<String> {
+        let before = self.keys();
+        f.await;
+        self.keys().into_iter().filter(|k| !before.contains(k)).collect()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn refused(got: Result<Value, Value>, status: u16, field: Option<&str>) {
+    let e = got.expect_err("a RedcountError");
+    assert_eq!(e["status"], status, "{e}");
+    assert_eq!(e["field"].as_str(), field, "{e}");
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
+}
+
+fn allowed(got: Result<Value, Value>) -> bool {
+    got.unwrap()["allowed"].as_bool().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_of_ones_own_through_a_service_binding() {
+    let mut s = stack();
+    let run = &secret("run")[..8];
+
+    // The client's contract (every method, the typed errors) over the binding: the same one
+    // packages/client passes over HTTP.
+    let c = s.api.post("/test/contract", "").await;
+    assert_eq!(c.status, 200, "{}\n{}", c.json, s.log());
+    assert!(c.json["calls"].as_u64().unwrap() > 40, "{}", c.json);
+
+    // Typed errors: status, message and field survive the binding.
+    refused(s.call("REDCOUNT", "take", json!(["daily-prize", "e", {"cost": 2.5}])).await, 400, Some("cost"));
+    refused(s.call("REDCOUNT", "take", json!(["daily-prize", {"a": 1}])).await, 400, Some("subject"));
+    refused(s.call("REDCOUNT", "take", json!(["nope", "e"])).await, 404, Some("policy"));
+    refused(s.call("REDCOUNT", "grab", json!(["0123456789abcdef", {"user": "u"}])).await, 404, Some("id"));
+    // The example's own route turns one into its answer.
+    let g = send(&s, "POST", "/packets/0123456789abcdef/grab", "u").await;
+    assert_eq!((g.status, &g.json["field"]), (404, &json!("id")), "{}", g.json);
+
+    // The Hono middleware (calls-per-minute: 10 a minute): the headers on allowed answers, 429
+    // with Retry-After past the limit, each user apart.
+    for i in 0..11 {
+        let r = send(&s, "GET", "/hello/you", &format!("m-{run}")).await;
+        assert_eq!(r.headers["ratelimit-policy"], "\"calls-per-minute\";q=10;w=60", "{:?}", r.headers);
+        if i < 10 {
+            assert_eq!((r.status, r.json.as_str()), (200, Some("hello, you")), "call {i}");
+            assert!(r.headers["ratelimit"].to_str().unwrap().starts_with("\"calls-per-minute\";r="), "{:?}", r.headers);
+        } else {
+            assert_eq!(r.status, 429, "{}", r.json);
+            assert!(r.headers["retry-after"].to_str().unwrap().parse::<u64>().unwrap() > 0);
+            assert!(r.headers["ratelimit"].to_str().unwrap().starts_with("\"calls-per-minute\";r=0;"));
+        }
+    }
+    assert_eq!(send(&s, "GET", "/hello/you", &format!("m2-{run}")).await.status, 200);
+
+    // Scopes: each tenant's keys under its own namespace, and a subject exhausted in one
+    // scope untouched in the others.
+    let subject = format!("s-{run}");
+    let q = json!(["daily-prize", subject]);
+    let acme = s
+        .new_keys(async {
+            assert!(allowed(s.call("ACME", "take", q.clone()).await));
+            assert!(allowed(s.call("ACME", "take", q.clone()).await));
+            assert!(!allowed(s.call("ACME", "take", q.clone()).await));
+        })
+        .await;
+    assert!(!acme.is_empty() && acme.iter().all(|k| k.starts_with("rc.acme:")), "{acme:?}");
+    // Denied again soon after: from the isolate's memory (the local state its HTTP requests
+    // use too), for at most cache_denials_ms (1 s): a take that came later than that asked
+    // Redis again, so the first of a few in a row is enough.
+    let mut cached = None;
+    for i in 0..5 {
+        let again = s.call("ACME", "take", q.clone()).await.unwrap();
+        assert_eq!(again["allowed"], false, "{again}");
+        if again["cached"] == true {
+            assert!(again["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0), "{again}");
+            cached = Some(i);
+            break;
+        }
+    }
+    assert!(cached.is_some(), "no denial over the binding was repeated from the isolate's cache");
+    let globex = s.new_keys(async { assert!(allowed(s.call("GLOBEX", "take", q.clone()).await)) }).await;
+    assert!(!globex.is_empty() && globex.iter().all(|k| k.starts_with("rc.globex:")), "{globex:?}");
+    let public = s.new_keys(async { assert!(allowed(s.call("REDCOUNT", "take", q.clone()).await)) }).await;
+    assert!(!public.is_empty() && public.iter().all(|k| k.starts_with("rc:")), "{public:?}");
+    // A packet made in one scope is nowhere else.
+    let made = s.call("ACME", "createPacket", json!([{"total_cents": 100, "count": 2}])).await.unwrap();
+    let id = made["id"].as_str().unwrap();
+    for other in ["GLOBEX", "REDCOUNT", "REDCOUNT_ADMIN"] {
+        refused(s.call(other, "grab", json!([id, {"user": "u"}])).await, 404, Some("id"));
+    }
+    assert_eq!(s.call("ACME", "grab", json!([id, {"user": "u"}])).await.unwrap()["outcome"], "won");
+
+    // Admin rights only from props: refused to the public and to a scoped binding without
+    // admin; a scoped admin acts within its scope only.
+    for b in ["REDCOUNT", "ACME", "GLOBEX"] {
+        refused(s.call(b, "reset", json!(["daily-prize", subject])).await, 401, None);
+        refused(
+            s.call(b, "setOverride", json!(["daily-prize", subject, {"limit": 9, "ttl_ms": 60000}])).await,
+            401,
+            None,
+        );
+        refused(s.call(b, "appendInbox", json!([subject, {"id": 1, "body": "x"}])).await, 401, None);
+        refused(s.call(b, "addCounter", json!(["running-jobs", subject, {"delta": 5}])).await, 403, Some("delta"));
+        refused(s.call(b, "stats", json!([])).await, 401, None);
+    }
+    assert!(allowed(s.call("GLOBEX", "take", q.clone()).await));
+    assert!(!allowed(s.call("GLOBEX", "take", q.clone()).await));
+    let reset =
+        s.new_keys(async { assert_eq!(s.call("ACME_ADMIN", "reset", q.clone()).await.unwrap()["reset"], true) });
+    assert!(reset.await.iter().all(|k| k.starts_with("rc.acme:")));
+    assert!(allowed(s.call("ACME", "take", q.clone()).await));
+    assert!(!allowed(s.call("GLOBEX", "take", q.clone()).await), "acme's admin reset globex's quota");
+    // Props that are not understood give no rights at all.
+    for b in ["WRONG_ADMIN", "WRONG_PROP"] {
+        refused(s.call(b, "take", q.clone()).await, 500, None);
+        refused(s.call(b, "reset", q.clone()).await, 500, None);
+    }
+
+    // 1,000 grabs of a 500-share packet at once through the binding: exactly 500 won, the
+    // whole amount paid out.
+    let made = s.call("REDCOUNT", "createPacket", json!([{"total_cents": 100000, "count": 500}])).await.unwrap();
+    let id = made["id"].as_str().unwrap();
+    let storm = s.api.post("/test/storm/grab/1000", &json!([id, {"user": "u{i}"}]).to_string()).await;
+    let answers = storm.json.as_array().unwrap_or_else(|| panic!("{}", storm.json));
+    let won: Vec<i64> = answers
+        .iter()
+        .filter(|a| a["value"]["outcome"] == "won")
+        .map(|a| a["value"]["amount_cents"].as_i64().unwrap())
+        .collect();
+    assert_eq!(answers.len(), 1000);
+    assert!(
+        answers.iter().all(|a| a.get("value").is_some()),
+        "{:?}",
+        answers.iter().find(|a| a.get("error").is_some())
+    );
+    assert_eq!((won.len(), won.iter().sum::<i64>()), (500, 100000));
+    let status = s.call("REDCOUNT", "packetStatus", json!([id])).await.unwrap();
+    assert_eq!(status["claimed"], 500, "{status}");
+
+    // Calls cancelled while in flight (over HTTP and over RPC) leave no exchange parked.
+    for path in ["/test/cancel/http/50/5", "/test/cancel/rpc/50/5"] {
+        let r = s.api.post(path, "").await;
+        assert_eq!(r.status, 200, "{path}: {}", r.json);
+        assert!(r.json["cancelled"].as_u64().unwrap() > 0, "{path}: none cancelled: {}", r.json);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = s.api.get("/test/stats").await;
+        if stats.json["parked"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "exchanges still parked: {}", stats.json);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The front stopped: burst's failure mode (closed, the default) is a degraded denial, an
+    // answer rather than an error (as over HTTP), which the middleware turns into a 503.
+    s.front.kill();
+    let degraded = s.call("REDCOUNT", "take", json!(["burst", subject])).await.unwrap();
+    assert_eq!((&degraded["allowed"], &degraded["degraded"]), (&json!(false), &json!(true)), "{degraded}");
+    assert_eq!(send(&s, "GET", "/hello/you", &format!("m3-{run}")).await.status, 503);
+    drop(s.workerd);
+}
+
+/// A request to the example's own routes as `user` (`x-user`).
+async fn send(s: &Stack, method: &str, path: &str, user: &str) -> Reply {
+    let url = format!("{}{path}", s.api.base);
+    let resp =
+        s.api.http.request(method.parse().unwrap(), url).header("x-user", user).send().await.expect("the caller");
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    let text = resp.text().await.unwrap();
+    Reply { status, headers, json: serde_json::from_str(&text).unwrap_or(Value::String(text)) }
+}
+
+/// packages/client/test/client.test.mjs (the contract over HTTP, the typed error, the Hono
+/// middleware's headers and 429, src/generated.ts against openapi.json) with `node --test`,
+/// against `redcount serve` on a real Redis.
+#[test]
+fn the_clients_own_tests_over_http() {
+    let root = root();
+    let dist = root.join("packages/client/dist/index.js");
+    assert!(dist.exists(), "{} is missing: run `cargo xtask test` (or build-client)", dist.display());
+    let redis = RedisServer::start();
+    let admin = secret("admin");
+    let serve = NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, TEST_POLICIES);
+    let out = std::process::Command::new("node")
+        .args(["--test", "--test-reporter=tap"])
+        .arg(root.join("packages/client/test/client.test.mjs"))
+        .current_dir(root.join("packages/client"))
+        .env("REDCOUNT_URL", serve.url())
+        .env("REDCOUNT_ADMIN_TOKEN", &admin)
+        .output()
+        .expect("node");
+    let tap = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tap}\n{}\n{}", String::from_utf8_lossy(&out.stderr), serve.log());
+    // Every test ran (none skipped for want of a server).
+    assert!(tap.contains("# pass 4") && tap.contains("# skipped 0"), "{tap}");
+}
+
+/// README.md's "From your Worker" is the example's code and binding.
+#[test]
+fn the_readme_quick_start_is_the_example() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme.split_once("### From your Worker").expect("README: a `### From your Worker` section").1;
+    let block = |lang: &str| section.split_once(&format!("```{lang}\n")).unwrap().1.split_once("```").unwrap().0;
+    let example = std::fs::read_to_string(root.join("examples/caller-worker/src/index.ts")).unwrap();
+    let code = example.split_once("// README from your Worker: begin\n").unwrap().1;
+    let code = code.split_once("// README from your Worker: end").unwrap().0;
+    assert_eq!(block("ts"), code, "README.md's \"From your Worker\" and examples/caller-worker/src/index.ts differ");
+    let toml = std::fs::read_to_string(root.join("examples/caller-worker/wrangler.toml")).unwrap();
+    let binding = block("toml").lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    assert!(toml.contains(&binding), "README.md's binding is not examples/caller-worker/wrangler.toml's:\n{binding}");
+}

@@ -1,0 +1,43 @@
+//! The npm client (packages/client): built with the pinned TypeScript, `npm pack`ed, and its
+//! tarball installed into examples/caller-worker, which the tests bundle as a user would.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::setup::{root, run, target_dir};
+
+/// Checks src/generated.ts against openapi.json, compiles the package into dist/, packs it
+/// unpacks the tarball as examples/caller-worker's `@redcount/client` and type-checks the
+/// example with it. Returns the tarball.
+pub fn build() -> Result<PathBuf, String> {
+    let root = root();
+    let package = root.join("packages/client");
+    run(Command::new("node").arg(package.join("scripts/generate.mjs")).arg("--check"))?;
+    run(Command::new(root.join("node_modules/.bin/tsc")).arg("-p").arg(package.join("tsconfig.json")))?;
+    let packed = target_dir().join("client");
+    let _ = std::fs::remove_dir_all(&packed);
+    std::fs::create_dir_all(&packed).map_err(|e| e.to_string())?;
+    let out = Command::new("npm")
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(&packed)
+        .current_dir(&package)
+        .output()
+        .map_err(|e| format!("cannot run npm pack: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("npm pack failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let name = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string();
+    let tarball = packed.join(&name);
+    if name.is_empty() || !tarball.is_file() {
+        return Err(format!("npm pack made no tarball in {}", packed.display()));
+    }
+    // Unpacked as npm would install it (hono, its peer, resolves from the root's node_modules).
+    let into = root.join("examples/caller-worker/node_modules/@redcount/client");
+    let _ = std::fs::remove_dir_all(&into);
+    std::fs::create_dir_all(&into).map_err(|e| e.to_string())?;
+    run(Command::new("tar").arg("xzf").arg(&tarball).arg("--strip-components=1").arg("-C").arg(&into))?;
+    // The example type-checks against the packed client (as README.md shows it).
+    run(Command::new(root.join("node_modules/.bin/tsc")).arg("-p").arg(root.join("examples/caller-worker")))?;
+    eprintln!("xtask: {} into examples/caller-worker", tarball.display());
+    Ok(tarball)
+}
