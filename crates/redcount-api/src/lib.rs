@@ -859,9 +859,9 @@ pub(crate) fn call_in<R: RngCore + ?Sized>(
             let step = match (local, ex.plan.take().map(|p| *p)) {
                 (Some((l, may_wait)), Some(local::Plan::Quota(plan))) => l.quota(config, caller, ex, plan, may_wait)?,
                 (Some((l, _)), Some(local::Plan::Decision(plan))) => l.decision(ex, plan),
-                (Some((l, _)), Some(local::Plan::Forget { prefix, decisions })) => {
-                    l.forget(&prefix, &decisions);
-                    ex.plan = Some(Box::new(local::Plan::Forget { prefix, decisions }));
+                (Some((l, _)), Some(local::Plan::Forget { prefixes, decisions })) => {
+                    l.forget(&prefixes, &decisions);
+                    ex.plan = Some(Box::new(local::Plan::Forget { prefixes, decisions }));
                     Step::Send(ex)
                 }
                 _ => Step::Send(ex),

@@ -100,8 +100,10 @@ pub(crate) enum Plan {
     Quota(Box<QuotaPlan>),
     /// A compound decision.
     Decision(Box<DecisionPlan>),
-    /// An admin override, refund or reset of one subject's policy: its denials go.
-    Forget { prefix: String, decisions: String },
+    /// An admin override, refund or reset of one subject's policy, or a reservation's
+    /// settle, extend or release (units given back): the subject's denials of those policies
+    /// go, and its decisions'.
+    Forget { prefixes: Vec<String>, decisions: String },
     /// Learnt when sent (a return, or a call after the local state's time).
     Nothing,
 }
@@ -286,7 +288,7 @@ impl Local {
         match r.plan.take().map(|p| *p) {
             Some(Plan::Quota(plan)) => self.learn_quota(&plan, seen),
             Some(Plan::Decision(plan)) => self.learn_decision(&plan, seen),
-            Some(Plan::Forget { prefix, decisions }) => self.forget(&prefix, &decisions),
+            Some(Plan::Forget { prefixes, decisions }) => self.forget(&prefixes, &decisions),
             Some(Plan::Nothing) | None => {}
         }
         r
@@ -680,11 +682,12 @@ impl Local {
         }
     }
 
-    /// An override, refund or reset through this shell: the subject's denials of that policy
-    /// (every cost, every definition) and its decisions go.
-    pub(crate) fn forget(&mut self, prefix: &str, decisions: &str) {
+    /// An override, refund or reset through this shell (or units a reservation gave back):
+    /// the subject's denials of those policies (every cost, every definition) and its
+    /// decisions go.
+    pub(crate) fn forget(&mut self, prefixes: &[String], decisions: &str) {
         self.forgets += 1;
-        self.denials.retain(|key| !key.starts_with(prefix) && !key.starts_with(decisions));
+        self.denials.retain(|key| !key.starts_with(decisions) && !prefixes.iter().any(|p| key.starts_with(p.as_str())));
     }
 
     /// The plan of a take or peek of `policy` (a quota) by `caller`.
@@ -750,13 +753,19 @@ impl Local {
         Box::new(DecisionPlan { kinds, parts, peek, key: repeatable.then_some(whole), sent: Sent::default() })
     }
 
-    /// The plan of an override, refund or reset of `policy` for `subject` by `caller`.
-    pub(crate) fn forget_plan(caller: &Caller, policy: &str, subject: &str) -> Plan {
-        let mut prefix = subject_key(caller, policy, subject, 0);
+    /// The plan of an override, refund or reset of `policies` for `subject` by `caller`.
+    pub(crate) fn forget_plan<'p>(caller: &Caller, policies: impl IntoIterator<Item = &'p str>, subject: &str) -> Plan {
         // Every definition's: the key up to the fingerprint.
         let fp_digits = itoa::Buffer::new().format(0u64).len();
-        prefix.truncate(prefix.len() - fp_digits);
-        Plan::Forget { prefix, decisions: decisions_prefix(caller, subject) }
+        let prefixes = policies
+            .into_iter()
+            .map(|policy| {
+                let mut prefix = subject_key(caller, policy, subject, 0);
+                prefix.truncate(prefix.len() - fp_digits);
+                prefix
+            })
+            .collect();
+        Plan::Forget { prefixes, decisions: decisions_prefix(caller, subject) }
     }
 }
 

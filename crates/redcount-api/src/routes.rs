@@ -131,25 +131,25 @@ fn dispatch<R: RngCore + ?Sized>(cx: &Cx<'_>, route: &Route, rng: &mut R) -> Rou
         Route::QuotaRefund { policy, subject } => refund(cx, policy, subject),
         Route::OverrideSet { policy, subject } => override_set(cx, policy, subject),
         Route::OverrideClear { policy, subject } => override_clear(cx, policy, subject),
-        Route::QuotaPeekTenant { policy, tenant, user } => quota_take(cx, policy, &tenant_user(tenant, user), true),
-        Route::QuotaTakeTenant { policy, tenant, user } => quota_take(cx, policy, &tenant_user(tenant, user), false),
-        Route::QuotaResetTenant { policy, tenant, user } => quota_reset(cx, policy, &tenant_user(tenant, user)),
-        Route::QuotaRefundTenant { policy, tenant, user } => refund(cx, policy, &tenant_user(tenant, user)),
+        Route::QuotaPeekTenant { policy, tenant, user } => quota_take(cx, policy, &tenant_user(tenant, user)?, true),
+        Route::QuotaTakeTenant { policy, tenant, user } => quota_take(cx, policy, &tenant_user(tenant, user)?, false),
+        Route::QuotaResetTenant { policy, tenant, user } => quota_reset(cx, policy, &tenant_user(tenant, user)?),
+        Route::QuotaRefundTenant { policy, tenant, user } => refund(cx, policy, &tenant_user(tenant, user)?),
         Route::Decide { subject } => decide(cx, subject),
-        Route::DecideTenant { tenant, user } => decide(cx, &tenant_user(tenant, user)),
+        Route::DecideTenant { tenant, user } => decide(cx, &tenant_user(tenant, user)?),
         Route::Reserve { subject } => reservations::reserve(cx, subject, rng),
-        Route::ReserveTenant { tenant, user } => reservations::reserve(cx, &tenant_user(tenant, user), rng),
+        Route::ReserveTenant { tenant, user } => reservations::reserve(cx, &tenant_user(tenant, user)?, rng),
         Route::Settle { subject, id } => reservations::close(cx, subject, id, Close::Settle),
         Route::SettleTenant { tenant, user, id } => {
-            reservations::close(cx, &tenant_user(tenant, user), id, Close::Settle)
+            reservations::close(cx, &tenant_user(tenant, user)?, id, Close::Settle)
         }
         Route::Extend { subject, id } => reservations::close(cx, subject, id, Close::Extend),
         Route::ExtendTenant { tenant, user, id } => {
-            reservations::close(cx, &tenant_user(tenant, user), id, Close::Extend)
+            reservations::close(cx, &tenant_user(tenant, user)?, id, Close::Extend)
         }
         Route::Release { subject, id } => reservations::close(cx, subject, id, Close::Release),
         Route::ReleaseTenant { tenant, user, id } => {
-            reservations::close(cx, &tenant_user(tenant, user), id, Close::Release)
+            reservations::close(cx, &tenant_user(tenant, user)?, id, Close::Release)
         }
         Route::SemaphoreAcquire { policy, name } => semaphore(cx, policy, name, Act::Acquire),
         Route::SemaphoreRenew { policy, name } => semaphore(cx, policy, name, Act::Renew),
@@ -196,9 +196,19 @@ impl<'a> Cx<'a> {
 
     /// `ex`, an override, refund or reset of `policy` for `subject`: a local state drops that
     /// subject's denials of it when the call is made, and again when it is answered.
-    fn forgetting(&self, mut ex: Exchange, policy: &str, subject: &str) -> Exchange {
+    fn forgetting(&self, ex: Exchange, policy: &str, subject: &str) -> Exchange {
+        self.forgetting_all(ex, [policy], subject)
+    }
+
+    /// [`Cx::forgetting`] of several policies (a reservation's parts).
+    pub(crate) fn forgetting_all<'p>(
+        &self,
+        mut ex: Exchange,
+        policies: impl IntoIterator<Item = &'p str>,
+        subject: &str,
+    ) -> Exchange {
         if self.planned {
-            ex.plan = Some(Box::new(Local::forget_plan(self.caller, policy, subject)));
+            ex.plan = Some(Box::new(Local::forget_plan(self.caller, policies, subject)));
         }
         ex
     }
@@ -257,8 +267,11 @@ fn wrong_kind(name: &str, p: &Policy, kind: &str) -> ApiError {
 
 /// The subject `TENANT/USER` of a tenant route's two segments (checked, as every subject, by
 /// the operation, after the policy: a segment holding `/` makes no valid subject).
-fn tenant_user(tenant: &str, user: &str) -> String {
-    format!("{tenant}/{user}")
+/// A tenant route's subject, `TENANT/USER`, each part checked under its own name.
+fn tenant_user(tenant: &str, user: &str) -> Result<String, ApiError> {
+    validate::id("tenant", tenant)?;
+    validate::id("user", user)?;
+    Ok(format!("{tenant}/{user}"))
 }
 
 /// What makes two uses of one `Idempotency-Key` the same request: the method, the route

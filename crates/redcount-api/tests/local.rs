@@ -512,3 +512,44 @@ fn borrow_is_for_fixed_windows_and_cache_denials_ms_for_quotas() {
     assert_eq!(c.fingerprint("a"), c.fingerprint("b"));
     assert_ne!(c.fingerprint("a"), c.fingerprint("d"));
 }
+
+/// A reservation that gives units back through this shell (a settle below what was reserved,
+/// a release, a reserve that applies expired reservations' refunds first) drops the
+/// subject's denials of its quotas at once, as a refund does; another subject keeps its own.
+#[test]
+fn units_a_reservation_gives_back_through_this_shell_drop_its_denials() {
+    for (act, body) in [
+        ("release", "{}"),
+        ("settle", r#"{"actual": [{"policy": "daily", "units": 0}]}"#),
+        ("extend", r#"{"used": [{"policy": "daily", "units": 0}]}"#),
+    ] {
+        let mut s = shell();
+        let path = take("daily", "erin");
+        let reserve =
+            s.sends(req("POST", "/api/reservations/erin", r#"{"parts":[{"policy":"daily","units":1}]}"#, false), 0);
+        let ends = 60_000;
+        let r = s.reply(reserve, json!([1, 0, 0, 1, ends, 1, 1, 3, 0, 50_000, 0, 1, 0]), 0);
+        let id = json_of(&r)["reservation"].as_str().unwrap_or_else(|| panic!("no id: {}", r.body)).to_string();
+        s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 10);
+        s.through(req("POST", &take("daily", "other"), "", false), json!([0, 3, 0, 50_000, 50_000]), 20);
+        s.answers(req("POST", &path, "", false), 30);
+        let close = s.sends(req("POST", &format!("/api/reservations/erin/{id}/{act}"), body, false), 40);
+        s.sends(req("POST", &path, "", false), 41);
+        s.answers(req("POST", &take("daily", "other"), "", false), 41);
+        drop(close);
+        // A reserve (it may apply owed refunds first) drops them too; a peek does not.
+        s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 50);
+        s.sends(
+            req(
+                "POST",
+                "/api/reservations/erin?peek=true",
+                r#"{"parts":[{"policy":"daily","units":1}],"peek":true}"#,
+                false,
+            ),
+            60,
+        );
+        s.answers(req("POST", &path, "", false), 60);
+        s.sends(req("POST", "/api/reservations/erin", r#"{"parts":[{"policy":"daily","units":1}]}"#, false), 70);
+        s.sends(req("POST", &path, "", false), 71);
+    }
+}

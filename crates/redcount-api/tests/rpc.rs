@@ -31,6 +31,9 @@ fn input(route: RouteId) -> Value {
     match route {
         RouteId::CounterAdd => json!({"delta": 1}),
         RouteId::QuotaTake | RouteId::QuotaPeek | RouteId::QuotaRefund => json!({"cost": 1}),
+        RouteId::QuotaTakeTenant | RouteId::QuotaPeekTenant | RouteId::QuotaRefundTenant => json!({"cost": 1}),
+        RouteId::DecideTenant => json!({"parts": [{"policy": "daily", "level": "tenant"}]}),
+        RouteId::Reserve | RouteId::ReserveTenant => json!({"parts": [{"policy": "daily", "units": 1}]}),
         RouteId::OverrideSet => json!({"limit": 3, "ttl_ms": 1000}),
         RouteId::Decide => json!({"parts": [{"policy": "daily"}, {"policy": "slots", "holder": "h1"}]}),
         RouteId::SemaphoreAcquire | RouteId::SemaphoreRenew | RouteId::SemaphoreRelease => json!({"holder": "h1"}),
@@ -91,6 +94,11 @@ fn every_method_reaches_redis_with_valid_arguments_and_names_a_bad_one() {
         let route = spec.id;
         let name = spec.rpc().unwrap();
         assert_eq!(rpc::method(name), Some(route));
+        // A settle's, extend's or release's id is a sealed ticket a reserve answered (any other
+        // is a 404 naming id before a call): redcount-cli's reservation_routes drives those.
+        if spec.path.starts_with("/api/reservations/") && spec.params.contains(&"id") {
+            continue;
+        }
         let good = params(route, "alice");
         match call(&config, route, &good, &input(route), &Value::Null, admin) {
             Step::Send(ex) => assert!(!ex.body().is_empty()),

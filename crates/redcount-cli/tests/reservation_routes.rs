@@ -587,5 +587,5 @@ async fn tenant_subjects_are_two_segments_on_quotas_and_decisions() {
     let d = env.post("/api/decisions/olga", json!({"parts": [{"policy": "usd", "level": "tenant"}]})).await;
     assert_eq!((d.status, d.field()), (400, "parts[0].level"), "{}", d.json);
     let a = env.post("/api/quotas/usd/acme%2Fx/olga", json!({"cost": 1})).await;
-    assert_eq!((a.status, a.field()), (400, "subject"), "{}", a.json);
+    assert_eq!((a.status, a.field()), (400, "tenant"), "{}", a.json);
 }

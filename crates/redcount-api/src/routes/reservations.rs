@@ -261,7 +261,8 @@ pub(super) fn reserve<R: RngCore + ?Sized>(cx: &Cx<'_>, subject: &str, rng: &mut
     // A reservation is never granted without Redis (it is a record there).
     ex.degrade = Some(("allowed", false));
     ex.timeout_ms = timeout_ms;
-    send(ex)
+    // A reserve first gives back what expired reservations owe (on_expiry refund).
+    send(if peek { ex } else { cx.forgetting_all(ex, named.iter().map(|n| n.name), subject) })
 }
 
 /// One part of a reserve.
@@ -419,7 +420,8 @@ pub(super) fn close(cx: &Cx<'_>, subject: &str, id: &str, act: Close) -> Routed 
         }
         Close::Release => settle_exchange(cx, &named, id, cx.replayable(Release::new(subject, &rid, parts))?),
     };
-    send(ex)
+    // Units given back: this shell's denials of those quotas may no longer hold.
+    send(cx.forgetting_all(ex, named.iter().map(|n| n.name), subject))
 }
 
 /// The units per part of `field`'s list (`[{"policy": …, "units": …, "level": …}]`): an item
