@@ -27,7 +27,7 @@ use crate::{Node, SlotRange, first_key, getkeys, slot_ranges, with_address};
 /// in its place (made from those nodes, those that answer). When a `PING` is answered, the
 /// probe reads `CLUSTER SLOTS` from the first node to answer and looks at each master:
 /// one that refuses a TCP connection is noted, and calls for its slots end with it named
-/// ([`Stop::Unreachable`]) instead of waiting out their limit; one that answers while what
+/// ([`Stop::Unreachable`](crate::Stop::Unreachable)) instead of waiting out their limit; one that answers while what
 /// the connection routes to its slots does not means a failover the connection did not
 /// follow, and it is replaced by one made from the masters that answer. One probe at a time,
 /// and none within [`SUSPECT_AFTER`] of the last, so a Redis that is slow for everyone costs
@@ -111,7 +111,7 @@ pub const PROBE_LIMIT: Duration = Duration::from_secs(2);
 
 impl ClusterLink {
     /// Connects through `seeds` with the client `builder` makes (with redis-rs's retries off:
-    /// see [`cluster_call`]). A replacement connection is made by `builder` too, from the
+    /// see [`cluster_call`](crate::cluster_call)). A replacement connection is made by `builder` too, from the
     /// seeds or from the masters that answer.
     pub async fn connect(
         seeds: Vec<redis::ConnectionInfo>,
