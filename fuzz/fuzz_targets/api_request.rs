@@ -52,6 +52,8 @@ fuzz_target!(|data: &[u8]| {
                 return;
             }
             Step::Send(ex) => step = ex.receive(reply.first().map(|b| 200 + (*b as u16 % 4) * 100).unwrap_or(200), reply),
+            // Any text as a script's: only the one whose SHA-1 matches is ever sent.
+            Step::Script(ex) => step = ex.give_script(reply),
         }
     }
 });
