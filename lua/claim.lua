@@ -7,7 +7,7 @@
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 local w = ARGV[1]
-local window = int('window', w, 1, 1000000000000)
+local window = int('window', w, 1, RUST.claim.MAX_WINDOW_MS)
 
 local replay, finish = idempotency(1, 1)
 if replay then return replay end

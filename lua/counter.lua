@@ -5,14 +5,15 @@
 -- ARGV[3]  min: integer
 -- ARGV[4]  max: integer >= min, or "" for no maximum
 -- ARGV[5]  mode: "clamp" (apply the part of delta that stays in bounds) or "reject" (all or nothing)
--- ARGV[6]  ttl in ms, renewed by every write, so a counter lives this long after its own last
---          write; 0 for none. Hash storage: the hash lives this long after the last write
---          to any of its counters, and each field too where Redis has per-field expiry (7.4+)
+-- ARGV[6]  ttl in ms (0 .. counter::MAX_TTL_MS), renewed by every write, so a counter lives
+--          this long after its own last write; 0 for none. Hash storage: the hash lives this
+--          long after the last write to any of its counters, and each field too where Redis
+--          has per-field expiry (7.4+)
 -- Reply: {value, applied, flag}; flag 0 = applied as asked, 1 = clamped, 2 = rejected.
 -- Every check runs before the single write: Redis has no rollback.
 -- Optional: KEYS[2] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
-local LIM = 1000000000000000 -- 10^15, far below 2^53 so every sum stays exact
+local LIM = RUST.counter.MAX_VALUE -- 10^15, far below 2^53 so every sum stays exact
 
 local key, field = KEYS[1], ARGV[1]
 local delta = int('delta', ARGV[2], -LIM, LIM)
@@ -24,7 +25,7 @@ local mode = ARGV[5]
 if mode ~= 'clamp' and mode ~= 'reject' then
   return error({err = 'ERR redcount: mode must be clamp or reject'})
 end
-local ttl = int('ttl', ARGV[6], 0, LIM)
+local ttl = int('ttl', ARGV[6], 0, RUST.counter.MAX_TTL_MS)
 
 local replay, finish = idempotency(1, 6)
 if replay then return replay end

@@ -19,11 +19,11 @@ if #KEYS == 2 and #ARGV == 4 and ARGV[4] == '0' then
   if v and string.find(ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. v, '^[1-9]%d* [1-9]%d* [1-9]%d* [1-9]%d*$') then
     -- (+ 0, not tonumber: one strtod each instead of two; prelude.lua: int)
     local limit, window, cost, used = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, v + 0
-    if limit <= 1000000000 and window <= 1000000000000 and cost <= 1000000000 and used <= 9007199254740991 then
+    if limit <= RUST.quota.MAX_LIMIT and window <= RUST.quota.MAX_WINDOW_MS and cost <= RUST.quota.MAX_LIMIT and used <= RUST.validate.MAX_SAFE then
       local o = st[2] -- the subject's override, as prelude.lua's override_value reads it
       if o and string.find(o, '^[1-9]%d*$') then
         o = o + 0
-        if o <= 1000000000 then limit = o end
+        if o <= RUST.quota.MAX_LIMIT then limit = o end
       end
       -- A window with time left that is not longer than this policy's window; anything
       -- else (the window ending now, a key without expiry or set under a longer window)

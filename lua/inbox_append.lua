@@ -3,8 +3,8 @@
 --          .. 8-byte little-endian id .. body (the id makes equal bodies distinct members)
 -- ARGV[1]  message id (0 .. 2^53-1, decimal)
 -- ARGV[2]  body (any bytes)
--- ARGV[3]  ttl in ms (1 .. 10^11): the inbox lives at least this long after every append,
---          so the expiry follows the newest message
+-- ARGV[3]  ttl in ms (1 .. inbox::MAX_TTL_MS, 1,000 days): the inbox lives at least this
+--          long after every append, so the expiry follows the newest message
 -- ARGV[4]  max length kept: older messages beyond it are dropped, at most 1,000 per call
 --          (1 .. 10^6), so lowering it costs bounded Redis time per call
 -- Reply: {stored, length}; stored 0 = a message with this id exists already (a retried
@@ -13,10 +13,10 @@
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local key = KEYS[1]
-local id = int('id', ARGV[1], 0, 9007199254740991)
+local id = int('id', ARGV[1], 0, RUST.validate.MAX_SAFE)
 local body = ARGV[2]
-local ttl = int('ttl', ARGV[3], 1, 100000000000)
-local max_len = int('max_len', ARGV[4], 1, 1000000)
+local ttl = int('ttl', ARGV[3], 1, RUST.inbox.MAX_TTL_MS)
+local max_len = int('max_len', ARGV[4], 1, RUST.inbox.MAX_LEN)
 
 local replay, finish = idempotency(1, 4)
 if replay then return replay end

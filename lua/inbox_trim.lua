@@ -12,9 +12,9 @@
 -- (Runs after prelude.lua: int, s, idempotency.)
 
 local key = KEYS[1]
-local max_age = int('max_age', ARGV[1], 1, 1000000000)
-local max_len = int('max_len', ARGV[2], 1, 1000000)
-local scan = int('scan', ARGV[3], 1, 100000)
+local max_age = int('max_age', ARGV[1], 1, RUST.inbox.MAX_AGE_S)
+local max_len = int('max_len', ARGV[2], 1, RUST.inbox.MAX_LEN)
+local scan = int('scan', ARGV[3], 1, RUST.inbox.MAX_SCAN)
 
 local replay, finish = idempotency(1, 3)
 if replay then return replay end

@@ -12,14 +12,14 @@
 -- / refill) * step, of at most 4.5 * 10^15 ms (the core's MAX_BUCKET_SPAN: the key's expiry
 -- and the reset are built on it).
 local function bucket_args(a, nocost)
-  local cap = int('capacity', ARGV[a], 1, 1000000000)
+  local cap = int('capacity', ARGV[a], 1, RUST.quota.MAX_LIMIT)
   local p = {
     cap = cap,
     refill = int('refill', ARGV[a + 1], 1, cap),
-    step = int('interval', ARGV[a + 2], 1, 1000000000000),
-    cost = nocost and 0 or int('cost', ARGV[a + 3], 1, 1000000000),
+    step = int('interval', ARGV[a + 2], 1, RUST.quota.MAX_WINDOW_MS),
+    cost = nocost and 0 or int('cost', ARGV[a + 3], 1, RUST.quota.MAX_LIMIT),
   }
-  if math.ceil(cap / p.refill) * p.step > 4500000000000000 then
+  if math.ceil(cap / p.refill) * p.step > RUST.quota.MAX_BUCKET_SPAN then
     return error({err = 'ERR redcount: interval out of range'})
   end
   return p
@@ -27,7 +27,7 @@ end
 
 -- The largest capacity an override may give with this refill and step (the same bound).
 local function bucket_max_cap(refill, step)
-  return math.min(1000000000, math.floor(4500000000000000 / step) * refill)
+  return math.min(RUST.quota.MAX_LIMIT, math.floor(RUST.quota.MAX_BUCKET_SPAN / step) * refill)
 end
 
 -- Reads the bucket at server time (`clock()`, in µs) and decides; writes nothing. Returns a table as

@@ -16,9 +16,9 @@
 -- (1 .. 10^9; more than the limit in force is denied); with `nocost`, no cost (p.cost 0).
 local function fixed_args(a, nocost)
   return {
-    limit = int('limit', ARGV[a], 1, 1000000000),
-    window = int('window', ARGV[a + 1], 1, 1000000000000),
-    cost = nocost and 0 or int('cost', ARGV[a + 2], 1, 1000000000),
+    limit = int('limit', ARGV[a], 1, RUST.quota.MAX_LIMIT),
+    window = int('window', ARGV[a + 1], 1, RUST.quota.MAX_WINDOW_MS),
+    cost = nocost and 0 or int('cost', ARGV[a + 2], 1, RUST.quota.MAX_LIMIT),
   }
 end
 
@@ -33,7 +33,7 @@ end
 local function fixed_eval(p, key, ovr, clock)
   local st = redis.call('MGET', key, ovr)
   local limit = p.limit
-  if st[2] then limit = override_value(st[2], limit, 1000000000) end
+  if st[2] then limit = override_value(st[2], limit, RUST.quota.MAX_LIMIT) end
   local used = stored(st[1])
   -- Not a count this file wrote (negative, or not in the text it writes: "2.5", "nan", " 1",
   -- "1e0", which INCRBY would refuse): not trusted, the window restarts.
@@ -54,7 +54,7 @@ local function fixed_eval(p, key, ovr, clock)
   elseif reset == 0 then
     reset = 1
   end
-  local q = {allowed = used + p.cost <= limit, retry = 0, limit = limit, most = 1000000000, fresh = ends ~= nil}
+  local q = {allowed = used + p.cost <= limit, retry = 0, limit = limit, most = RUST.quota.MAX_LIMIT, fresh = ends ~= nil}
   if not q.allowed then q.retry = reset end
   function q.count() return used end
   function q.add(n)

@@ -18,12 +18,12 @@
 -- more than the burst in force is denied; with `nocost`, none: p.cost 0).
 local function gcra_args(a, nocost)
   local p = {
-    rate = int('rate', ARGV[a], 1, 10000000),
-    period = int('period', ARGV[a + 1], 1, 31622400000),
-    burst = int('burst', ARGV[a + 2], 1, 1000000000),
-    cost = nocost and 0 or int('cost', ARGV[a + 3], 1, 1000000000),
+    rate = int('rate', ARGV[a], 1, RUST.quota.MAX_GCRA_RATE),
+    period = int('period', ARGV[a + 1], 1, RUST.quota.MAX_GCRA_PERIOD_MS),
+    burst = int('burst', ARGV[a + 2], 1, RUST.quota.MAX_LIMIT),
+    cost = nocost and 0 or int('cost', ARGV[a + 3], 1, RUST.quota.MAX_LIMIT),
   }
-  if p.burst * p.period > 4500000000000 then
+  if p.burst * p.period > RUST.quota.MAX_GCRA_SPAN then
     return error({err = 'ERR redcount: burst * period out of range'})
   end
   return p
@@ -48,7 +48,7 @@ end
 local function gcra_eval(p, key, ovr, clock)
   local now = clock()
   local rate = p.rate
-  local most = math.min(1000000000, math.floor(4500000000000 / p.period))
+  local most = math.min(RUST.quota.MAX_LIMIT, math.floor(RUST.quota.MAX_GCRA_SPAN / p.period))
   local burst = override(ovr, p.burst, most)
   local T = p.period * 1000 -- one emission interval, in u
   local W = burst * T       -- the burst window, in u

@@ -11,8 +11,8 @@
 local function lease_args(a)
   return {
     holder = id('holder', ARGV[a]),
-    limit = int('limit', ARGV[a + 1], 1, 1000000),
-    lease = int('lease', ARGV[a + 2], 1, 10000000000),
+    limit = int('limit', ARGV[a + 1], 1, RUST.semaphore.MAX_LIMIT),
+    lease = int('lease', ARGV[a + 2], 1, RUST.semaphore.MAX_LEASE_MS),
   }
 end
 
@@ -93,7 +93,7 @@ end
 -- {code, limit, in_use, earliest_ms, retry_after_ms, lease_ms, fencing_token}, code 0
 -- full, 1 a new lease, 2 the held lease renewed (as it would be, before take()).
 local function lease_eval(p, set, tokens, ovr, now_us)
-  local limit = override(ovr, p.limit, 1000000)
+  local limit = override(ovr, p.limit, RUST.semaphore.MAX_LIMIT)
   local now = math.floor(now_us / 1000)
   lease_check(set, tokens)
   local held = tonumber(redis.call('ZSCORE', set, p.holder))

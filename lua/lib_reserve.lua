@@ -127,7 +127,7 @@ local function reserve_horizon(part)
   local p = part.p
   if part.tag == 'fw' or part.tag == 'sw' then return p.window end
   if part.tag == 'tb' then return math.ceil(bucket_max_cap(p.refill, p.step) / p.refill) * p.step end
-  return math.min(1000000000, math.floor(4500000000000 / p.period)) * p.period
+  return math.min(RUST.quota.MAX_LIMIT, math.floor(RUST.quota.MAX_GCRA_SPAN / p.period)) * p.period
 end
 local function reserve_keep_queue(rx, part, ends)
   local at = redis.call('PEXPIRETIME', rx)

@@ -16,9 +16,9 @@
 -- (1 .. 10000; more than the limit in force is denied); with `nocost`, no cost (p.cost 0).
 local function sliding_args(a, nocost)
   return {
-    limit = int('limit', ARGV[a], 1, 10000),
-    window = int('window', ARGV[a + 1], 1, 1000000000000),
-    cost = nocost and 0 or int('cost', ARGV[a + 2], 1, 10000),
+    limit = int('limit', ARGV[a], 1, RUST.quota.MAX_SLIDING_LIMIT),
+    window = int('window', ARGV[a + 1], 1, RUST.quota.MAX_WINDOW_MS),
+    cost = nocost and 0 or int('cost', ARGV[a + 2], 1, RUST.quota.MAX_SLIDING_LIMIT),
   }
 end
 
@@ -41,7 +41,7 @@ end
 --   reset_ms: until every logged call has left the window (0 when none is logged);
 --   retry_after_ms: until enough units leave the window for this cost.
 local function sliding_eval(p, key, ovr, clock)
-  local limit = override(ovr, p.limit, 10000)
+  local limit = override(ovr, p.limit, RUST.quota.MAX_SLIDING_LIMIT)
   local window, cost = p.window, p.cost
   local now = math.floor(clock() / 1000)
   local floor = now - window -- an entry at time x counts while x > now - window
@@ -74,7 +74,7 @@ local function sliding_eval(p, key, ovr, clock)
     end
     last_total = last_total or used
   end
-  local q = {allowed = used + cost <= limit, retry = 0, limit = limit, most = 10000}
+  local q = {allowed = used + cost <= limit, retry = 0, limit = limit, most = RUST.quota.MAX_SLIDING_LIMIT}
   if not q.allowed then
     -- The oldest live entry by which enough units would have left the window.
     local need = used + cost - limit

@@ -24,7 +24,7 @@ end
 local function stored(v)
   if type(v) ~= 'string' or #v > 17 or not (v == '0' or string.find(v, '^%-?[1-9]%d*$')) then return nil end
   local n = v + 0 -- (checked above; see int)
-  if n > 9007199254740991 or n < -9007199254740991 then return nil end
+  if n > RUST.validate.MAX_SAFE or n < -RUST.validate.MAX_SAFE then return nil end
   return n
 end
 
@@ -92,7 +92,7 @@ local function idempotency(need, nargs)
     return misshapen()
   end
   if not key then return nil, function(reply) return reply end end
-  local ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, 604800000)
+  local ttl = int('idempotency_ttl', ARGV[#ARGV - 1], 1, RUST.ops.MAX_IDEMPOTENCY_TTL_MS)
   local fp = ARGV[#ARGV]
   local prev = redis.call('GET', key)
   if prev then

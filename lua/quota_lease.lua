@@ -26,7 +26,7 @@ if #KEYS ~= 3 then return misshapen() end
 if ARGV[1] == 'borrow' then
   if #ARGV ~= 6 and #ARGV ~= 7 then return misshapen() end
   local p = fixed_args(2)
-  local want = int('units', ARGV[5], 0, 1000000000)
+  local want = int('units', ARGV[5], 0, RUST.quota.MAX_LIMIT)
   local lease = id('lease', ARGV[6])
   if ARGV[7] then redis.call('HDEL', lent, id('last lease', ARGV[7])) end
   local q = fixed_eval(p, state, KEYS[2], now_us)
@@ -47,7 +47,7 @@ if ARGV[1] == 'borrow' then
   return r
 elseif ARGV[1] == 'return' then
   if #ARGV ~= 3 then return misshapen() end
-  local units = int('units', ARGV[2], 1, 1000000000)
+  local units = int('units', ARGV[2], 1, RUST.quota.MAX_LIMIT)
   local lease = id('lease', ARGV[3])
   local held = stored(redis.call('HGET', lent, lease)) or 0
   local used = stored(redis.call('GET', state)) or 0

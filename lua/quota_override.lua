@@ -13,8 +13,8 @@ local op = ARGV[1]
 if op ~= 'set' and op ~= 'clear' then
   return error({err = 'ERR redcount: op must be set or clear'})
 end
-local size = int('limit', ARGV[2], 1, 1000000000)
-local ttl = int('ttl_ms', ARGV[3], 0, 1000000000000)
+local size = int('limit', ARGV[2], 1, RUST.quota.MAX_LIMIT)
+local ttl = int('ttl_ms', ARGV[3], 0, RUST.quota.MAX_OVERRIDE_TTL_MS)
 
 local replay, finish = idempotency(1, 3)
 if replay then return replay end

@@ -18,7 +18,7 @@
 -- lib_give.lua.)
 
 local key, algo = KEYS[1], ARGV[1]
-local units = int('cost', ARGV[2], 1, 1000000000)
+local units = int('cost', ARGV[2], 1, RUST.quota.MAX_LIMIT)
 local args = {fw = fixed_args, sw = sliding_args, tb = bucket_args, gc = gcra_args}
 if not args[algo] then
   return error({err = 'ERR redcount: algorithm must be fw, sw, tb or gc'})

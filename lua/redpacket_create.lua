@@ -4,7 +4,7 @@
 -- KEYS[3]  hash user -> "amount:index" of grabs made
 -- KEYS[4]  list of grab records "user:amount:index:time_ms", in grab order
 -- (all four share one hash tag, so the packet lives in one cluster slot)
--- ARGV[1]  ttl in ms (1 .. 10^10)
+-- ARGV[1]  ttl in ms (1 .. redpacket::MAX_TTL_MS, 30 days)
 -- ARGV[2]  total in cents (1 .. 10^13)
 -- ARGV[3..] the shares, count = #ARGV - 2 (1 .. 10000), each >= 1, summing to the total
 -- KEYS[5], ARGV[#ARGV-1], ARGV[#ARGV]: optional idempotency key, its TTL and fingerprint
@@ -12,12 +12,12 @@
 -- Optional: KEYS[5] + two last ARGV make it idempotent (prelude.lua).
 -- (Runs after prelude.lua: int, s, idempotency.)
 
-local ttl = int('ttl', ARGV[1], 1, 10000000000)
-local total = int('total', ARGV[2], 1, 10000000000000)
+local ttl = int('ttl', ARGV[1], 1, RUST.redpacket.MAX_TTL_MS)
+local total = int('total', ARGV[2], 1, RUST.split.MAX_TOTAL)
 local last = #ARGV -- the last share (two idempotency arguments follow it when KEYS[5] is given)
 if KEYS[5] then last = #ARGV - 2 end
 local count = last - 2
-if count < 1 or count > 10000 then
+if count < 1 or count > RUST.split.MAX_COUNT then
   return error({err = 'ERR redcount: count out of range'})
 end
 local sum = 0

@@ -32,8 +32,8 @@ local n = int('parts', ARGV[1], 1, 8)
 local capped = flag('capped', ARGV[2])
 local peek = flag('peek', ARGV[3])
 local rid = id('reservation', ARGV[4])
-local lease = int('lease_ms', ARGV[5], 1, 10000000000)
-local keep = int('keep_ms', ARGV[6], 1, 604800000)
+local lease = int('lease_ms', ARGV[5], 1, RUST.semaphore.MAX_LEASE_MS)
+local keep = int('keep_ms', ARGV[6], 1, RUST.reservation.MAX_KEEP_MS)
 local parts, a = {}, 7
 for i = 1, n do
   local tag = ARGV[a]
@@ -46,7 +46,7 @@ for i = 1, n do
     parts[i] = {tag = tag, kind = kind, p = p, units = p.cost, min = capped and min or p.cost, refund = refund, k = k}
     a = a + kind.n + 4
   elseif tag == 'se' then
-    parts[i] = {se = true, p = {holder = id('holder', ARGV[a + 1]), limit = int('limit', ARGV[a + 2], 1, 1000000), lease = lease}, k = k}
+    parts[i] = {se = true, p = {holder = id('holder', ARGV[a + 1]), limit = int('limit', ARGV[a + 2], 1, RUST.semaphore.MAX_LIMIT), lease = lease}, k = k}
     a = a + 3
   else
     return error({err = 'ERR redcount: a part kind must be fw, sw, tb, gc or se'})

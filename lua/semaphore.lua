@@ -30,7 +30,7 @@ if op ~= 'acquire' and op ~= 'renew' and op ~= 'release' and op ~= 'check' then
   return error({err = 'ERR redcount: op must be acquire, renew, release or check'})
 end
 local p = lease_args(2)
-local asked = int('fencing_token', ARGV[5], 0, 9007199254740991)
+local asked = int('fencing_token', ARGV[5], 0, RUST.validate.MAX_SAFE)
 
 local replay, finish = idempotency(3, 5)
 
@@ -47,7 +47,7 @@ if op == 'acquire' and not replay then
 end
 
 -- The semaphore's own limit, when an admin set one (prelude.lua: override).
-local limit = override(KEYS[3], p.limit, 1000000)
+local limit = override(KEYS[3], p.limit, RUST.semaphore.MAX_LIMIT)
 lease_check(key, tokens) -- before any write (an acquire was checked in lease_eval)
 local holder = p.holder
 local held = tonumber(redis.call('ZSCORE', key, holder))

@@ -40,8 +40,8 @@ if op ~= 'settle' and op ~= 'extend' and op ~= 'release' then
 end
 local n = int('parts', ARGV[2], 1, 8)
 local rid = id('reservation', ARGV[3])
-local lease = int('lease_ms', ARGV[4], op == 'extend' and 1 or 0, op == 'extend' and 10000000000 or 0)
-local keep = int('keep_ms', ARGV[5], 1, 604800000)
+local lease = int('lease_ms', ARGV[4], op == 'extend' and 1 or 0, op == 'extend' and RUST.semaphore.MAX_LEASE_MS or 0)
+local keep = int('keep_ms', ARGV[5], 1, RUST.reservation.MAX_KEEP_MS)
 local parts, a = {}, 6
 for i = 1, n do
   local tag = ARGV[a]
@@ -49,8 +49,8 @@ for i = 1, n do
   local k = 2 + 3 * (i - 1)
   if kind then
     local p = kind.args(a + 1, true)
-    local amount = int('units', ARGV[a + kind.n + 1], 0, op == 'release' and 0 or 1000000000)
-    local debt = int('max_debt', ARGV[a + kind.n + 2], 0, 1000000000)
+    local amount = int('units', ARGV[a + kind.n + 1], 0, op == 'release' and 0 or RUST.quota.MAX_LIMIT)
+    local debt = int('max_debt', ARGV[a + kind.n + 2], 0, RUST.quota.MAX_LIMIT)
     parts[i] = {tag = tag, kind = kind, p = p, amount = amount, debt = debt, k = k}
     a = a + kind.n + 3
   elseif tag == 'se' then

@@ -9,6 +9,9 @@ use serde_json::Value;
 
 pub use redcount_procs::{Proc, free_port, scratch_dir};
 
+mod front;
+pub use front::{Front, SharedDb, shared_redis};
+
 /// A `redis-server` of our own, on a free port, with no persistence unless asked.
 #[derive(Debug)]
 pub struct RedisServer {
@@ -778,8 +781,11 @@ impl Wrangler {
             "wrangler is missing: run `cargo xtask test` (it runs npm ci)"
         );
         let dir = scratch_dir("wrangler");
+        // The one compatibility date, wrangler.toml's.
+        let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).expect("wrangler.toml");
+        let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
         let mut toml = format!(
-            "name = \"redcount-test\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n\n[vars]\n",
+            "name = \"redcount-test\"\nmain = \"{}\"\n{date}\n\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n\n[vars]\n",
             main.display(),
             root.join("www").display()
         );

@@ -51,14 +51,21 @@ fn worker_dir(dir: &std::path::Path, toml: &str, dev_vars: &str) -> Result<(), S
     std::fs::write(dir.join(".dev.vars"), dev_vars).map_err(|e| e.to_string())
 }
 
+/// The one compatibility date, wrangler.toml's, for the workers the benchmarks configure.
+fn compatibility_date() -> Result<String, String> {
+    let text = std::fs::read_to_string(root().join("wrangler.toml")).map_err(|e| e.to_string())?;
+    Ok(redcount_procs::workerd::parse_wrangler_toml(&text)?.compatibility_date)
+}
+
 /// The redcount worker's directory under `work` (as tests and `dev` run it), on the front at
 /// `front_url`.
 fn redcount_dir(work: &std::path::Path, front_url: &str, rest_token: &str, admin: &str) -> Result<PathBuf, String> {
+    let date = compatibility_date()?;
     let wdir = work.join("worker");
     worker_dir(
         &wdir,
         &format!(
-            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
+            "name = \"redcount-bench\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
             root().join("crates/redcount-worker/build/index.js").display(),
             root().join("www").display()
         ),
@@ -70,11 +77,12 @@ fn redcount_dir(work: &std::path::Path, front_url: &str, rest_token: &str, admin
 /// bench/caller-worker in one workerd with the redcount worker of `wdir`: a take through its
 /// RPC entrypoint (`/rpc/`), or as an HTTP request through a plain Service binding (`/http/`).
 fn callers(work: &std::path::Path, wdir: &std::path::Path) -> Result<workerd::Prepared, String> {
+    let date = compatibility_date()?;
     let cdir = work.join("caller");
     worker_dir(
         &cdir,
         &format!(
-            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
             root().join("bench/caller-worker/index.mjs").display()
         ),
         "",
@@ -122,7 +130,7 @@ pub fn binding() -> Result<(), String> {
     Ok(())
 }
 
-/// `redcount bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
+/// `redcount-bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
 /// webdis started here before the same Redis; the table is written to `out`.
 pub fn fronts(
     bins: &std::path::Path,
@@ -136,8 +144,8 @@ pub fn fronts(
     let (webdis, webdis_port) = procs::webdis(&work.join("webdis"), redis_port)?;
     let pid = |p: Option<u32>| p.map(|p| p.to_string()).ok_or("a front's process id is unknown");
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "fronts", "--rest-url", &format!("http://127.0.0.1:{front_port}")])
+        Command::new(bins.join("redcount-bench"))
+            .args(["fronts", "--rest-url", &format!("http://127.0.0.1:{front_port}")])
             .args(["--rest-pid", &pid(front_pid)?])
             .args(["--webdis-url", &format!("http://127.0.0.1:{webdis_port}"), "--webdis-pid", &pid(webdis.id())?])
             .arg("--out")
@@ -146,7 +154,7 @@ pub fn fronts(
     )
 }
 
-/// `redcount bench replicas`: a replica of the Redis on `redis_port` started here, then counter
+/// `redcount-bench replicas`: a replica of the Redis on `redis_port` started here, then counter
 /// adds and red-packet grabs without and with `--wait-replicas 1`; the table is written to `out`.
 pub fn replicas(
     bins: &std::path::Path,
@@ -156,8 +164,8 @@ pub fn replicas(
 ) -> Result<(), String> {
     let (_replica, replica_port) = procs::redis_replica(&work.join("replica"), redis_port)?;
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "replicas", "--redis", &format!("redis://127.0.0.1:{redis_port}")])
+        Command::new(bins.join("redcount-bench"))
+            .args(["replicas", "--redis", &format!("redis://127.0.0.1:{redis_port}")])
             .args(["--replica", &format!("redis://127.0.0.1:{replica_port}")])
             .arg("--out")
             .arg(out),
@@ -278,7 +286,7 @@ pub fn all(part: Part) -> Result<(), String> {
     let full = part == Part::All;
     setup::ensure_test_deps()?;
     workerd::ensure()?;
-    let bins = setup::build_bins(part != Part::Local)?;
+    let bins = setup::build_bench_bins(part != Part::Local)?;
     let (_, bundle_gz) = crate::worker::build()?;
     let work = setup::target_dir().join("bench");
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
@@ -291,12 +299,13 @@ pub fn all(part: Part) -> Result<(), String> {
     // Each worker as wrangler sees it: the redcount worker (as tests and `dev` run it), the
     // @upstash/ratelimit peer, and the floor (one fetch to the front per request); all on
     // the same front and Redis.
+    let date = compatibility_date()?;
     let wdir = redcount_dir(&work, &front_url, &rest_token, &admin)?;
     let pdir = work.join("peer");
     worker_dir(
         &pdir,
         &format!(
-            "name = \"ratelimit-peer\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nLIMIT = \"500\"\nWINDOW = \"1 h\"\nPREFIX = \"peer\"\n",
+            "name = \"ratelimit-peer\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nLIMIT = \"500\"\nWINDOW = \"1 h\"\nPREFIX = \"peer\"\n",
             root().join("bench/ratelimit-worker/index.mjs").display()
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
@@ -306,7 +315,7 @@ pub fn all(part: Part) -> Result<(), String> {
     worker_dir(
         &p1dir,
         &format!(
-            "name = \"ratelimit-peer-one\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[vars]\nLIMIT = \"1\"\nWINDOW = \"1 h\"\nPREFIX = \"peer-one\"\n",
+            "name = \"ratelimit-peer-one\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nLIMIT = \"1\"\nWINDOW = \"1 h\"\nPREFIX = \"peer-one\"\n",
             root().join("bench/ratelimit-worker/index.mjs").display()
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
@@ -315,7 +324,7 @@ pub fn all(part: Part) -> Result<(), String> {
     worker_dir(
         &fdir,
         &format!(
-            "name = \"floor\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            "name = \"floor\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
             root().join("bench/floor-worker/index.mjs").display()
         ),
         &format!("REST_URL={front_url}\nREST_TOKEN={rest_token}\n"),
@@ -325,7 +334,7 @@ pub fn all(part: Part) -> Result<(), String> {
     worker_dir(
         &ndir,
         &format!(
-            "name = \"none\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            "name = \"none\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
             root().join("bench/null-worker/index.mjs").display()
         ),
         "",
@@ -404,8 +413,8 @@ pub fn all(part: Part) -> Result<(), String> {
 
     let workers_table = work.join("workers.md");
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
+        Command::new(bins.join("redcount-bench"))
+            .args(["workers", "--worker-url", &url(&ours), "--peer-url", &url(&peer)])
             .args(["--floor-url", &url(&floor), "--null-url", &url(&none)])
             .args(["--wrangler-dev-url", &format!("http://127.0.0.1:{dev_port}")])
             .arg("--out")
@@ -425,8 +434,8 @@ pub fn all(part: Part) -> Result<(), String> {
     let table = work.join("all.md");
     let chart = root().join("BENCHMARKS.svg");
     setup::run(
-        Command::new(bins.join("redcount"))
-            .args(["bench", "all", "--redis", &redis_url, "--rest-url", &front_url])
+        Command::new(bins.join("redcount-bench"))
+            .args(["all", "--redis", &redis_url, "--rest-url", &front_url])
             .args(["--worker-url", &url(&ours)])
             .args(["--peer-url", &url(&peer)])
             .arg("--out-md")
@@ -501,11 +510,11 @@ pub fn all(part: Part) -> Result<(), String> {
          {profile_table}\n\
          ## The REST front beside webdis\n\n\
          redcount-rest and webdis (Debian's package), each with one worker thread, before the same\n\
-         Redis; the load generator sends the same commands through each (`redcount bench fronts`).\n\n\
+         Redis; the load generator sends the same commands through each (`redcount-bench fronts`).\n\n\
          {fronts_table}\n\
          ## Writes of money that wait for a replica\n\n\
          `redcount serve --redis … --wait-replicas 1` (the front's `--wait-replicas` does the same): `WAIT`\n\
-         after each counter or red-packet script, on the same connection (`redcount bench replicas`).\n\n\
+         after each counter or red-packet script, on the same connection (`redcount-bench replicas`).\n\n\
          {replicas_table}\n\
          ## What the variants are\n\n\
          - **Lua over RESP**: redcount's script, one EVALSHA per operation, straight to Redis.\n\

@@ -73,7 +73,7 @@ pub fn compat(args: &[String]) -> Result<(), String> {
     setup::ensure_redis()?;
     let js_ready = if js { Some(prepare_js(&work)?) } else { None };
     let py_ready = if py { Some(prepare_py(&work)?) } else { None };
-    run(setup::cargo().args(["build", "--bins", "-p", "redcount-rest"]))?;
+    run(setup::cargo().args(["build", "--bins", "-p", "redcount-front"]))?;
     let bins = setup::target_dir().join("debug");
 
     let mut reports = Vec::new();

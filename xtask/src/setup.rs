@@ -209,7 +209,19 @@ pub fn ensure_npm() -> Result<(), String> {
 /// the directory they are in.
 pub fn build_bins(release: bool) -> Result<PathBuf, String> {
     let mut c = cargo();
-    c.args(["build", "--bins", "-p", "redcount-rest", "-p", "redcount-cli"]);
+    c.args(["build", "--bins", "-p", "redcount-front", "-p", "redcount-cli"]);
+    if release {
+        c.arg("--release");
+    }
+    run(&mut c)?;
+    Ok(target_dir().join(if release { "release" } else { "debug" }))
+}
+
+/// Builds what the benchmarks run: the servers and the load generator (`redcount-bench`),
+/// optimised when `release`; returns the directory they are in.
+pub fn build_bench_bins(release: bool) -> Result<PathBuf, String> {
+    let mut c = cargo();
+    c.args(["build", "--bins", "-p", "redcount-front", "-p", "redcount-cli", "-p", "redcount-bench"]);
     if release {
         c.arg("--release");
     }

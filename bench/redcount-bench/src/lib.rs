@@ -1,4 +1,4 @@
-//! redcount's benchmark harness (`cargo xtask bench`, `redcount bench`): the same scenarios
+//! redcount's benchmark harness (`cargo xtask bench`, which runs the `redcount-bench` command): the same scenarios
 //! over direct RESP, a REST front and the worker, side by side in one run, each checked
 //! against its invariant, beside the naive client-side ways.
 //!

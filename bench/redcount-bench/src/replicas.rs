@@ -1,4 +1,4 @@
-//! `redcount bench replicas`: what waiting for a replica costs writes of money (`redcount serve
+//! `redcount-bench replicas`: what waiting for a replica costs writes of money (`redcount serve
 //! --wait-replicas 1`: `WAIT 1 <ms>` after each counter or red-packet script, on connections
 //! of their own): counter adds and red-packet grabs over direct RESP, one shared connection as
 //! `serve` has it, without and with the wait, three interleaved rounds; throughput, latency

@@ -1,4 +1,4 @@
-//! `redcount bench rest`: red-packet grabs and quota calls, direct RESP vs an
+//! `redcount-bench rest`: red-packet grabs and quota calls, direct RESP vs an
 //! Upstash-compatible REST front in front of the same Redis, three interleaved rounds.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! `redcount bench all`: every scenario through every variant, side by side, one run.
+//! `redcount-bench all`: every scenario through every variant, side by side, one run.
 //!
 //! Variants: redcount's Lua over RESP, through redcount-rest, through the worker's HTTP
 //! API; and what a developer would write without scripts: GET-check-write in separate
@@ -671,7 +671,7 @@ pub async fn redis_time(redis_url: &str) -> Result<String, Error> {
     }
     rows.push(("inbox append, max_len lowered 20,000 → 1 (trims ≤ 1,000 per call)".into(), usec_per_call().await?));
 
-    // The scripts of issue 12, each at its largest allowed arguments. A helper measures `n`
+    // The compound decision's scripts, each at its largest allowed arguments. A helper measures `n`
     // calls of one operation (the state made first by `setup` calls, not counted).
     async fn measure<O: Operation + Sync>(d: &Direct, op: &O, n: usize) -> Result<f64, Error> {
         // Loaded first, so no call measured is a NOSCRIPT (then an EVAL, counted apart).
@@ -1051,8 +1051,8 @@ mod tests {
     use redcount_core::ops::quota::TakeQuota;
 
     /// The Redis-time rows' policies are ones a user may configure: a bound tightened in the
-    /// core (a bucket's refill from empty, 2026-11-25) made `cargo xtask bench` stop at that
-    /// table, and no test ran it.
+    /// core (a bucket's refill from empty) would make `cargo xtask bench` stop at that table,
+    /// which no other test runs.
     #[test]
     fn the_redis_time_policies_are_accepted() {
         let m = Maxima::new();

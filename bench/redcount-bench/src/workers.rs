@@ -1,4 +1,4 @@
-//! `redcount bench workers`: the redcount worker against the @upstash/ratelimit peer worker
+//! `redcount-bench workers`: the redcount worker against the @upstash/ratelimit peer worker
 //! and a one-fetch floor worker, each served by workerd directly (no wrangler dev proxy in
 //! front), at several connection counts, in interleaved rounds, beside a worker that answers
 //! without any I/O (workerd's own latency and pauses); one more row for the redcount worker

@@ -1472,4 +1472,52 @@ rows! {
     static_absolute_path_stays_inside_www => get("//etc/passwd").then(404).lacks("root:"),
     static_post_is_405 => post("/index.html", "").then(405).header("allow", "GET, HEAD")
         .header("cache-control", "no-store").header("content-type", "application/json"),
+    static_post_to_a_mistyped_api_path_is_405_naming_the_api => post("/API/counters/c/x", "{}").then(405)
+        .json("/error", contains("/api/")).header("content-type", "application/json"),
+}
+
+/// The README's tour, line by line: each `curl` of its first `sh` block after "## A five-minute
+/// tour", sent to the router with the policies of wrangler.toml (what `cargo xtask dev`
+/// serves), answers what the line's comment shows (`…` stands for fields not shown).
+#[tokio::test]
+async fn the_readme_tour_answers_as_written() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).unwrap();
+    let policies = wrangler.split("REDCOUNT_POLICIES = '''").nth(1).and_then(|p| p.split("'''").next()).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let tour = readme.split_once("## A five-minute tour").expect("README: a tour").1;
+    let block = tour.split_once("```sh\n").unwrap().1.split_once("```").unwrap().0;
+    let var = |name: &str| match name {
+        "REDCOUNT_POLICIES" => Some(policies.to_string()),
+        "REDCOUNT_NAMESPACE" => Some("readme-tour".to_string()),
+        _ => None,
+    };
+    let config = redcount_api::Config::from_env(var).expect("wrangler.toml's policies are valid");
+    let redis = shared_redis();
+    let www = Www::new();
+    let app = app(config, Backend::Direct(direct(&redis).await), www.dir(), Duration::from_secs(5));
+    let ctx = Ctx { s: String::new(), id: None };
+    let mut lines = 0;
+    for line in block.lines() {
+        let (command, shown) = line.split_once(" # ").expect("each line shows its answer");
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words[0], "curl", "{line}");
+        let method = words.iter().position(|w| *w == "-X").map_or("GET", |i| words[i + 1]);
+        let body = words.iter().position(|w| *w == "-d").map_or("", |i| words[i + 1].trim_matches('\''));
+        let url = words.last().unwrap();
+        let path = url.strip_prefix("http://127.0.0.1:8787").expect("the tour talks to cargo xtask dev");
+        let method: &'static str = match method {
+            "POST" => "POST",
+            "GET" => "GET",
+            other => panic!("{line}: method {other}"),
+        };
+        let got = send(&app, &ctx, &req(method, path).body(body)).await;
+        assert_eq!(got.status, 200, "{line}: {}", got.text());
+        let want: Value = serde_json::from_str(&shown.trim().replace(",…}", "}")).expect("the shown answer is JSON");
+        for (field, value) in want.as_object().unwrap() {
+            assert_eq!(&got.json[field], value, "{line}: {field}; got {}", got.text());
+        }
+        lines += 1;
+    }
+    assert!(lines >= 3, "the tour has {lines} lines");
 }

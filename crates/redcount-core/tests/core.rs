@@ -248,3 +248,54 @@ proptest! {
         prop_assert_eq!(redcount_core::text::whole_number(&format!("{}0", max), max), None);
     }
 }
+
+/// Each script carries the `lua/lib_*.lua` files whose functions it uses (directly, or
+/// through another library it carries) and no other: a missing one would fail in Redis at
+/// the first call of that path, an extra one costs every call its text.
+#[test]
+fn every_script_carries_the_libraries_it_calls_and_no_other() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lua");
+    let code = |name: &str| -> String {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.lua"))).unwrap();
+        text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+    };
+    // Each library with the functions it defines.
+    let mut libs: Vec<(String, String, Vec<String>)> = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let file = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let Some(name) = file.strip_prefix("lib_").and_then(|f| f.strip_suffix(".lua")) else { continue };
+        let text = code(&format!("lib_{name}"));
+        let defined = text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("local function "))
+            .map(|l| l.split('(').next().unwrap().trim().to_string())
+            .collect();
+        libs.push((format!("lib_{name}"), text, defined));
+    }
+    assert!(libs.len() >= 5, "{} libraries", libs.len());
+    // A use: the name as a word (a call, or the function as a value, as decide.lua's table of
+    // kinds holds them) in a text that does not define it.
+    let calls = |text: &str, f: &str| {
+        !text.contains(&format!("local function {f}("))
+            && text.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == f)
+    };
+    for script in redcount_core::script::ALL {
+        let source = script.source();
+        let carried: std::collections::BTreeSet<&str> = libs
+            .iter()
+            .filter(|(_, _, defined)| defined.iter().any(|f| source.contains(&format!("local function {f}("))))
+            .map(|(name, _, _)| name.as_str())
+            .collect();
+        let mut needed = std::collections::BTreeSet::new();
+        let mut texts = vec![code(script.name())];
+        while let Some(text) = texts.pop() {
+            for (name, lib_text, defined) in &libs {
+                if !needed.contains(name.as_str()) && defined.iter().any(|f| calls(&text, f)) {
+                    needed.insert(name.as_str());
+                    texts.push(lib_text.clone());
+                }
+            }
+        }
+        assert_eq!(carried, needed, "{}: the libraries it carries, and those it calls", script.name());
+    }
+}

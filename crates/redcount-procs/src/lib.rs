@@ -334,3 +334,48 @@ pub fn wrangler_command(root: &Path, dir: &Path, port: u16) -> Result<Command, S
         .stderr(log);
     Ok(cmd)
 }
+
+/// Raw HTTP/1.1 clients for tests of connection caps: connections from any loopback address,
+/// held open or sending one request.
+#[cfg(feature = "client")]
+pub mod client {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    /// One HTTP/1.1 request on a fresh connection; the status (0 when none came) and body.
+    pub fn request(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+        request_from([127, 0, 0, 1], port, method, path, token, body)
+    }
+
+    /// [`request`] from the loopback address `from`.
+    pub fn request_from(from: [u8; 4], port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+        let mut s = hold_from(from, port, 1).pop().expect("one connection");
+        s.set_read_timeout(Some(Duration::from_secs(20))).expect("a read timeout");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("the request is sent");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        (status, body)
+    }
+
+    /// Opens `n` connections from the loopback address `from` (any 127.x.y.z is this machine),
+    /// so a test can play several clients.
+    pub fn hold_from(from: [u8; 4], port: u16, n: usize) -> Vec<TcpStream> {
+        use socket2::{Domain, Socket, Type};
+        (0..n)
+            .map(|_| {
+                let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a socket");
+                s.bind(&std::net::SocketAddr::from((from, 0)).into()).expect("a loopback address");
+                s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).expect("the server listens");
+                s.into()
+            })
+            .collect()
+    }
+}

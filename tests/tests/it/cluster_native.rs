@@ -485,7 +485,7 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
         other => panic!("{other:?}"),
     }
     // The same through the REST front on the cluster: it does not resend either.
-    let front = redcount_tests::RestFront::start(&seeds[0], true);
+    let front = redcount_tests::Front::start(&seeds[0], true);
     let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
     rest.run(&add(0)).await.unwrap();
     armed.store(true, Ordering::SeqCst);
@@ -501,8 +501,7 @@ async fn a_write_whose_reply_was_lost_on_a_cluster_is_not_sent_again() {
 }
 
 /// A master killed with no replica to take its place: redis-rs kept each call for its slots
-/// waiting, or bounced it between masters answering MOVED, until the time limit (attacker
-/// pass, 2026-11-26). Now a probe sees the master refuse connections and such calls end with
+/// waiting, or bounced it between masters answering MOVED, until the time limit. Now a probe sees the master refuse connections and such calls end with
 /// it named, not as timed out, before the limit; the other masters serve meanwhile, and the
 /// killed one's slots again once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -555,8 +554,7 @@ async fn a_call_for_a_killed_master_ends_unreachable_before_the_time_limit() {
 
 /// A master paused (SIGSTOP) past the failover timeout while its replica takes its place: the
 /// front and `serve` kept sending its slots to the paused node, answering 504 / 503 until it
-/// went on (35 s after the failover in the attacker pass, 2026-11-26, with the paused node a
-/// seed), and a replacement connection made from the seeds waited on that seed. redis-rs
+/// went on (35 s after the failover, with the paused node a seed), and a replacement connection made from the seeds waited on that seed. redis-rs
 /// hears no MOVED from a node that does not answer, so its slot map stays stale. The probe
 /// now sees the Cluster name a master that answers for slots the connection sends nowhere,
 /// and replaces the connection with one made from the masters that answer. CI, twice in
@@ -579,7 +577,7 @@ async fn a_paused_master_replaced_by_a_failover_is_routed_around() {
     // connection made from the seeds could not follow; the nodes the Cluster listed can).
     let seeds = vec![cluster.nodes[m].url()];
     let d = Direct::connect_cluster(&seeds, Duration::from_secs(2)).await.unwrap();
-    let front = redcount_tests::RestFront::start_with(&seeds.join(","), true, &["--timeout-ms", "2000"]);
+    let front = redcount_tests::Front::start_with(&seeds.join(","), true, &["--timeout-ms", "2000"]);
     let rest = redcount::Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap();
     let pid = cluster.nodes[m].pid();
     d.run(&add()).await.unwrap();

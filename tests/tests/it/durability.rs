@@ -9,7 +9,7 @@ use redcount::Direct;
 use redcount::direct::ReplicaWait;
 use redcount_core::keys;
 use redcount_core::ops::counter::{AddCounter, Bounds, Storage};
-use redcount_tests::{Api, NativeServer, RedisCluster, RedisServer, RestFront, Stopped, TEST_POLICIES, secret};
+use redcount_tests::{Api, Front, NativeServer, RedisCluster, RedisServer, Stopped, TEST_POLICIES, secret};
 use serde_json::{Value, json};
 
 const WAIT_MS: u64 = 400;
@@ -52,7 +52,7 @@ async fn writes_of_money_wait_for_a_replica_or_say_they_are_not_durable() {
     let wait = ["--wait-replicas", "1", "--wait-replicas-ms", "400"];
     let admin = secret("admin");
     let direct = NativeServer::start_with(&[("REDIS_URL", &master.url())], &admin, TEST_POLICIES, &wait);
-    let front = RestFront::start_with(&master.url(), false, &wait);
+    let front = Front::start_with(&master.url(), false, &wait);
     let via_front = NativeServer::start(
         &[("REDCOUNT_REST_URL", &front.url()), ("REDCOUNT_REST_TOKEN", &front.token)],
         &admin,
@@ -143,7 +143,7 @@ fn master_of(cluster: &RedisCluster, ids: &[String], view: usize, slot: i64) -> 
 
 /// On a Cluster with replicas, through `Direct` (as `serve --cluster` runs it) and through the
 /// front on the Cluster: with the replica of the counter's master paused, an add answers not
-/// durable. Then the Cluster attacker pass's loss: the master itself paused, adds queued for it,
+/// durable. Then a failover's loss: the master itself paused, adds queued for it,
 /// its replica promoted, the old master let go on: writes it acknowledged then were lost when
 /// it learned it had been demoted. With the wait none is answered as done unless the Cluster
 /// keeps it: every add answered OK is in the counter at the end.
@@ -154,7 +154,7 @@ async fn on_a_cluster_no_write_of_money_is_acknowledged_and_then_lost_at_a_failo
     let limit = Duration::from_secs(20);
     let wait = ReplicaWait { replicas: 1, timeout: Duration::from_millis(WAIT_MS) };
     let d = Direct::connect_waiting(&seeds, true, limit, wait).await.unwrap();
-    let front = RestFront::start_with(
+    let front = Front::start_with(
         &seeds,
         true,
         &["--timeout-ms", "20000", "--wait-replicas", "1", "--wait-replicas-ms", &WAIT_MS.to_string()],

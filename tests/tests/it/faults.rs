@@ -127,7 +127,7 @@ async fn redis_killed_mid_storm_loses_no_acknowledged_claim() {
     let runtime_restarted = failures.iter().any(|(_, j)| restarted(j));
     for (status, j) in &failures {
         // wrangler dev's own runtime restarted under a loaded machine (seen in CI): its proxy
-        // answers for it, or (seen once, 2026-11-26, in a run where it restarted nine times)
+        // answers for it, or (in a run where it restarted nine times)
         // drops the client's connection; the retry below reaches the worker again.
         if restarted(j) || (runtime_restarted && *status == 0) {
             println!("wrangler dev restarted its runtime mid-storm ({status}: {j}):\n{}", worker.log());
@@ -247,7 +247,7 @@ async fn a_redis_loading_its_data_is_unavailable_not_a_bad_request() {
     assert_eq!((status, j["remaining"].as_i64()), (200, Some(1)), "{j}");
 }
 
-/// A master given `min-replicas-to-write` (README: what Redis keeps) that has lost its
+/// A master given `min-replicas-to-write` (docs/self-hosting.md: what Redis keeps) that has lost its
 /// replicas refuses every write with NOREPLICAS and runs nothing: that is "try again" (503),
 /// as MASTERDOWN is, from the front and from the API, never 400 (the command is not wrong)
 /// or 502, and nothing is written. Writes are served again once the replica is back.

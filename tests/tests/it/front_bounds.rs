@@ -1,245 +1,14 @@
-//! One client must not stop or exhaust a server: connection floods and slow clients against
-//! redcount-rest and `redcount serve`, a runaway script, and memory under large requests.
+//! One client must not stop or exhaust the front: a runaway script, slow commands, replies
+//! past their bounds, and memory under large requests. The connection caps and their
+//! eviction, shared by both servers, are tested in redcount-http (tests/caps.rs). The front
+//! runs in this process (`redcount_tests::Front`) but where its process's memory is measured.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use redcount_tests::{NativeServer, RedisServer, RestFront, TEST_POLICIES};
-
-/// One HTTP/1.1 request on a fresh connection; the status and body.
-fn request(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
-    request_from([127, 0, 0, 1], port, method, path, token, body)
-}
-
-/// [`request`] from the loopback address `from`.
-fn request_from(from: [u8; 4], port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
-    let mut s = hold_from(from, port, 1).pop().unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
-
-/// Opens `n` connections from 127.0.0.1 that send nothing; the caller holds them open.
-fn hold(port: u16, n: usize) -> Vec<TcpStream> {
-    hold_from([127, 0, 0, 1], port, n)
-}
-
-/// Opens `n` connections from the loopback address `from` (any 127.x.y.z is this machine),
-/// so a test can play several clients.
-fn hold_from(from: [u8; 4], port: u16, n: usize) -> Vec<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    (0..n)
-        .map(|_| {
-            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-            s.bind(&std::net::SocketAddr::from((from, 0)).into()).unwrap();
-            s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
-            s.into()
-        })
-        .collect()
-}
-
-/// Whether the server has closed the connection by now, without waiting (for many
-/// connections at once: [`closed_by_server`] waits 50 ms on each open one).
-fn closed_now(s: &mut TcpStream) -> bool {
-    s.set_nonblocking(true).unwrap();
-    let mut b = [0u8; 512];
-    let closed = loop {
-        match s.read(&mut b) {
-            Ok(0) => break true,
-            Ok(_) => continue,
-            Err(e) => break e.kind() != std::io::ErrorKind::WouldBlock,
-        }
-    };
-    s.set_nonblocking(false).unwrap();
-    closed
-}
-
-/// True once the server has closed the connection (EOF or reset on read).
-fn closed_by_server(s: &mut TcpStream) -> bool {
-    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let mut b = [0u8; 512];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
-                return false;
-            }
-            Err(_) => return true,
-        }
-    }
-}
-
-/// Holds 1,100 idle and 50 slow-header connections against `port` (from three addresses,
-/// each within the per-address bound) while `ok` requests must succeed, then checks the
-/// server dropped the idle and slow ones by itself.
-fn flood_then_check(port: u16, header_timeout: Duration, ok: impl Fn() -> u16) {
-    let mut idle = hold_from([127, 0, 0, 2], port, 550);
-    idle.extend(hold_from([127, 0, 0, 3], port, 550));
-    let mut slow = hold_from([127, 0, 0, 4], port, 50);
-    let start = Instant::now();
-    let head = b"POST / HTTP/1.1\r\nhost: x\r\n";
-    let mut i = 0;
-    // While they are held (and the slow ones keep trickling), normal requests are served.
-    while start.elapsed() < header_timeout / 2 {
-        for s in &mut slow {
-            let _ = s.write_all(&head[i % head.len()..i % head.len() + 1]);
-        }
-        i += 1;
-        assert_eq!(ok(), 200, "a normal request while 1,150 connections are held");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(header_timeout + Duration::from_millis(700));
-    let idle_closed = idle.iter_mut().map(closed_by_server).filter(|c| *c).count();
-    let slow_closed = slow.iter_mut().map(closed_by_server).filter(|c| *c).count();
-    assert_eq!(idle_closed, idle.len(), "idle connections are closed after the header timeout");
-    assert_eq!(slow_closed, slow.len(), "slow-header connections are closed after the header timeout");
-    assert_eq!(ok(), 200);
-}
-
-#[test]
-fn the_front_holds_against_idle_slow_and_too_many_connections() {
-    let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--header-timeout-ms", "1500"]);
-    let ping = || request(front.port(), "POST", "/", &front.token, r#"["PING"]"#).0;
-    flood_then_check(front.port(), Duration::from_millis(1500), ping);
-
-    // Past the cap, a connection is told why and closed; the held ones keep working.
-    let capped = RestFront::start_with(&redis.url(), false, &["--max-connections", "20"]);
-    // The start-up probe's connection must be gone before the cap is filled.
-    std::thread::sleep(Duration::from_millis(500));
-    let held = hold(capped.port(), 20);
-    std::thread::sleep(Duration::from_millis(300));
-    let (status, body) = request(capped.port(), "POST", "/", &capped.token, r#"["PING"]"#);
-    assert_eq!(status, 503, "{body}");
-    assert!(body.contains("too many connections"), "{body}");
-    drop(held);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(request(capped.port(), "POST", "/", &capped.token, r#"["PING"]"#).0, 200);
-
-    // A cap full of connections from many addresses that never send a request (a
-    // distributed slow-header flood): past a second, a new client takes the place of the
-    // oldest of them, every time.
-    let mut flood: Vec<TcpStream> = (0..20u8).flat_map(|i| hold_from([127, 0, 2, i], capped.port(), 1)).collect();
-    for s in flood.iter_mut() {
-        let _ = s.write_all(b"POST / HTTP/1.1\r\nhost: x\r\n");
-    }
-    std::thread::sleep(Duration::from_millis(1_200));
-    let mut newer = Vec::new();
-    for i in 0..5u8 {
-        let (status, body) = request(capped.port(), "POST", "/", &capped.token, r#"["PING"]"#);
-        assert_eq!(status, 200, "request {i} while the cap is full of head-less connections: {body}");
-        // A newcomer that sends nothing takes the freed place (too young to be evicted).
-        newer.extend(hold_from([127, 0, 3, i], capped.port(), 1));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let closed = flood.iter_mut().map(closed_by_server).filter(|c| *c).count();
-    assert_eq!(closed, 5, "each request took the place of the oldest waiting connection");
-    assert_eq!(newer.iter_mut().map(closed_by_server).filter(|c| *c).count(), 0, "younger ones were kept");
-}
-
-#[test]
-fn redcount_serve_holds_against_idle_slow_and_too_many_connections() {
-    let redis = RedisServer::start();
-    let policies = TEST_POLICIES;
-    let server = NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        "admin-token-0123456789",
-        policies,
-        &["--header-timeout-ms", "1500"],
-    );
-    let get = || request(server.port(), "GET", "/", "", "").0;
-    flood_then_check(server.port(), Duration::from_millis(1500), get);
-
-    // A body trickled after its head is cut off at the request timeout (408), not held.
-    let trickle = NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        "admin-token-0123456789",
-        policies,
-        &["--timeout-ms", "800"],
-    );
-    let mut s = TcpStream::connect(("127.0.0.1", trickle.port())).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "POST /api/counters/c/x HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{{").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
-
-    let capped = NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        "admin-token-0123456789",
-        policies,
-        &["--max-connections", "20"],
-    );
-    // The start-up probe's connection must be gone before the cap is filled.
-    std::thread::sleep(Duration::from_millis(500));
-    let held = hold(capped.port(), 20);
-    std::thread::sleep(Duration::from_millis(300));
-    let (status, body) = request(capped.port(), "GET", "/", "", "");
-    assert_eq!(status, 503, "{body}");
-    drop(held);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(request(capped.port(), "GET", "/", "", "").0, 200);
-    // Outside /api/ (the demo page), errors are JSON too.
-    let (status, body) = request(capped.port(), "POST", "/API/counters/c/x", "", "{}");
-    assert_eq!(status, 405);
-    assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].as_str().unwrap().contains("/api/"));
-    let (status, body) = request(capped.port(), "GET", "/no-such-file", "", "");
-    assert_eq!(status, 404);
-    assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok(), "{body}");
-}
-
-/// One address cannot take every slot (a newcomer of an address at its limit takes the place
-/// of that address's connection idle longest: it never holds more), and a client without a
-/// valid token cannot keep a connection by sending requests: both servers. (A newcomer is
-/// refused only when every connection of its address has a request at work: `redcount-http`
-/// `tests::at_the_per_address_cap_requests_at_work_are_never_cut_off`.)
-#[test]
-fn one_address_or_a_tokenless_client_cannot_hold_the_server() {
-    let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-connections-per-ip", "10"]);
-    let server = NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        "admin-token-0123456789",
-        TEST_POLICIES,
-        &["--max-connections-per-ip", "10"],
-    );
-    for (port, path) in [(front.port(), "/"), (server.port(), "/api/counters/c/x")] {
-        std::thread::sleep(Duration::from_millis(500));
-        let mut held = hold_from([127, 0, 0, 2], port, 10);
-        std::thread::sleep(Duration::from_millis(300));
-        let (status, answer) = request_from([127, 0, 0, 2], port, "GET", "/", "", "");
-        assert!(status == 200 || status == 401, "the 11th of the address: {status} {answer}");
-        let closed: Vec<bool> = held.iter_mut().map(closed_by_server).collect();
-        assert_eq!(closed.iter().filter(|c| **c).count(), 1, "one place given up, the oldest's: {closed:?}");
-        assert!(closed[0], "the oldest gave up its place: {closed:?}");
-        // Another client is served meanwhile.
-        let (status, _) = request(port, "GET", "/", "", "");
-        assert!(status == 200 || status == 401, "{status}");
-        drop(held);
-
-        // A wrong token: 401, and the server closes the connection although the client
-        // asked to keep it.
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(s, "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer wrong\r\ncontent-length: 2\r\n\r\n{{}}")
-            .unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        assert!(out.starts_with("HTTP/1.1 401"), "{out}");
-        assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
-    }
-}
+use redcount_procs::client::{hold_from, request};
+use redcount_tests::{Front, RedisServer, RestFront};
 
 /// A request whose reply is huge (an 8.5 KB pipeline of 500 GETs of a 900 KB value: 450 MB)
 /// is cut off at `--max-response-bytes` with a clear error, the front's memory stays near
@@ -418,7 +187,7 @@ fn encoded_replies_and_slow_readers_stay_within_their_bounds() {
 #[test]
 fn a_runaway_script_is_killed_and_nothing_waits_on_it() {
     let mut redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--script-timeout-ms", "500"]);
+    let front = Front::start_with(&redis.url(), false, &["--script-timeout-ms", "500"]);
     let port = front.port();
     // The read-only token runs only scripts the full token loaded.
     let (status, body) = request(port, "POST", "/", &front.token, r#"["SCRIPT", "LOAD", "while true do end"]"#);
@@ -481,7 +250,7 @@ fn slow_read(redis: &RedisServer) -> Duration {
 #[test]
 fn runaway_scripts_in_a_batch_are_all_killed() {
     let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--script-timeout-ms", "300", "--timeout-ms", "1000"]);
+    let front = Front::start_with(&redis.url(), false, &["--script-timeout-ms", "300", "--timeout-ms", "1000"]);
     let port = front.port();
     for (path, n) in [("/multi-exec", 7), ("/pipeline", 10)] {
         let batch =
@@ -508,7 +277,7 @@ fn runaway_scripts_in_a_batch_are_all_killed() {
 
     // A runaway that starts late, behind slow commands of its own transaction (2.4 s of
     // SORT_RO), long after its request timed out, is still killed at its bound.
-    let late = RestFront::start_with(
+    let late = Front::start_with(
         &redis.url(),
         false,
         &["--script-timeout-ms", "300", "--timeout-ms", "500", "--max-transaction-commands", "100"],
@@ -550,272 +319,12 @@ fn remembered_script_rewrites_stay_within_their_byte_bound() {
     assert!(grown < 64 * 1024, "the front kept the scripts: +{grown} KiB");
 }
 
-/// At the cap, connections parked between requests (a keep-alive flood: one request each,
-/// then idle, which the header timeout alone lets live for its full length each time) and
-/// connections trickling a request body are closed, oldest first, to make room; a
-/// connection whose request is at work is never closed.
-fn cap_evicts_parked_and_slow_body_connections(
-    port: u16,
-    request_head: &str,
-    body: &str,
-    address: impl Fn([u8; 4]) -> [u8; 4],
-) {
-    let send = |from: [u8; 4], keep: bool| {
-        let from = address(from);
-        let mut s = hold_from(from, port, 1).pop().unwrap();
-        let connection = if keep { "keep-alive" } else { "close" };
-        write!(s, "{request_head}content-length: {}\r\nconnection: {connection}\r\n\r\n{body}", body.len()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut got = vec![0u8; 4096];
-        let n = s.read(&mut got).unwrap_or(0);
-        if !keep {
-            // Until the server has closed it, and a moment for its place to be given back:
-            // the next connection must not find the cap still full and evict one more.
-            let _ = s.read_to_end(&mut Vec::new());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        (s, String::from_utf8_lossy(&got[..n]).into_owned())
-    };
-    // The start-up probe's connection must be gone before the cap is filled.
-    std::thread::sleep(Duration::from_millis(500));
-    let mut parked = Vec::new();
-    for i in 0..20u8 {
-        let (s, answer) = send([127, 0, 4, i], true);
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        parked.push(s);
-    }
-    std::thread::sleep(Duration::from_millis(1_200));
-    let mut newer = Vec::new();
-    for i in 0..5u8 {
-        let (_, answer) = send([127, 0, 5, i], false);
-        assert!(
-            answer.starts_with("HTTP/1.1 200"),
-            "request {i} while the cap is full of parked connections: {answer}"
-        );
-        // A newcomer takes the freed place, so the cap stays full.
-        newer.extend(hold_from(address([127, 0, 8, i]), port, 1));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let closed: Vec<usize> =
-        parked.iter_mut().enumerate().filter_map(|(i, s)| closed_by_server(s).then_some(i)).collect();
-    assert_eq!(closed, vec![0, 1, 2, 3, 4], "each request took the place of the longest-parked connection");
-    drop((parked, newer));
-    std::thread::sleep(Duration::from_millis(300));
-
-    // The same with bodies trickled a byte at a time.
-    let head = format!("{request_head}content-length: 1000\r\n\r\n");
-    let mut slow: Vec<TcpStream> = (0..20u8)
-        .map(|i| {
-            let mut s = hold_from(address([127, 0, 6, i]), port, 1).pop().unwrap();
-            s.write_all(head.as_bytes()).unwrap();
-            s
-        })
-        .collect();
-    for _ in 0..6 {
-        for s in &mut slow {
-            let _ = s.write_all(b" ");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let mut newer = Vec::new();
-    for i in 0..5u8 {
-        let (_, answer) = send([127, 0, 7, i], false);
-        assert!(answer.starts_with("HTTP/1.1 200"), "request {i} while the cap is full of slow bodies: {answer}");
-        newer.extend(hold_from(address([127, 0, 9, i]), port, 1));
-        for s in &mut slow {
-            let _ = s.write_all(b" ");
-        }
-    }
-    let closed: Vec<usize> =
-        slow.iter_mut().enumerate().filter_map(|(i, s)| closed_by_server(s).then_some(i)).collect();
-    // (Their order is that in which their heads were parsed, not quite that of connecting.)
-    assert_eq!(closed.len(), 5, "each request took the place of one slow body: {closed:?}");
-    assert_eq!(newer.iter_mut().map(closed_by_server).filter(|c| *c).count(), 0, "younger ones were kept");
-}
-
-#[test]
-fn at_the_cap_parked_and_slow_body_connections_make_room() {
-    let redis = RedisServer::start();
-    // A long request timeout: the slow bodies must be closed by eviction only, not by their
-    // own 408 on a slow machine.
-    let front = RestFront::start_with(&redis.url(), false, &["--max-connections", "20", "--timeout-ms", "60000"]);
-    let head = format!("POST / HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n", front.token);
-    cap_evicts_parked_and_slow_body_connections(front.port(), &head, r#"["PING"]"#, |a| a);
-    let server = NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        "admin-token-0123456789",
-        TEST_POLICIES,
-        &["--max-connections", "20", "--timeout-ms", "60000"],
-    );
-    cap_evicts_parked_and_slow_body_connections(
-        server.port(),
-        "POST /api/counters/running-jobs/x HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n",
-        r#"{"delta": 1}"#,
-        |a| a,
-    );
-}
-
-/// At the per-address cap, as at the global one, a newcomer from that address takes the place
-/// of that address's connection with no request at work for longest (a second at least):
-/// 1,000 half-sent request heads from one address (users behind one NAT or proxy share it)
-/// locked every other client of that address out until the header timeout (the front and
-/// `redcount serve`, default flags). Then parked keep-alive connections and trickled bodies,
-/// all from one address, with a per-address cap of 20 under a global one of 10,000.
-#[test]
-fn at_the_per_address_cap_slow_heads_parked_and_slow_bodies_make_room() {
-    let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
-    let server = NativeServer::start(&[("REDIS_URL", &redis.url())], "admin-token-0123456789", TEST_POLICIES);
-    let health =
-        |port: u16, from: [u8; 4]| request_from(from, port, "GET", "/api/health", "admin-token-0123456789", "");
-    let ping = |port: u16, from: [u8; 4]| request_from(from, port, "POST", "/", &front.token, r#"["PING"]"#);
-    for (n, (port, ok)) in [(front.port(), &ping as &dyn Fn(u16, [u8; 4]) -> (u16, String)), (server.port(), &health)]
-        .into_iter()
-        .enumerate()
-    {
-        let from = [127, 0, 10, n as u8 + 1];
-        std::thread::sleep(Duration::from_millis(500));
-        let mut heads = hold_from(from, port, 1_000);
-        for s in &mut heads {
-            let _ = s.write_all(b"POS");
-        }
-        std::thread::sleep(Duration::from_millis(1_200));
-        let mut newer = Vec::new();
-        for i in 0..5 {
-            let (status, body) = ok(port, from);
-            assert_eq!(status, 200, "request {i} from an address whose 1,000 places hold half-sent heads: {body}");
-            // Until the server has let the request's place go, then a newcomer of the same
-            // address that sends nothing takes it (too young to be evicted).
-            std::thread::sleep(Duration::from_millis(50));
-            newer.extend(hold_from(from, port, 1));
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // A moment for the last eviction's close to arrive, then all at once (well within the
-        // header timeout).
-        std::thread::sleep(Duration::from_millis(100));
-        let closed: Vec<usize> = heads.iter_mut().enumerate().filter_map(|(i, s)| closed_now(s).then_some(i)).collect();
-        assert_eq!(closed, vec![0, 1, 2, 3, 4], "server {n}: each request took the place of the address's oldest head");
-        assert_eq!(newer.iter_mut().map(closed_by_server).filter(|c| *c).count(), 0, "younger ones were kept");
-        // Another address was never concerned.
-        assert_eq!(ok(port, [127, 0, 11, 1]).0, 200);
-    }
-    drop((front, server));
-
-    let one = |_: [u8; 4]| [127, 0, 12, 1];
-    let flags = ["--max-connections-per-ip", "20", "--timeout-ms", "60000"];
-    let front = RestFront::start_with(&redis.url(), false, &flags);
-    let head = format!("POST / HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n", front.token);
-    cap_evicts_parked_and_slow_body_connections(front.port(), &head, r#"["PING"]"#, one);
-    let server =
-        NativeServer::start_with(&[("REDIS_URL", &redis.url())], "admin-token-0123456789", TEST_POLICIES, &flags);
-    cap_evicts_parked_and_slow_body_connections(
-        server.port(),
-        "POST /api/counters/running-jobs/x HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n",
-        r#"{"delta": 1}"#,
-        one,
-    );
-}
-
-/// Keep-alive connections from `from` holding `n` places, each sending `request` again every
-/// `every` (so never idle a second) until `stop`; each thread answers how many were served.
-fn busy_from(
-    from: [u8; 4],
-    port: u16,
-    n: usize,
-    request: String,
-    every: Duration,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<std::thread::JoinHandle<usize>> {
-    hold_from(from, port, n)
-        .into_iter()
-        .map(|mut s| {
-            let (request, stop) = (request.clone(), stop.clone());
-            std::thread::spawn(move || {
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                let mut served = 0;
-                let mut got = vec![0u8; 8192];
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if s.write_all(request.as_bytes()).is_err() {
-                        break;
-                    }
-                    match s.read(&mut got) {
-                        Ok(n) if n > 0 && got.starts_with(b"HTTP/1.1 200") => served += 1,
-                        _ => break,
-                    }
-                    std::thread::sleep(every);
-                }
-                served
-            })
-        })
-        .collect()
-}
-
-/// One client behind a shared address keeps every place of that address with keep-alive
-/// connections each sending a cheap request more often than once a second, so none is idle a
-/// second: every other client of that address got 503 for as long as it kept going (an outside
-/// pass: at the default 1,000, with requests every 0.9 s, 17,000 requests, none evicted; here
-/// 50 places, every 0.5 s). Now a newcomer takes the place of one parked between its requests.
-/// Also at the global cap, from the few addresses holding most of it.
-#[test]
-fn busy_keep_alive_connections_make_room_at_the_caps() {
-    let redis = RedisServer::start();
-    let flags = ["--max-connections-per-ip", "50"];
-    let front = RestFront::start_with(&redis.url(), false, &flags);
-    let server =
-        NativeServer::start_with(&[("REDIS_URL", &redis.url())], "admin-token-0123456789", TEST_POLICIES, &flags);
-    let ping = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\ncontent-length: 8\r\n\r\n[\"PING\"]",
-        front.token
-    );
-    let health =
-        "GET /api/policies HTTP/1.1\r\nhost: x\r\nauthorization: Bearer admin-token-0123456789\r\n\r\n".to_string();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for (n, port, request, path, token) in [
-        (0u8, front.port(), ping.clone(), "/", front.token.as_str()),
-        (1, server.port(), health.clone(), "/api/policies", "admin-token-0123456789"),
-    ] {
-        std::thread::sleep(Duration::from_millis(500));
-        let from = [127, 0, 20, n + 1];
-        stop.store(false, std::sync::atomic::Ordering::Relaxed);
-        let flood = busy_from(from, port, 50, request, Duration::from_millis(500), stop.clone());
-        std::thread::sleep(Duration::from_millis(1_500));
-        let body = if path == "/" { r#"["PING"]"# } else { "" };
-        let method = if path == "/" { "POST" } else { "GET" };
-        for i in 0..5 {
-            let (status, answer) = request_from(from, port, method, path, token, body);
-            assert_eq!(status, 200, "server {n}, request {i} from an address whose places are all kept busy: {answer}");
-        }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let served: usize = flood.into_iter().map(|t| t.join().unwrap()).sum();
-        assert!(served >= 50, "server {n}: the flood was served too ({served})");
-    }
-    drop((front, server));
-
-    // The global cap (40), held by two addresses of 20 each, all busy: a third address gets in.
-    let flags = ["--max-connections", "40", "--max-connections-per-ip", "20"];
-    let front = RestFront::start_with(&redis.url(), false, &flags);
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(false, std::sync::atomic::Ordering::Relaxed);
-    let mut flood =
-        busy_from([127, 0, 21, 1], front.port(), 20, ping.clone(), Duration::from_millis(300), stop.clone());
-    flood.extend(busy_from([127, 0, 21, 2], front.port(), 20, ping, Duration::from_millis(300), stop.clone()));
-    std::thread::sleep(Duration::from_millis(1_000));
-    for i in 0..5 {
-        let (status, answer) = request_from([127, 0, 21, 3], front.port(), "POST", "/", &front.token, r#"["PING"]"#);
-        assert_eq!(status, 200, "request {i} at the global cap, held by two busy addresses: {answer}");
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for t in flood {
-        t.join().unwrap();
-    }
-}
-
 /// The response bound is checked against the size in the encoding asked for: raw RESP2
 /// passes a reply whose JSON form (six bytes per control byte) would not.
 #[test]
 fn the_response_bound_counts_the_encoding_asked_for() {
     let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-response-bytes", "1000000"]);
+    let front = Front::start_with(&redis.url(), false, &["--max-response-bytes", "1000000"]);
     let _: () = redis::cmd("SET").arg("ctl").arg(vec![1u8; 400_000]).query(&mut redis.conn()).unwrap();
     let get = |headers: &str, path: &str, body: &str| {
         let mut s = TcpStream::connect(("127.0.0.1", front.port())).unwrap();
@@ -852,7 +361,7 @@ fn the_response_bound_counts_the_encoding_asked_for() {
 #[test]
 fn redis_does_not_build_replies_past_the_bound() {
     let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-response-bytes", "8388608"]);
+    let front = Front::start_with(&redis.url(), false, &["--max-response-bytes", "8388608"]);
     let mut c = redis.conn();
     let _: () = redis::cmd("SET").arg("k10k").arg(vec![b'v'; 10_000]).query(&mut c).unwrap();
     let _: i64 = redis::cmd("SADD").arg("one").arg("m").query(&mut c).unwrap();
@@ -892,7 +401,7 @@ fn redis_does_not_build_replies_past_the_bound() {
 #[test]
 fn slow_commands_cannot_hold_redis_past_the_timeout() {
     let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "1000"]);
+    let front = Front::start_with(&redis.url(), false, &["--timeout-ms", "1000"]);
     let cost = slow_read(&redis);
     let n = (6_000 / cost.as_millis().max(1) as usize).clamp(20, 3_000);
     let pipeline =
@@ -998,7 +507,7 @@ fn the_commands_that_share_connections_answer_one_integer() {
         ("PFADD", &["hll", "a", "b"]),
         ("PUBLISH", &["channel", "a message"]),
     ];
-    let listed: std::collections::BTreeSet<&str> = redcount_rest::INTEGER_REPLY_COMMANDS.iter().copied().collect();
+    let listed: std::collections::BTreeSet<&str> = redcount_front::INTEGER_REPLY_COMMANDS.iter().copied().collect();
     let tested: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.0).collect();
     assert_eq!(listed, tested, "every command on the shared connections has a case here");
     for (name, args) in cases {
@@ -1018,7 +527,7 @@ fn the_commands_that_share_connections_answer_one_integer() {
 #[test]
 fn a_reply_past_the_output_limit_is_a_400_after_a_redis_restart_too() {
     let mut redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let port = front.port();
     // 52 MB of reply: Redis passes the output limit (17 MiB by default) long before the front
     // has read its own bound.

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use redcount_tests::{RedisServer, RestFront, scratch_dir, secret};
+use redcount_tests::{Front, RedisServer, RestFront, scratch_dir, secret};
 use serde_json::{Value, json};
 
 async fn post(url: &str, token: &str, body: Value) -> (u16, Value) {
@@ -81,7 +81,7 @@ async fn scoped_tokens_are_held_to_their_redis_users() {
         assert!(v["error"].as_str().is_some_and(|e| e.contains("NOPERM") || e.contains("permission")), "{cmd}: {v}");
     }
     // Commands that reach every app's keys at once are refused to a file token, whatever its
-    // ACL user may do (the README's example user may run them).
+    // ACL user may do (docs/front.md's example user may run them).
     for cmd in [
         json!(["FLUSHALL"]),
         json!(["FLUSHDB"]),
@@ -209,11 +209,11 @@ async fn a_removed_token_loses_its_subscriptions_and_connections() {
     assert_eq!(post(&url, &t1, json!(["GET", "app1:x"])).await, (200, json!({"result": "1"})));
 }
 
-/// The README's example user for a `--tokens` app, exactly as written there (`ACL SETUSER app1
+/// docs/front.md's example user for a `--tokens` app, exactly as written there (`ACL SETUSER app1
 /// on >… <rules>`): its rules, with `app1` replaced by `name`.
 fn readme_user_rules(name: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(redcount_tests::root().join("README.md")).unwrap();
-    let start = readme.find("`ACL SETUSER app1 on >… ").expect("the README's example --tokens user");
+    let readme = std::fs::read_to_string(redcount_tests::root().join("docs/front.md")).unwrap();
+    let start = readme.find("`ACL SETUSER app1 on >… ").expect("docs/front.md's example --tokens user");
     let rest = &readme[start + "`ACL SETUSER app1 on >… ".len()..];
     let rules = &rest[..rest.find('`').unwrap()];
     rules.split(' ').map(|r| r.replace("app1", name)).collect()
@@ -383,7 +383,7 @@ fn pooled_connections(c: &mut redis::Connection, users: &[&str]) -> Vec<String> 
 /// The attack, generated: every command the `COMMAND` table shows reaching beyond one
 /// app (all keys, the server, another database, every app's scripts) or changing the
 /// connection, sent by every kind of token as a command and inside EVAL, EVAL_RO, EVALSHA,
-/// EVALSHA_RO, FCALL and FCALL_RO, with the README's example users exactly as written. A
+/// EVALSHA_RO, FCALL and FCALL_RO, with docs/front.md's example users exactly as written. A
 /// `--tokens` token is refused each, and nothing of any database changes; the read-only token
 /// changes nothing; no token's request changes the front's pooled connections; a connection
 /// change is refused as a command to every token. Then the operator's later edits: a rule that
@@ -420,7 +420,7 @@ async fn a_tenant_reaches_no_other_app_from_inside_a_script() {
             (&t2, "app2", "pw-app2-0123456789", false),
         ],
     );
-    let front = RestFront::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&redis.url(), false, &["--tokens", file.to_str().unwrap()]);
     let url = front.url();
     // The full token loads what the others run: a script that runs its arguments, and functions
     // that do (one flagged no-writes, for FCALL_RO).
@@ -640,7 +640,7 @@ async fn the_front_keeps_its_rules_on_tenant_users() {
     let file = scratch_dir("tokens-keep").join("tokens.json");
     write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
     let url = format!("redis://keeper:pw-keeper-0123456789@127.0.0.1:{}/", redis.port());
-    let front = RestFront::start_with(&url, false, &["--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&url, false, &["--tokens", file.to_str().unwrap()]);
     let base = front.url();
     let walk = json!(["EVAL", "return redis.call('keys', '*')", "0"]);
     let refused = || {
@@ -693,20 +693,9 @@ async fn the_front_keeps_its_rules_on_tenant_users() {
     // At start: a front whose user may not change users refuses to start, and says why.
     acl(&redis, &["limited", "on", ">pw-limited-0123456789", "~*", "&*", "+@all", "-@admin"]);
     let limited = format!("redis://limited:pw-limited-0123456789@127.0.0.1:{}/", redis.port());
-    let mut child = Command::new(redcount_tests::bin("redcount-rest"))
-        .args(["--listen", "127.0.0.1:0", "--redis", &limited, "--tokens", file.to_str().unwrap()])
-        .env("REDCOUNT_REST_TOKEN", secret("main"))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started without its rules on the tenant's user: {err}");
+    let started = Front::try_start_with(&limited, false, &["--tokens", file.to_str().unwrap()]);
+    // What the binary prints when it exits with a failure.
+    let err = started.err().unwrap_or_else(|| panic!("started without its rules on the tenant's user"));
     assert!(err.contains("app1") && err.contains("ACL SETUSER"), "{err}");
     assert!(!err.contains(&t1), "the token is printed: {err}");
 }
@@ -724,7 +713,7 @@ async fn the_rules_are_on_every_cluster_node() {
     let t1 = secret("t1");
     let file = scratch_dir("tokens-cluster").join("tokens.json");
     write_tokens(&file, &[(&t1, "app1", "pw-app1-0123456789", false)]);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&cluster.urls(), true, &["--tokens", file.to_str().unwrap()]);
     let url = front.url();
     let walks = [&["keys", "*"][..], &["scan", "0"], &["flushall"], &["cluster", "getkeysinslot", "0", "10"]];
     for (i, n) in cluster.nodes.iter().enumerate() {

@@ -2,7 +2,7 @@
 //! the read-only token changes nothing by any way in, and the full token cannot administer
 //! Redis unless the front was started with `--allow-admin-commands`.
 
-use redcount_tests::{RedisServer, RestFront};
+use redcount_tests::{Front, RedisServer};
 use redis::Value as R;
 use serde_json::{Value, json};
 
@@ -219,7 +219,7 @@ const KEYS: [&str; 10] = ["s", "h", "l", "st", "z", "x", "hll", "geo", "missing"
 async fn the_readonly_token_changes_nothing_by_any_way_in() {
     let redis = debuggable();
     seed(&redis);
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let c = Client { http: redcount_tests::http(), url: front.url() };
     let table = entries(&redis);
     let ro = &front.readonly_token;
@@ -347,7 +347,7 @@ async fn the_readonly_token_changes_nothing_by_any_way_in() {
 #[tokio::test]
 async fn the_readonly_token_runs_only_scripts_the_full_token_loaded() {
     let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let c = Client { http: redcount_tests::http(), url: front.url() };
     let ro = &front.readonly_token;
     let cached = |sha: &str| -> i64 {
@@ -418,7 +418,7 @@ fn walks_the_keyspace(e: &Entry) -> bool {
 #[tokio::test]
 async fn the_readonly_token_may_not_walk_the_keyspace() {
     let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let c = Client { http: redcount_tests::http(), url: front.url() };
     let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut redis.conn()).unwrap();
     for cmd in [
@@ -480,7 +480,7 @@ async fn the_readonly_token_may_not_walk_the_keyspace() {
 async fn administrative_commands_need_a_flag() {
     let redis = debuggable();
     seed(&redis);
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let c = Client { http: redcount_tests::http(), url: front.url() };
     let table = entries(&redis);
     let before = snapshot(&redis);
@@ -549,7 +549,7 @@ async fn administrative_commands_need_a_flag() {
     assert_eq!(before, Snapshot { slowlog_len: before.slowlog_len, ..after });
     drop(front);
 
-    let front = RestFront::start_with(&redis.url(), false, &["--allow-admin-commands"]);
+    let front = Front::start_with(&redis.url(), false, &["--allow-admin-commands"]);
     let c = Client { http: redcount_tests::http(), url: front.url() };
     let (s, v) = c.send(&front.token, "/", Some(json!(["CONFIG", "SET", "maxmemory-samples", "7"])), false).await;
     assert_eq!(s, 200, "{v}");
@@ -591,7 +591,7 @@ async fn the_boundary_holds_on_a_cluster() {
         let _: R = redis::cmd("FUNCTION").arg("LOAD").arg(lib).query(&mut c).unwrap();
         tags.push(tag);
     }
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let c = Client { http: redcount_tests::http(), url: front.url() };
     let table = entries(&cluster.nodes[0]);
     let ro = &front.readonly_token;

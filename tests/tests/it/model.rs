@@ -2416,10 +2416,10 @@ async fn redpacket_never_over_issues_and_each_user_wins_once() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Found by the model tests
+// What the model tests have caught
 
 /// Seen by `counter_value_is_the_sum_of_what_was_applied` (seeds 80727275027 round 0 and
-/// 80738944972 round 5, after main's 48970b9): a RESP call answered "applied 2" had added 4.
+/// 80738944972 round 5): a RESP call answered "applied 2" had added 4.
 /// redis-rs reports a reply lost after the command was sent as "broken pipe", the same error
 /// as a command that never left, and `Direct::send` sent such a command again.
 #[tokio::test]

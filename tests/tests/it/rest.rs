@@ -1,16 +1,19 @@
-//! redcount-rest: the official clients, raw HTTP edge cases, every primitive through the
-//! front on Redis and on a Redis Cluster, and Redis restarting under it.
+//! The front (binary `redcount-rest`): the official clients, raw HTTP edge cases, every
+//! primitive through the front on Redis and on a Redis Cluster, and Redis restarting under it.
+//! The front runs in this process (`redcount_tests::Front`, its app served on a loopback port)
+//! but where only its process shows what is tested: the official clients against the binary,
+//! its memory, its start-up errors.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redcount::Rest;
-use redcount_tests::{RedisCluster, RedisServer, RestFront, root, secret};
+use redcount_tests::{Front, RedisCluster, RedisServer, RestFront, root, secret, shared_redis};
 use serde_json::{Value, json};
 
 use crate::scenario;
 
-fn rest(front: &RestFront) -> Rest {
+fn rest(front: &Front) -> Rest {
     Rest::new(&front.url(), &front.token, Duration::from_secs(10)).unwrap()
 }
 
@@ -48,7 +51,7 @@ struct Raw {
 }
 
 impl Raw {
-    fn new(front: &RestFront) -> Self {
+    fn new(front: &Front) -> Self {
         Raw { http: redcount_tests::http(), url: front.url(), token: front.token.clone() }
     }
 
@@ -80,8 +83,8 @@ fn error_of(v: &Value) -> &str {
 
 #[tokio::test]
 async fn raw_http_edge_cases() {
-    let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-body-bytes", "4096"]);
+    let redis = shared_redis();
+    let front = Front::start_with(&redis.url(), false, &["--max-body-bytes", "4096"]);
     let raw = Raw::new(&front);
 
     for (body, want) in [
@@ -96,7 +99,7 @@ async fn raw_http_edge_cases() {
         ("[\"MULTI\"]", "/multi-exec"),
         ("[\"SELECT\",\"1\"]", "shared connection"),
         // Connection state on a Cluster: ASKING would let the next request sharing the
-        // connection run on a node that does not own its slot (attacker pass, 2026-11-26).
+        // connection run on a node that does not own its slot.
         ("[\"ASKING\"]", "shared connection"),
         ("[\"READONLY\"]", "shared connection"),
         ("[\"READWRITE\"]", "shared connection"),
@@ -205,8 +208,8 @@ async fn raw_http_edge_cases() {
 /// response-format header checked, and a sync token on every answer.
 #[tokio::test]
 async fn arguments_and_headers_as_the_official_clients_use_them() {
-    let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let redis = shared_redis();
+    let front = Front::start(&redis.url(), false);
     let raw = Raw::new(&front);
     let get = |k: &str| {
         let mut conn = redis.conn();
@@ -286,8 +289,8 @@ async fn read_until(resp: &mut reqwest::Response, seen: &mut String, want: &str)
 /// at most --max-subscribers, given back when the client goes.
 #[tokio::test]
 async fn subscribers_get_server_sent_events() {
-    let redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--max-subscribers", "2"]);
+    let redis = shared_redis();
+    let front = Front::start_with(&redis.url(), false, &["--max-subscribers", "2"]);
     let open = |path: &str| {
         redcount_tests::http()
             .post(format!("{}{path}", front.url()))
@@ -387,7 +390,7 @@ async fn a_subscriber_that_does_not_read_is_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_primitive_through_the_front() {
     let redis = RedisServer::start();
-    let front = RestFront::start(&redis.url(), false);
+    let front = Front::start(&redis.url(), false);
     let d = rest(&front);
     scenario::every_primitive(&d).await;
     scenario::grab_storm(&d, 200, 50).await;
@@ -401,7 +404,7 @@ async fn every_primitive_through_the_front() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_primitive_through_the_front_on_a_cluster() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let d = rest(&front);
     scenario::every_primitive(&d).await;
     scenario::grab_storm(&d, 200, 50).await;
@@ -424,7 +427,7 @@ async fn every_primitive_through_the_front_on_a_cluster() {
 async fn a_pipeline_across_masters_runs_each_entry_once() {
     use rand::{Rng, SeedableRng};
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
     let (status, v) = raw.post("/pipeline", r#"[["incr","k1"],["incr","k2"],["incr","k3"],["incr","k4"]]"#).await;
     assert_eq!((status, v), (200, json!([{"result": 1}, {"result": 1}, {"result": 1}, {"result": 1}])));
@@ -489,7 +492,7 @@ async fn a_pipeline_across_masters_runs_each_entry_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipelines_across_a_migrating_slot_run_each_entry_at_most_once_as_answered() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let keys: Vec<String> =
         (0..4).map(|i| format!("{{mig}}:{i}")).chain((0..8).map(|i| format!("other-{i}"))).collect();
     let mut conn = cluster.conn();
@@ -556,7 +559,7 @@ async fn pipelines_across_a_migrating_slot_run_each_entry_at_most_once_as_answer
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_under_the_front() {
     let mut redis = RedisServer::start();
-    let front = RestFront::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
+    let front = Front::start_with(&redis.url(), false, &["--timeout-ms", "2000"]);
     let raw = Raw::new(&front);
     assert_eq!(raw.post("/", r#"["SET","k","v"]"#).await.0, 200);
     redis.kill();
@@ -619,7 +622,7 @@ fn migrate_slot(cluster: &RedisCluster, slot: i64) -> (usize, usize, std::time::
 async fn a_slot_migrated_in_the_middle_of_a_storm() {
     use redcount_core::ops::redpacket::{self, Create, Grab, GrabOutcome, ReadStatus};
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let d = rest(&front);
     let mut rng = rand::rng();
     let id = redpacket::new_id(&mut rng);
@@ -731,7 +734,7 @@ async fn the_front_answers_again_after_its_slot_map_could_not_be_read() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let cluster = Arc::new(RedisCluster::start(3));
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let keys: Arc<Vec<String>> = Arc::new((0..40).map(|i| format!("k{i}")).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<_> = (0..40)
@@ -795,11 +798,11 @@ async fn the_front_answers_again_after_its_slot_map_could_not_be_read() {
 /// A Cluster node restarted without an ACL file has forgotten the user the front's clients log
 /// in as, and a replica added later never had it: every login to that node was refused, its
 /// slots answered 504 until the front restarted, with about a hundred failed logins a second
-/// (attacker pass, 2026-11-26). The front makes its users again on every node that lacks them.
+/// The front makes its users again on every node that lacks them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_restarted_without_the_fronts_user_is_given_it_again() {
     let mut cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
     let key = key_served_by(&cluster, 0, "restart");
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
@@ -836,8 +839,8 @@ fn key_served_by(cluster: &RedisCluster, i: usize, prefix: &str) -> String {
 
 /// A master killed with no replica to take its place: redis-rs kept every call for its
 /// slots waiting, or bounced it between masters answering MOVED, and the front answered
-/// each after its whole `--timeout-ms` with 504 "did not answer" where the README documents
-/// 503 "unreachable" (attacker pass, 2026-11-26). A probe now sees that master refuse
+/// each after its whole `--timeout-ms` with 504 "did not answer" where docs/front.md documents
+/// 503 "unreachable". A probe now sees that master refuse
 /// connections and such requests end with 503 naming it, well before the limit; the other
 /// masters' keys are served meanwhile, and the master's again once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -845,7 +848,7 @@ async fn a_killed_cluster_master_is_answered_unreachable_before_the_time_limit()
     // No failover during the test, and the other masters go on serving their slots.
     let mut cluster =
         RedisCluster::start_with(3, &["--cluster-node-timeout", "60000", "--cluster-require-full-coverage", "no"]);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "8000"]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "8000"]);
     let raw = Raw::new(&front);
     let (dead, alive) = (key_served_by(&cluster, 0, "down"), key_served_by(&cluster, 1, "up"));
     for k in [&dead, &alive] {
@@ -889,13 +892,13 @@ async fn served_again(raw: &Raw, key: &str) {
 }
 
 /// A Cluster that cannot serve (a slot no master serves: CLUSTERDOWN) is waited out within
-/// `--timeout-ms` and then answered 503 naming CLUSTERDOWN, as the README's table says and as
+/// `--timeout-ms` and then answered 503 naming CLUSTERDOWN, as docs/front.md's table says and as
 /// `redcount serve` answers; the front answered 504 "did not answer" instead, its own time
-/// limit ending the wait first (attacker pass, 2026-11-26). Nothing ran.
+/// limit ending the wait first. Nothing ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "1000"]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "1000"]);
     let raw = Raw::new(&front);
     assert_eq!(raw.post("/", json!(["INCR", "before"]).to_string()).await.0, 200);
     // One slot served by no one: the Cluster's state becomes fail (full coverage required).
@@ -912,7 +915,7 @@ async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Within the limit too: the front's own waits for "cannot serve now" came on top of the
-    // Cluster call's, three whole tries (about 3 s here; second attacker pass).
+    // Cluster call's, three whole tries (about 3 s here).
     let ro = Raw { token: front.readonly_token.clone(), ..Raw::new(&front) };
     let tries = [
         ("INCR", &raw, "/", json!(["INCR", "other"])),
@@ -942,12 +945,12 @@ async fn a_cluster_that_is_down_is_unavailable_not_a_timeout() {
 /// A same-named user with other rules on a node (set by hand, or loaded from an ACL file by a
 /// restarted node): the front checked only that its users existed, so the read-only token's
 /// scripts could run administrative commands there, and a changed password made the node's
-/// slots fail for good with nothing logged (second attacker pass, 2026-11-26). The front now
+/// slots fail for good with nothing logged. The front now
 /// sets its users back to what it set, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_nodes_changed_front_users_are_set_back() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start(&cluster.urls(), true);
+    let front = Front::start(&cluster.urls(), true);
     let raw = Raw::new(&front);
     let key = key_served_by(&cluster, 0, "acl");
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
@@ -980,8 +983,7 @@ async fn a_cluster_nodes_changed_front_users_are_set_back() {
 /// A `/multi-exec` whose slot moves between masters while it is sent: Redis refuses the queued
 /// commands (MOVED, ASK, TRYAGAIN) and discards the transaction (EXECABORT), so nothing ran;
 /// the front answered 400 "unknown command or wrong number of arguments", which tells clients
-/// not to retry (second attacker pass, 2026-11-26: 268 of ~8,300 transactions during
-/// migrations). Now every valid transaction is answered 200 or 503 (retry), never 400, each
+/// not to retry (268 of ~8,300 transactions during migrations). Now every valid transaction is answered 200 or 503 (retry), never 400, each
 /// 200 applied exactly once, and after the migration they are served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_refused() {
@@ -1004,8 +1006,7 @@ async fn transactions_across_a_slot_migration_are_retried_or_unavailable_never_r
     let file = redcount_tests::scratch_dir("tokens-mx").join("tokens.json");
     let tokens = json!([{"token": scoped, "user": "app1", "password": "app1-password", "readonly": false}]);
     std::fs::write(&file, tokens.to_string()).unwrap();
-    let front =
-        RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000", "--tokens", file.to_str().unwrap()]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "2000", "--tokens", file.to_str().unwrap()]);
     let raw = Raw::new(&front);
     let keys = |i: usize| (format!("{{mx}}:a{i}"), format!("{{mx}}:b{i}"));
     // Keys in the slot, so that the migration moves them one by one.
@@ -1101,7 +1102,7 @@ async fn a_cluster_node_that_refused_the_fronts_login_serves_again_once_fixed() 
     }
     let seeds: Vec<String> =
         cluster.nodes.iter().map(|n| format!("redis://setup:setup-password@127.0.0.1:{}/", n.port())).collect();
-    let front = RestFront::start_with(&seeds.join(","), true, &["--timeout-ms", "3000"]);
+    let front = Front::start_with(&seeds.join(","), true, &["--timeout-ms", "3000"]);
     let raw = Raw::new(&front);
     let (key, other) = (key_served_by(&cluster, 0, "login"), key_served_by(&cluster, 1, "elsewhere"));
     assert_eq!(raw.post("/", json!(["INCR", key]).to_string()).await.0, 200);
@@ -1168,7 +1169,7 @@ async fn a_cluster_node_that_refused_the_fronts_login_serves_again_once_fixed() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_whose_keys_left_mid_migration_follows_ask() {
     let cluster = RedisCluster::start(3);
-    let front = RestFront::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
+    let front = Front::start_with(&cluster.urls(), true, &["--timeout-ms", "2000"]);
     let raw = Raw::new(&front);
     let key = |k: &str| format!("{{ask}}:{k}");
     for k in ["a", "b", "c", "d"] {

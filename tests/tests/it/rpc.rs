@@ -53,10 +53,13 @@ fn stack() -> Stack {
     let redis = RedisServer::start();
     let front = RestFront::start(&redis.url(), false);
     let dir = scratch_dir("rpc");
+    // The one compatibility date, wrangler.toml's.
+    let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).unwrap();
+    let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
     write(
         &dir.join("redcount"),
         &format!(
-            "name = \"redcount\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''\n{TEST_POLICIES}\n'''\n",
+            "name = \"redcount\"\nmain = \"{}\"\n{date}\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''\n{TEST_POLICIES}\n'''\n",
             main.display(),
             root.join("www").display()
         ),
@@ -72,7 +75,7 @@ fn stack() -> Stack {
     write(
         &dir.join("caller"),
         &format!(
-            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n",
+            "name = \"caller\"\nmain = \"{}\"\n{date}\n",
             root.join("examples/caller-worker/test/harness.ts").display()
         ),
         "",

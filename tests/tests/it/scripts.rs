@@ -271,7 +271,7 @@ async fn what_redcount_relies_on_in_the_server() {
 }
 
 /// What differs between Redis and Valkey for a client of the REST front, checked on the
-/// server this run starts (README, redcount-rest --help): Valkey's SCRIPT SHOW gives the full
+/// server this run starts (docs/front.md, redcount-rest --help): Valkey's SCRIPT SHOW gives the full
 /// token the source of any cached script (the read-only token is refused it on either, as every
 /// command COMMAND does not flag read-only, and a `--tokens` token, as reading other apps'
 /// scripts), a blocking command inside a script answers at

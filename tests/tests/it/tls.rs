@@ -351,7 +351,7 @@ async fn at_the_per_address_cap_a_stalled_handshake_makes_room() {
     assert_eq!(closed, 3, "each request took the place of one stalled handshake");
 }
 
-/// Both servers' `--help` say how to trust a private CA, not only the README.
+/// Both servers' `--help` say how to trust a private CA, not only the docs.
 #[test]
 fn the_help_says_how_to_trust_a_private_ca() {
     for args in [&["--help"][..], &["serve", "--help"]] {

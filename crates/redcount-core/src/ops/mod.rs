@@ -56,6 +56,10 @@ pub struct Idempotency {
 /// How long idempotent replies are kept by default: 24 h.
 pub const IDEMPOTENCY_TTL_MS: i64 = 86_400_000;
 
+/// The longest `ttl_ms` an [`Idempotency`] may ask for (7 days): the scripts refuse a longer one.
+pub const MAX_IDEMPOTENCY_TTL_MS: i64 = 7 * 86_400_000;
+const _: () = assert!(IDEMPOTENCY_TTL_MS <= MAX_IDEMPOTENCY_TTL_MS);
+
 impl Idempotency {
     /// From the key's `scope` (what makes two uses of one client key the same request: for
     /// the HTTP API its method, route and the key itself; any bytes the caller chooses) and

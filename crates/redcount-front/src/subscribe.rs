@@ -86,47 +86,8 @@ pub(crate) async fn serve(
     // waits unread there, so a client that stops reading is dropped, not buffered for.
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<axum::body::Bytes>();
     let waiting = Arc::new(AtomicUsize::new(0));
-    let (backlog, revoked) = (st.subscriber_backlog, access.revoked().cloned().unwrap_or_default());
-    let counted = waiting.clone();
-    tokio::spawn(async move {
-        let mut messages = pubsub.into_on_message();
-        // A comment now and then: a client that went away is noticed by the failed write
-        // (and the stall timeout), and proxies keep the stream open.
-        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
-        let why: &str = loop {
-            let m = tokio::select! {
-                () = tx.closed() => return,
-                () = revoked.cancelled() => break "the token was removed",
-                _ = keepalive.tick() => {
-                    counted.fetch_add(KEEPALIVE_LINE.len(), Ordering::Relaxed);
-                    if tx.send(axum::body::Bytes::from_static(KEEPALIVE_LINE)).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                m = messages.next() => m,
-            };
-            let Some(m) = m else { break "the Redis connection ended" };
-            let payload = m.get_payload_bytes();
-            let channel = m.get_channel_name().as_bytes();
-            let line = match m.get_pattern::<Option<Vec<u8>>>().ok().flatten() {
-                Some(p) => event(&[b"pmessage", &p, channel, payload]),
-                None => event(&[b"message", channel, payload]),
-            };
-            if counted.fetch_add(line.len(), Ordering::Relaxed) + line.len() > backlog {
-                metrics::counter!("redcount_rest_subscribers_dropped_total").increment(1);
-                tracing::info!(
-                    "a subscriber left more than --max-subscriber-backlog-bytes ({backlog}) unread: dropped"
-                );
-                break "more than --max-subscriber-backlog-bytes waited unread";
-            }
-            if tx.send(axum::body::Bytes::from(line)).is_err() {
-                return;
-            }
-        };
-        // An SSE comment: clients skip it; a person reading the stream sees why it ended.
-        let _ = tx.send(axum::body::Bytes::from(format!(": closed: {why}\n\n")));
-    });
+    let revoked = access.revoked().cloned().unwrap_or_default();
+    tokio::spawn(forward(pubsub, tx, waiting.clone(), st.subscriber_backlog, revoked));
     let messages = futures_util::stream::unfold(rx, move |mut rx| {
         let waiting = waiting.clone();
         async move {
@@ -146,6 +107,53 @@ pub(crate) async fn serve(
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(r)
+}
+
+/// Moves each message of `pubsub` into the stream `tx` feeds, counting in `waiting` the bytes
+/// left unread there; ends past `backlog` of them, when the token is `revoked`, or when Redis
+/// ends the connection (saying why, as a comment line), and when the client has gone.
+async fn forward(
+    pubsub: redis::aio::PubSub,
+    tx: tokio::sync::mpsc::UnboundedSender<axum::body::Bytes>,
+    counted: Arc<AtomicUsize>,
+    backlog: usize,
+    revoked: tokio_util::sync::CancellationToken,
+) {
+    let mut messages = pubsub.into_on_message();
+    // A comment now and then: a client that went away is noticed by the failed write
+    // (and the stall timeout), and proxies keep the stream open.
+    let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+    let why: &str = loop {
+        let m = tokio::select! {
+            () = tx.closed() => return,
+            () = revoked.cancelled() => break "the token was removed",
+            _ = keepalive.tick() => {
+                counted.fetch_add(KEEPALIVE_LINE.len(), Ordering::Relaxed);
+                if tx.send(axum::body::Bytes::from_static(KEEPALIVE_LINE)).is_err() {
+                    return;
+                }
+                continue;
+            }
+            m = messages.next() => m,
+        };
+        let Some(m) = m else { break "the Redis connection ended" };
+        let payload = m.get_payload_bytes();
+        let channel = m.get_channel_name().as_bytes();
+        let line = match m.get_pattern::<Option<Vec<u8>>>().ok().flatten() {
+            Some(p) => event(&[b"pmessage", &p, channel, payload]),
+            None => event(&[b"message", channel, payload]),
+        };
+        if counted.fetch_add(line.len(), Ordering::Relaxed) + line.len() > backlog {
+            metrics::counter!("redcount_rest_subscribers_dropped_total").increment(1);
+            tracing::info!("a subscriber left more than --max-subscriber-backlog-bytes ({backlog}) unread: dropped");
+            break "more than --max-subscriber-backlog-bytes waited unread";
+        }
+        if tx.send(axum::body::Bytes::from(line)).is_err() {
+            return;
+        }
+    };
+    // An SSE comment: clients skip it; a person reading the stream sees why it ended.
+    let _ = tx.send(axum::body::Bytes::from(format!(": closed: {why}\n\n")));
 }
 
 /// The subscriber's place, given back (and counted) when its stream is dropped.

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Failed};
 
 /// Kills scripts past `bound` until the process ends.
 pub(crate) async fn run(conn: Backend, bound: Duration) {
@@ -24,9 +24,10 @@ pub(crate) async fn run(conn: Backend, bound: Duration) {
             kill.arg("KILL");
             // On a Cluster the nodes' answers come back as values, a NOTBUSY among them (it
             // was read as "killed", and logged four times a second).
-            match conn.query(&kill).await.and_then(redis::Value::extract_error) {
+            let answer = conn.query(&kill).await.and_then(|v| v.extract_error().map_err(Failed::Redis));
+            match answer {
                 Ok(_) => tracing::info!("killed a script that ran past --script-timeout-ms ({} ms)", bound.as_millis()),
-                Err(e) if e.code() == Some("UNKILLABLE") => {
+                Err(Failed::Redis(e)) if e.code() == Some("UNKILLABLE") => {
                     if unkillable_logged.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                         tracing::error!(
                             "a script has run past --script-timeout-ms but has written, so Redis cannot kill it: {e}"

@@ -611,7 +611,7 @@ impl Keeper {
         }
         if !round.conns.contains_key(addr) {
             let info = if self.cluster {
-                redcount::direct::with_address(&self.template, addr)?
+                redcount_cluster::with_address(&self.template, addr)?
             } else {
                 self.template.clone()
             };

@@ -110,14 +110,14 @@ fn items(v: &Value) -> &[Value] {
 }
 
 impl Table {
-    pub async fn load(backend: &Backend) -> redis::RedisResult<Self> {
-        let reply = backend.query(&redis::cmd("COMMAND")).await?;
+    pub async fn load(backend: &Backend) -> Result<Self, String> {
+        let reply = backend.query(&redis::cmd("COMMAND")).await.map_err(|e| e.to_string())?;
         let mut t = Table { flags: HashMap::new(), containers: HashMap::new() };
         for entry in items(&reply) {
             t.add(entry);
         }
         if t.flags.is_empty() {
-            return Err(redis::RedisError::from((redis::ErrorKind::Parse, "empty COMMAND reply")));
+            return Err("empty COMMAND reply".into());
         }
         Ok(t)
     }

@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // rustls with ring, for rediss:// upstreams and --tls-cert.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = redcount_rest::Config::parse();
+    let config = redcount_front::Config::parse();
     let mut rt = if config.threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(redcount_rest::run(config)) {
+    match rt.block_on(redcount_front::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("redcount-rest: {e}");
