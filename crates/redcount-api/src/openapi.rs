@@ -511,9 +511,8 @@ fn operation(spec: &RouteSpec) -> Json {
             let schema = if *p == "id" && spec.family() == "reservations" { ticket() } else { id() };
             let mut param = json!({"name": p, "in": "path", "required": true, "schema": schema});
             // A tenant's user has a second spelling, the subject route's, that no action word
-            // of the path can shadow (`Route::of_tenant`).
-            let tenant_row = spec.path.replace("{subject}", "{tenant}/{user}");
-            if *p == "subject" && ROUTES.iter().any(|o| o.method == spec.method && o.path == tenant_row) {
+            // of the path can shadow.
+            if *p == "subject" && spec.tenant_row().is_some() {
                 param["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64})?$"});
                 param["description"] = json!("A subject, or a tenant's user as `TENANT/USER` (one segment, `TENANT%2FUSER`): the same call as the `{tenant}/{user}` route's, for any user name");
             }

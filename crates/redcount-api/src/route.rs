@@ -63,6 +63,23 @@ impl RouteSpec {
         rest.split('/').next().unwrap_or(rest)
     }
 
+    /// The row of a tenant's user for this subject row: the same method, `{tenant}/{user}` in
+    /// the place of `{subject}`.
+    pub fn tenant_row(&self) -> Option<&'static RouteSpec> {
+        let of_tenant = |o: &&RouteSpec| {
+            let (mut theirs, mut found) = (o.pattern(), false);
+            let same = self.pattern().all(|p| match p {
+                b"{subject}" => {
+                    found = true;
+                    theirs.next() == Some(b"{tenant}") && theirs.next() == Some(b"{user}")
+                }
+                p => theirs.next() == Some(p),
+            });
+            o.method == self.method && same && found && theirs.next().is_none()
+        };
+        ROUTES.iter().find(of_tenant)
+    }
+
     /// True when this row takes requests with `method` (`HEAD` goes where `GET` does).
     fn takes(&self, method: &str) -> bool {
         self.method == method || (method == "HEAD" && self.method == "GET")
@@ -283,7 +300,8 @@ impl Route {
             let mut params = segments;
             let mut at = spec.pattern().map(|p| p.first() == Some(&b'{'));
             params.retain(|_| at.next().unwrap_or(false));
-            return Ok(Route::with_params(spec.id, params).of_tenant());
+            let spec = of_tenant(spec, &mut params);
+            return Ok(Route::with_params(spec.id, params));
         }
         let mut allow = String::new();
         for spec in ROUTES.iter().filter(of_path) {
@@ -304,24 +322,6 @@ impl Route {
     /// The route's row.
     pub fn spec(&self) -> &'static RouteSpec {
         self.id().spec()
-    }
-
-    /// A subject route whose subject is `TENANT/USER` (sent as one segment, `TENANT%2FUSER`)
-    /// is the route of that tenant's user: the row with `{tenant}/{user}` in the place of
-    /// `{subject}`, when the table has one. This spelling reaches every user, one named like
-    /// an action of the path (`refund`) too, which the two-segment one reads as the action.
-    fn of_tenant(self) -> Route {
-        let spec = self.spec();
-        let Some(at) = spec.params.iter().position(|p| *p == "subject") else { return self };
-        let mut params: Vec<String> = self.params().map(String::from).collect();
-        let Some((tenant, user)) = params[at].split_once('/').map(|(t, u)| (String::from(t), String::from(u))) else {
-            return self;
-        };
-        let path = spec.path.replace("{subject}", "{tenant}/{user}");
-        let Some(row) = ROUTES.iter().find(|o| o.method == spec.method && o.path == path) else { return self };
-        params[at] = tenant;
-        params.insert(at + 1, user);
-        Route::with_params(row.id, params)
     }
 
     /// The parameter called `name`, if the route has one.
@@ -378,6 +378,19 @@ impl Route {
         }
         out
     }
+}
+
+/// A subject route whose subject is `TENANT/USER` (sent as one segment, `TENANT%2FUSER`) is
+/// the route of that tenant's user ([`RouteSpec::tenant_row`]), when the table has one: its
+/// row, `params` split so. This spelling reaches every user, one named like an action of the
+/// path (`refund`) too, which the two-segment one reads as the action.
+fn of_tenant(spec: &'static RouteSpec, params: &mut Vec<String>) -> &'static RouteSpec {
+    let Some(at) = spec.params.iter().position(|p| *p == "subject") else { return spec };
+    let (Some(row), Some(slash)) = (spec.tenant_row(), params[at].find('/')) else { return spec };
+    let user = params[at].split_off(slash + 1);
+    params[at].pop();
+    params.insert(at + 1, user);
+    row
 }
 
 /// The percent-decoded segments of an API path after `/api/`: 404 outside `/api/` and for an

@@ -59,10 +59,11 @@ export default {
       ],
       lease_ms: leaseMs,
     });
-    if (!r.allowed || !("reservation" in r) || !r.reservation) {
-      // Refused (429, with Retry-After and the RateLimit headers), or Redis out of reach (503).
-      const degraded = "degraded" in r;
-      return json({ error: degraded ? "limits could not be checked" : "rate limited" }, degraded ? 503 : 429, r.headers);
+    if ("degraded" in r) return json({ error: "limits could not be checked" }, 503);
+    if (!r.allowed || !r.reservation) {
+      // Refused: 429 with Retry-After and the RateLimit headers, naming the policy that refused.
+      const refused = { error: "rate limited", denied_by: r.denied_by, retry_after_ms: r.retry_after_ms };
+      return json(refused, 429, r.headers);
     }
     const id = r.reservation;
     const release = () => redcount.releaseReservation(user, id);

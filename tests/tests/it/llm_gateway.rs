@@ -25,24 +25,25 @@ use crate::reservations::{live_leases, policy_json, used_of};
 /// The quotas' sizes, their debt bounds (above the most that the streams in flight at once
 /// can overrun together, so that every overrun is charged and the sums are exact), the
 /// in-flight limit, the lease the heartbeat renews, and the prices (µ$ per token).
-const TPM: i64 = 2_500;
+const TPM: i64 = 1_500;
 const TPM_DEBT: i64 = 800;
-const USD: i64 = 24_000;
+const USD: i64 = 16_000;
 const USD_DEBT: i64 = 12_000;
 const IN_FLIGHT: i64 = 4;
-const LEASE_MS: i64 = 600;
+const LEASE_MS: i64 = 1_000;
 const PRICES: (i64, i64) = (3, 15);
 
 /// Nothing comes back by time during the test (a token a year at the most, within the
-/// bound the policy check sets by the capacity): what a quota holds is what was charged.
+/// bounds the policy check sets): what a quota holds is what was charged.
 fn bucket(capacity: i64) -> Algorithm {
-    Algorithm::TokenBucket { capacity, refill: 1, interval_ms: 4_500_000_000_000_000 / (2 * capacity) }
+    let interval_ms = 1_000_000_000_000.min(4_500_000_000_000_000 / (2 * capacity));
+    Algorithm::TokenBucket { capacity, refill: 1, interval_ms }
 }
 
 /// What the upstream is asked to do (the `fake` field of a request, which the gateway passes
 /// on with the rest of the body).
 fn plan(rng: &mut Rng, chunks: i64, fail_after: Option<i64>, usage: (i64, i64)) -> Value {
-    json!({"chunks": chunks, "delay_ms": rng.range(25, 80), "fail_after": fail_after,
+    json!({"chunks": chunks, "delay_ms": rng.range(30, 100), "fail_after": fail_after,
            "prompt_tokens": usage.0, "completion_tokens": usage.1})
 }
 
@@ -112,10 +113,10 @@ async fn answer(sock: TcpStream, requests: &AtomicUsize) -> std::io::Result<()> 
 }
 
 /// How a stream ended, seen from its client.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum End {
-    /// Refused by the gateway (429).
-    Denied,
+    /// Refused by the gateway (429), by this policy.
+    Denied(String),
     /// Read to its end, `usage` (prompt, completion tokens) in its last chunk.
     Settled(i64, i64),
     /// The client went away after the first chunk.
@@ -127,7 +128,7 @@ enum End {
 /// The LLM gateway test: 128 chat requests from 16 clients over two users, each with
 /// a random prompt and max_tokens, real usage below, equal to or above the gateway's
 /// estimate, one in five clients going away after the first chunk and one in five upstreams
-/// failing mid-stream, about a third of the streams longer than the lease. Afterwards each
+/// failing mid-stream, some streams longer than the lease. Afterwards each
 /// user's quotas in Redis hold exactly the settled streams' tokens and prices (cancelled and
 /// failed ones gave everything back); sampled throughout, no quota was ever above its size
 /// plus its max_debt and never more than the in-flight limit of streams were live; a denied
@@ -216,7 +217,8 @@ async fn an_llm_gateway_settles_real_usage_and_gives_back_cancelled_streams() {
                     let h = resp.headers();
                     assert!(h["retry-after"].to_str().unwrap().parse::<u64>().is_ok(), "{h:?}");
                     assert!(h.contains_key("ratelimit") && h.contains_key("ratelimit-policy"), "{h:?}");
-                    ends.push((user.clone(), End::Denied));
+                    let refused: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+                    ends.push((user.clone(), End::Denied(refused["denied_by"].as_str().unwrap_or("?").to_string())));
                     tokio::time::sleep(Duration::from_millis(rng.range(10, 40) as u64)).await;
                     continue;
                 }
@@ -268,14 +270,26 @@ async fn an_llm_gateway_settles_real_usage_and_gives_back_cancelled_streams() {
     let most = sampler.join().unwrap();
 
     let count = |f: fn(&End) -> bool| ends.iter().filter(|(_, e)| f(e)).count();
-    let denied = count(|e| *e == End::Denied);
+    let denied = count(|e| matches!(e, End::Denied(_)));
     let counts = (
         count(|e| matches!(e, End::Settled(..))),
         count(|e| *e == End::Cancelled),
         count(|e| *e == End::Failed),
         denied,
     );
-    println!("{counts:?} (settled, cancelled, failed, denied) in {took:?}; most held {most:?}");
+    let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, e) in &ends {
+        if let End::Denied(policy) = e {
+            *by.entry(policy).or_default() += 1;
+        }
+    }
+    println!("{counts:?} (settled, cancelled, failed, denied: {by:?}) in {took:?}; most held {most:?}");
+    assert!(
+        by.keys().all(|p| ["tpm", "usd-day", "in-flight"].contains(p))
+            && by.contains_key("in-flight")
+            && (by.contains_key("tpm") || by.contains_key("usd-day")),
+        "refused by the slots and by a quota: {by:?}"
+    );
     assert!(counts.0 > 0 && counts.1 > 0 && counts.2 > 0 && denied > 0, "every ending happened: {counts:?}");
     assert_eq!(requests.load(Ordering::SeqCst), ends.len() - denied, "a denied request reached the upstream");
     let mut model: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
