@@ -26,7 +26,7 @@ Tasks:
            wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
   test     install what is missing, check fmt, clippy and rustdoc (warnings denied), prove
            redcount-core is no_std, build the binaries, the worker (failing over 150 KB gzipped)
-           and the npm client (packed into examples/caller-worker), run every test (real Redis,
+           and the npm client (packed into the examples), run every test (real Redis,
            Redis Cluster, REST front, wrangler dev, workerd with the caller worker, node --test,
            Chromium), then the model-based tests, the storms, the route contract and the
            script checks again on Valkey (REDCOUNT_TEST_SERVER=valkey runs a whole run there)
@@ -45,7 +45,7 @@ Tasks:
            build the Cloudflare Worker (wasm32) and print its bundle size
   build-client
            build the npm client (packages/client), `npm pack` it and install the tarball
-           into examples/caller-worker (as `test` does)
+           into examples/caller-worker and examples/llm-gateway (as `test` does)
   deploy [--dry-run]
            build the worker and run `wrangler deploy` (needs CLOUDFLARE_API_TOKEN); with
            --dry-run, offline and without an account: print the upload size wrangler reports
