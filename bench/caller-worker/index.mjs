@@ -6,7 +6,11 @@
 export default {
   async fetch(request, env) {
     const [, how, policy, subject] = new URL(request.url).pathname.split("/");
-    if (how === "rpc") return Response.json(await env.REDCOUNT.take(policy, subject));
+    if (how === "rpc") {
+      // The same answer as bench/ratelimit-worker's, as a caller would build its own.
+      const r = await env.REDCOUNT.take(policy, subject);
+      return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
+    }
     const path = `/api/quotas/${policy}/${subject}`;
     const resp =
       how === "http"
