@@ -266,7 +266,8 @@ pub fn all(part: Part) -> Result<(), String> {
     setup::ensure_test_deps()?;
     workerd::ensure()?;
     // `binding` runs no load generator of redcount-bench's.
-    let bins = if part == Part::Binding { setup::build_bins(true)? } else { setup::build_bench_bins(part != Part::Local)? };
+    let bins =
+        if part == Part::Binding { setup::build_bins(true)? } else { setup::build_bench_bins(part != Part::Local)? };
     let (_, bundle_gz) = crate::worker::build()?;
     let work = setup::target_dir().join("bench");
     let (redis, redis_port) = procs::redis_server(&work.join("redis"))?;

@@ -50,12 +50,7 @@ fn cpu_of(pids: &[Option<u32>]) -> Vec<f64> {
 
 /// Runs every caller of `load` at every connection count, the callers' order turning each
 /// round; returns each caller's runs per connection count.
-fn measure(
-    parts: &Parts,
-    load: &[Caller],
-    one: bool,
-    pids: &[Option<u32>; 3],
-) -> Result<Vec<Vec<Vec<Run>>>, String> {
+fn measure(parts: &Parts, load: &[Caller], one: bool, pids: &[Option<u32>; 3]) -> Result<Vec<Vec<Vec<Run>>>, String> {
     let mut runs = vec![vec![Vec::new(); CONNS.len()]; load.len()];
     for round in 0..ROUNDS {
         for (c, &conns) in CONNS.iter().enumerate() {
@@ -135,9 +130,8 @@ fn tables(title: &str, load: &[Caller], runs: &[Vec<Vec<Run>>]) -> String {
     );
     for (c, conns) in CONNS.iter().enumerate() {
         let (a, b) = (&runs[0][c], &runs[1][c]);
-        let ratio = |f: &dyn Fn(&Run) -> f64| {
-            workerd::median(&a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect::<Vec<_>>())
-        };
+        let ratio =
+            |f: &dyn Fn(&Run) -> f64| workerd::median(&a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect::<Vec<_>>());
         let speed = ratio(&|x| x[0]);
         let _ = writeln!(
             t,
