@@ -191,23 +191,44 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
     ))
 }
 
-/// Replaces the section in BENCHMARKS.md (before the sections measured by hand when it is not
-/// there yet).
+/// Replaces the section in BENCHMARKS.md.
 pub fn write(section: &str) -> Result<(), String> {
     let path = root().join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    let new = match old.find(HEADING) {
-        Some(at) => {
-            let rest = &old[at + HEADING.len()..];
-            let end = rest.find("\n## ").map(|e| at + HEADING.len() + e + 1).unwrap_or(old.len());
-            format!("{}{section}{}{}", &old[..at], if end < old.len() { "\n" } else { "" }, &old[end..])
-        }
-        None => match old.find(super::BY_HAND) {
-            Some(at) => format!("{}\n{section}{}", &old[..at], &old[at..]),
-            None => format!("{old}\n{section}"),
-        },
-    };
-    std::fs::write(&path, new).map_err(|e| e.to_string())?;
+    std::fs::write(&path, splice(&old, section)).map_err(|e| e.to_string())?;
     eprintln!("xtask: wrote the section \"{}\" of BENCHMARKS.md", &HEADING[3..]);
     Ok(())
+}
+
+/// `doc` with `section` in place of the one under [`HEADING`] (up to the next `## ` heading),
+/// or before the sections measured by hand when it has none yet.
+fn splice(doc: &str, section: &str) -> String {
+    match doc.find(HEADING) {
+        Some(at) => {
+            let end = doc[at..].find("\n## ").map_or(doc.len(), |e| at + e + 1);
+            let gap = if end < doc.len() { "\n" } else { "" };
+            format!("{}{section}{gap}{}", &doc[..at], &doc[end..])
+        }
+        None => match doc.find(super::BY_HAND) {
+            Some(at) => format!("{}\n{section}{}", &doc[..at], &doc[at..]),
+            None => format!("{doc}\n{section}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_section_is_replaced_in_place() {
+        let new = format!("{HEADING}\n\nnew table\n");
+        let doc = format!("# B\n\n{HEADING}\n\nold table\n\n## Measured by hand: x\n\nkept\n");
+        assert_eq!(splice(&doc, &new), format!("# B\n\n{new}\n## Measured by hand: x\n\nkept\n"));
+        // Again: the same document.
+        assert_eq!(splice(&splice(&doc, &new), &new), splice(&doc, &new));
+        let first = splice("# B\n\nresults\n\n## Measured by hand: x\n", &new);
+        assert_eq!(first, format!("# B\n\nresults\n\n{new}\n## Measured by hand: x\n"));
+        assert_eq!(splice("# B\n", &new), format!("# B\n\n{new}"));
+    }
 }
