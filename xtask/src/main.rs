@@ -59,8 +59,10 @@ Tasks:
            only the workers side by side under workerd (with cold starts and CPU profiles);
            prints the tables, writes nothing in the repository
   bench binding
-           a caller worker's quota take through the RPC binding vs as HTTP through a Service
-           binding, CPU per request side by side (three runs each); printed
+           redcount as users call it: a caller worker's quota take through the RPC binding vs
+           @upstash/ratelimit inline (and the caller over public HTTP), 1/10/50 connections,
+           interleaved rounds; requests/s, CPU and Redis calls per request; rewrites its
+           section of BENCHMARKS.md
   bench local
            only the local-decisions table (the denial cache and budget leases off and on, the
            peer with its ephemeral cache; Redis calls and CPU per request), printed; debug
@@ -244,7 +246,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         None | Some("all") => bench::all(bench::Part::All),
         Some("workers") => bench::all(bench::Part::Workers),
-        Some("binding") => bench::binding(),
+        Some("binding") => bench::all(bench::Part::Binding),
         Some("local") => bench::all(bench::Part::Local),
         Some("rest") => bench_rest(),
         Some("replicas") => {
@@ -257,7 +259,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             eprintln!("xtask: table written to {}", out.display());
             Ok(())
         }
-        _ => Err(format!("bench takes: all (the default), workers, local, rest or replicas\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default), workers, binding, local, rest or replicas\n\n{HELP}")),
     }
 }
 

@@ -99,7 +99,7 @@ pub fn profile(p: &Prepared, path: &str, seconds: u32, conns: u32) -> Result<Str
 }
 
 /// CPU time (user + system) a process has used so far, from /proc (Linux), in µs.
-fn cpu_us(pid: u32) -> Option<f64> {
+pub fn cpu_us(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which is in parentheses and may hold spaces).
     let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
