@@ -228,36 +228,27 @@ const ending = (ctx, env, finish) => (step) => {
   }
 };
 
-// A request: its Response at once when the module answers it from memory without a body to
-// read (a cached denial, a lease's stock): no promise, no await; else a promise of it.
-function serve(request, env, ctx) {
+async function serve(request, env, ctx) {
   configured(env);
   const h = request.headers;
   const length = h.get("Content-Length");
   const head =
     request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
-    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length) + "\0";
-  const finish = ending(ctx, env, respond);
+    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
+  let body = EMPTY;
+  let bodyError = "-";
   // Past MAX_BODY the wasm side answers 413 without the body being read: unread when its
   // Content-Length says so, read no further than MAX_BODY + 1 bytes when it has none. An
   // empty one (Content-Length: 0) is not waited for.
-  if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) return withBody(request, length, head, env, finish);
-  const ask = (mayWait) => output(handle(put(head + "-"), 0, Date.now(), mayWait));
-  const step = ask(1);
-  if ((step[0] & ~THEN_DUE) === 0) return finish(step);
-  return step[0] === 2 ? first(ask, env, finish) : drive(step, env, finish);
-}
-
-async function withBody(request, length, head, env, finish) {
-  let body = EMPTY;
-  let bodyError = "-";
-  try {
-    body = length === null ? await upTo(request.body, MAX_BODY) : new Uint8Array(await request.arrayBuffer());
-  } catch (e) {
-    bodyError = "+" + errorText(e).replaceAll("\0", " ");
+  if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) {
+    try {
+      body = length === null ? await upTo(request.body, MAX_BODY) : new Uint8Array(await request.arrayBuffer());
+    } catch (e) {
+      bodyError = "+" + errorText(e).replaceAll("\0", " ");
+    }
   }
-  const ask = (mayWait) => output(handle(put(head + bodyError, body), body.length, Date.now(), mayWait));
-  return first(ask, env, finish);
+  const ask = (mayWait) => output(handle(put(head + "\0" + bodyError, body), body.length, Date.now(), mayWait));
+  return first(ask, env, ending(ctx, env, respond));
 }
 
 // A call the runtime cancels (its client gone) would otherwise stop at its next await, its
@@ -270,8 +261,7 @@ function toEnd(ctx, answer) {
 
 export default {
   fetch(request, env, ctx) {
-    const answer = serve(request, env, ctx);
-    return answer instanceof Response ? answer : toEnd(ctx, answer);
+    return toEnd(ctx, serve(request, env, ctx));
   },
 };
 

@@ -22,6 +22,10 @@
 //!   a shell that dies): at most `units` × shells. One borrow per subject is in flight per
 //!   shell; meanwhile another take of the subject is told to [`Wait`] for it.
 //!
+//! A request whose every byte was seen before (over HTTP, [`Local::handle`]) is looked up
+//! before it is routed or parsed: the take it was, when the policy's definition and the admin
+//! token are still the same, and only an answer from memory is made that way.
+//!
 //! The state is sans-IO like the rest of the API: the shell passes the time (ms, from a clock
 //! that does not go back; one that does drops every entry and ends every lease) and does the
 //! I/O the state asks for. Memory is bounded: both tables have a fixed number of slots (set
