@@ -497,9 +497,11 @@ pub fn all(part: Part) -> Result<(), String> {
          unlike the wall-clock figures above.\n\n\
          {cpu_table}\n\
          ### Local decisions: the denial cache and budget leases\n\n\
-         The same workers, each row in turn, three rounds (medians; 10 connections, 3 s a run): a flood\n\
-         of one exhausted subject (a limit of 1), an allowed stream over 1,000 subjects, and a hot limit\n\
-         (one subject, every call admitted), each with the feature off and on. From INFO commandstats\n\
+         The same workers, each row in turn, three rounds (medians; 10 connections unless the row says\n\
+         50, 3 s a run): a flood of one exhausted subject (a limit of 1), an allowed stream over 1,000\n\
+         subjects, and a hot limit (one subject, every call admitted), each with the feature off and on;\n\
+         a load of one subject is warmed on that subject, so the run shows the steady state (an\n\
+         isolate's first takes of a subject each ask Redis until one is answered). From INFO commandstats\n\
          over the run, per 1,000 requests: script calls (EVALSHA/EVAL: round trips), and every\n\
          command Redis ran, those inside scripts included (less the front's health checks).\n\
          CPU per request is workerd's, as above.\n\n\
