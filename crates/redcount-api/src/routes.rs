@@ -314,7 +314,7 @@ fn send(ex: Exchange) -> Routed {
     Ok(Step::Send(ex))
 }
 
-fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiError> {
+pub(crate) fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiError> {
     let Some(h) = header else { return Ok(Caller::public()) };
     let token = redcount_core::text::bearer_token(h).unwrap_or("");
     match &config.admin_token {
