@@ -111,30 +111,27 @@ fn effective_max_connections(asked: usize) -> usize {
 
 /// What [`serve`] serves: an axum `Router`, or any service of the same requests and responses
 /// that is ready at once (a front with one handler skips the router's dispatch).
-pub trait App:
-    tower_service::Service<
-        axum::extract::Request,
-        Response = axum::response::Response,
-        Error = Infallible,
-        Future: Send + 'static,
-    > + Clone
-    + Send
-    + Sync
-    + 'static
-{
+pub trait App: Clone + Send + Sync + 'static {
+    /// Starts answering `req`.
+    fn start(&mut self, req: axum::extract::Request) -> Self::Answer;
+    /// The answer being made.
+    type Answer: Future<Output = Result<axum::response::Response, Infallible>> + Send + 'static;
 }
 
-impl<T> App for T where
-    T: tower_service::Service<
-            axum::extract::Request,
-            Response = axum::response::Response,
-            Error = Infallible,
-            Future: Send + 'static,
-        > + Clone
+impl<T> App for T
+where
+    T: tower_service::Service<axum::extract::Request, Response = axum::response::Response, Error = Infallible>
+        + Clone
         + Send
         + Sync
-        + 'static
+        + 'static,
+    T::Future: Send + 'static,
 {
+    type Answer = T::Future;
+
+    fn start(&mut self, req: axum::extract::Request) -> T::Future {
+        self.call(req)
+    }
 }
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
@@ -316,7 +313,7 @@ impl<A: App> Conn<A> {
                 req.map(|b| axum::body::Body::new(Watched { inner: b, watch: Some(watch) }))
             };
             async move {
-                let response = close_after_unauthorized(tower_service::Service::call(&mut app, req).await?);
+                let response = close_after_unauthorized(App::start(&mut app, req).await?);
                 idle.unlist(&slot);
                 // Idle again once the response has been written out (hyper drops its body).
                 let watch = Watch { idle, slot, on_end: Idle::relist };
@@ -524,11 +521,6 @@ impl Idle {
     }
 
     fn unlist(&self, slot: &Arc<Slot>) {
-        // Only the connection's own task lists it, so one seen unlisted here stays so: no
-        // lock taken (twice per request).
-        if slot.key.load(Ordering::Relaxed) == UNLISTED {
-            return;
-        }
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let key = slot.key.swap(UNLISTED, Ordering::Relaxed);
         if key != UNLISTED {
