@@ -121,8 +121,9 @@ impl ErrorReply {
             "OOM" => ErrorKind::OutOfMemory,
             "IDEMPOTENCY_CONFLICT" => ErrorKind::IdempotencyConflict,
             "CONFLICT" => ErrorKind::Conflict,
-            // redcount's own refusals: the code ERR, then the word `redcount:`.
-            "ERR" if message.split(' ').nth(1) == Some("redcount:") => ErrorKind::Rejected,
+            // redcount's own refusals: the code ERR, then the word `redcount:` (compared as
+            // bytes: a `str` search links more code into the worker's wasm).
+            "ERR" if message.as_bytes().get(4..13) == Some(b"redcount:") => ErrorKind::Rejected,
             // A byte-window search: `str::contains` with a `&str` pattern links the two-way
             // searcher (kilobytes in the worker's wasm) for this one check.
             _ if message.as_bytes().windows(8).any(|w| w == b"NOSCRIPT") => ErrorKind::NoScript,
