@@ -178,13 +178,17 @@ pub fn build() -> Result<(u64, u64), String> {
     Ok((raw, gz))
 }
 
-/// `wasm-opt -Oz` (binaryen from npm; Debian's is too old for wasm-bindgen's output), dropping
-/// debug names: about a third off the wasm.
+/// `wasm-opt -Oz` (binaryen from npm; Debian's is too old for wasm-bindgen's output), run
+/// until it stops shrinking, dropping debug names: about a third off the wasm.
 fn optimize(wasm: &Path) -> Result<(), String> {
     let opt = root().join("node_modules/.bin/wasm-opt");
     let out = wasm.with_extension("opt.wasm");
     let status = Command::new(&opt)
-        .args(["-Oz", "--strip-debug", "--strip-producers"])
+        .args(["-Oz", "--converge", "--strip-debug", "--strip-producers"])
+        // Folds constant offsets into loads and stores (`load(p + 8)` to `load offset=8 p`),
+        // which changes a program only where `p + 8` would wrap past 4 GB: no pointer of the
+        // worker's is within 1 KB of that (its memory is a few MB, the stack below the data).
+        .arg("--low-memory-unused")
         // The features wasm-bindgen's output uses (catch wrappers need exception handling).
         .args([
             "--enable-exception-handling",
