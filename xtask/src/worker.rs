@@ -1,5 +1,6 @@
-//! Building the Cloudflare Worker on either toolchain path: the crate for wasm32 with cargo,
-//! its JS glue with wasm-bindgen-cli, `wasm-opt -Oz`, and the hand-written shell beside them.
+//! Building the Cloudflare Worker on either toolchain path: the crate for wasm32 with cargo
+//! (`core` and `alloc` built from source with it), its JS glue with wasm-bindgen-cli,
+//! `wasm-opt -Oz`, and the hand-written shell beside them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,7 +88,8 @@ fn toolchain() -> Result<Toolchain, String> {
 
 /// Most the worker bundle may weigh, gzipped: Cloudflare's free plan takes 3 MB, but every
 /// cold start pays for each byte, and growth here is the first sign of a heavy dependency.
-pub const MAX_BUNDLE_GZ: u64 = 150 * 1024;
+/// A little above what the bundle weighs, so it cannot drift back (the goal is 100 KB).
+pub const MAX_BUNDLE_GZ: u64 = 120 * 1024;
 
 /// Builds the worker into `crates/redcount-worker/build/` (`index.js`: the crate's
 /// `shell.js`; `redcount_worker.js`: wasm-bindgen's glue; `redcount_worker_bg.wasm`), prints
