@@ -134,7 +134,7 @@ macro_rules! routes {
         }
 
         /// The route table, in [`RouteId`] order.
-        pub const ROUTES: &[RouteSpec] = &[
+        pub static ROUTES: &[RouteSpec] = &[
             $(
                 RouteSpec {
                     id: RouteId::$name,
