@@ -4,8 +4,9 @@
 //! - **A denial cache.** A quota take or peek, or a compound decision, that Redis denied is
 //!   repeated from memory (`"cached": true`, its `retry_after_ms` and `reset_ms` shrinking
 //!   with the time passed) for at most the policy's `cache_denials_ms` and never past the
-//!   denial's own `retry_after_ms`, keyed by the caller's scope, the subject, the policy, the
-//!   cost and the policy's definition ([`Config::fingerprint`]). Nothing else is ever
+//!   denial's own `retry_after_ms`, keyed by the caller's scope, the subject (and a decision
+//!   part's level), the policy, the cost and the policy's definition
+//!   ([`Config::fingerprint`]). Nothing else is ever
 //!   repeated: no admission, no peek that admits, nothing of counters, claims, red packets,
 //!   inboxes or semaphores (a decision with a semaphore part is not repeated: its lease's
 //!   state is live). A call with an `Idempotency-Key` always goes to Redis (its stored answer
@@ -58,7 +59,7 @@ use rand_core::RngCore;
 
 use crate::config::{Borrow, LocalMode};
 use crate::{ApiRequest, ApiResponse, Caller, Config, Exchange, Input, Route, Step};
-use redcount_core::keys::Namespace;
+use redcount_core::keys::{Level, Namespace};
 use redcount_core::ops::decision::{Decision, PartOutcome};
 use redcount_core::ops::quota::{Algorithm, BorrowQuota, Borrowed, QuotaOutcome, ReturnQuota};
 
@@ -829,30 +830,33 @@ impl Local {
     }
 
     /// The plan of a decision of `subject` with these parts (policy, algorithm or `None` for a
-    /// lease, cost).
+    /// lease, cost and level: a tenant-level part counts in another Redis key than the user's).
     pub(crate) fn decision_plan(
         config: &Config,
         caller: &Caller,
         subject: &str,
         kinds: Vec<(String, Option<Algorithm>)>,
-        costs: &[i64],
+        costs: &[(i64, Level)],
         peek: bool,
     ) -> Box<DecisionPlan> {
         let mut whole = decisions_prefix(caller, subject);
         whole.push(if peek { '1' } else { '0' });
         let mut parts = Vec::with_capacity(kinds.len());
         let mut repeatable = true;
-        for ((policy, algorithm), cost) in kinds.iter().zip(costs) {
+        for ((policy, algorithm), &(cost, level)) in kinds.iter().zip(costs) {
             let fp = config.fingerprint(policy).unwrap_or(0);
+            let tenant = if level == Level::Tenant { "\0t" } else { "" };
             whole.push('\0');
             whole.push_str(policy);
             whole.push('\0');
-            whole.push_str(itoa::Buffer::new().format(*cost));
+            whole.push_str(itoa::Buffer::new().format(cost));
             whole.push('\0');
             whole.push_str(itoa::Buffer::new().format(fp));
+            whole.push_str(if tenant.is_empty() { "\0u" } else { tenant });
             parts.push(match algorithm {
                 Some(_) => {
-                    let key = cost_key(&subject_key(caller, policy, subject, fp), *cost);
+                    // A user-level part is the user's quota (a take's key); the tenant's, apart.
+                    let key = cost_key(&subject_key(caller, policy, subject, fp), cost) + tenant;
                     Some((key, config.local_mode(policy).cache_denials_ms))
                 }
                 None => {

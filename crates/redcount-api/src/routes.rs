@@ -555,7 +555,7 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
     for (i, item) in list.iter().enumerate() {
         let (part, name, algorithm, cost) = decision_part(cx, subject, item).map_err(|e| e.in_part(i))?;
-        costs.push(cost);
+        costs.push((cost, part.level()));
         let mode = cx.config.failure_mode(&name);
         allow_all &= mode.allow && algorithm.is_some();
         timeout_ms = match (timeout_ms, mode.timeout_ms) {
