@@ -306,8 +306,24 @@ impl Local {
         may_wait: bool,
         rng: &mut R,
     ) -> Result<Step, Wait> {
+        self.handle_as(config, req, &Caller::public(), now_ms, may_wait, rng)
+    }
+
+    /// [`Local::handle`] for a request through a Service binding whose props make `binding`
+    /// ([`crate::rpc::caller`]): its scope is the request's, its admin rights are added to
+    /// those of the request's token.
+    pub fn handle_as<R: RngCore + ?Sized>(
+        &mut self,
+        config: &Config,
+        req: &ApiRequest<'_>,
+        binding: &Caller,
+        now_ms: u64,
+        may_wait: bool,
+        rng: &mut R,
+    ) -> Result<Step, Wait> {
         self.tick(now_ms);
-        let key = memo_key(req);
+        // (A binding's scope or rights are not in the request's bytes: its requests are not memoed.)
+        let key = if *binding == Caller::public() { memo_key(req) } else { None };
         let hash = key.as_deref().map_or(0, |k| self.key_hash(k));
         if let Some(key) = &key
             && let Some(mut plan) = self.memo.0.get(hash, key).and_then(Option::take)
@@ -328,7 +344,7 @@ impl Local {
             }
         }
         self.hit = None;
-        let step = crate::handle_in(config, req, rng, Some((&mut *self, may_wait)))?;
+        let step = crate::handle_in(config, req, binding, rng, Some((&mut *self, may_wait)))?;
         if let (Some(plan), Some(key)) = (self.hit.take(), key)
             && matches!(step, Step::Respond(_))
             && self.memo.0.get(hash, &key).is_none()
