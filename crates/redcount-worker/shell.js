@@ -234,15 +234,15 @@ async function serve(request, env, ctx) {
   const length = h.get("Content-Length");
   const head =
     request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
-    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length);
+    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length) + "\0" + json(ctx.props);
   let body = EMPTY;
   let bodyError = "-";
-  // Past MAX_BODY the wasm side answers 413 without the body being read: unread when its
-  // Content-Length says so, read no further than MAX_BODY + 1 bytes when it has none. An
-  // empty one (Content-Length: 0) is not waited for.
-  if (request.body !== null && length !== "0" && !(Number(length) > MAX_BODY)) {
+  // Past MAX_BODY the wasm side answers 413: the body unread when its Content-Length is digits
+  // saying so, else read no further than MAX_BODY + 1 bytes, whatever a Content-Length that is
+  // not a number or lies says. An empty one (Content-Length: 0) is not waited for.
+  if (request.body !== null && length !== "0" && !(/^\d+$/.test(length) && Number(length) > MAX_BODY)) {
     try {
-      body = length === null ? await upTo(request.body, MAX_BODY) : new Uint8Array(await request.arrayBuffer());
+      body = await upTo(request.body, MAX_BODY);
     } catch (e) {
       bodyError = "+" + errorText(e).replaceAll("\0", " ");
     }
@@ -259,6 +259,8 @@ function toEnd(ctx, answer) {
   return answer;
 }
 
+// HTTP requests, public or through a Service binding to this default entrypoint, whose props
+// (`ctx.props`) the module reads as the `Redcount` entrypoint's.
 export default {
   fetch(request, env, ctx) {
     return toEnd(ctx, serve(request, env, ctx));
@@ -274,6 +276,10 @@ function json(value) {
     return "!";
   }
 }
+
+// A text past MAX_BODY characters is past MAX_BODY bytes: cut there, for the module to refuse
+// (413 for the input, 400 for the arguments) without its whole copied into wasm memory.
+const cut = (s) => (s.length > MAX_BODY ? s.slice(0, MAX_BODY + 1) : s);
 
 // An RPC call's end: the value, or the error, whose message carries its status and field
 // (`{"status":400,"error":…,"field":…}`: a thrown error's own properties do not cross a binding).
@@ -300,7 +306,8 @@ for (let m = 0; m < methods.length; m += 2) {
   const [index, params] = [m / 2, Number(methods[m + 1])];
   Redcount.prototype[methods[m]] = function (...args) {
     configured(this.env);
-    const call = [index, json(this.ctx.props), json(args.slice(0, params)), json(args[params + 1]), json(args[params])];
+    const texts = [args.slice(0, params), args[params + 1], args[params]].map((a) => cut(json(a)));
+    const call = [index, json(this.ctx.props), ...texts];
     const ask = (mayWait) => output(rpc(put(call.join("\0")), Date.now(), mayWait));
     return toEnd(this.ctx, first(ask, this.env, ending(this.ctx, this.env, settle)));
   };

@@ -780,18 +780,21 @@ impl Exchange {
 /// route ([`Route::parse`]), the caller (the `Authorization` header) and the input, then
 /// makes the same [`call`] any other producer makes.
 pub fn handle<R: RngCore + ?Sized>(config: &Config, req: &ApiRequest<'_>, rng: &mut R) -> Step {
-    handle_in(config, req, rng, None).unwrap_or_else(|Wait| Step::Respond(unavailable("a local state")))
+    handle_in(config, req, &Caller::public(), rng, None)
+        .unwrap_or_else(|Wait| Step::Respond(unavailable("a local state")))
 }
 
-/// [`handle`], with a local state when one is given ([`Local::handle`]).
+/// [`handle`] for a request through a binding that makes `binding` ([`Local::handle_as`]),
+/// with a local state when one is given ([`Local::handle`]).
 pub(crate) fn handle_in<R: RngCore + ?Sized>(
     config: &Config,
     req: &ApiRequest<'_>,
+    binding: &Caller,
     rng: &mut R,
     local: Option<(&mut Local, bool)>,
 ) -> Result<Step, Wait> {
     let cors = cors_headers(config, req.origin);
-    let step = match routes::http(config, req) {
+    let step = match routes::http(config, req, binding) {
         Ok(None) => Step::Respond(routes::preflight(config, req.origin)),
         Ok(Some((route, caller))) => {
             let input = Input::Http { body: req.body, query: req.query };

@@ -4,8 +4,9 @@
 //! - **A denial cache.** A quota take or peek, or a compound decision, that Redis denied is
 //!   repeated from memory (`"cached": true`, its `retry_after_ms` and `reset_ms` shrinking
 //!   with the time passed) for at most the policy's `cache_denials_ms` and never past the
-//!   denial's own `retry_after_ms`, keyed by the caller's scope, the subject, the policy, the
-//!   cost and the policy's definition ([`Config::fingerprint`]). Nothing else is ever
+//!   denial's own `retry_after_ms`, keyed by the caller's scope, the subject (and a decision
+//!   part's level), the policy, the cost and the policy's definition
+//!   ([`Config::fingerprint`]). Nothing else is ever
 //!   repeated: no admission, no peek that admits, nothing of counters, claims, red packets,
 //!   inboxes or semaphores (a decision with a semaphore part is not repeated: its lease's
 //!   state is live). A call with an `Idempotency-Key` always goes to Redis (its stored answer
@@ -58,7 +59,7 @@ use rand_core::RngCore;
 
 use crate::config::{Borrow, LocalMode};
 use crate::{ApiRequest, ApiResponse, Caller, Config, Exchange, Input, Route, Step};
-use redcount_core::keys::Namespace;
+use redcount_core::keys::{Level, Namespace};
 use redcount_core::ops::decision::{Decision, PartOutcome};
 use redcount_core::ops::quota::{Algorithm, BorrowQuota, Borrowed, QuotaOutcome, ReturnQuota};
 
@@ -305,8 +306,24 @@ impl Local {
         may_wait: bool,
         rng: &mut R,
     ) -> Result<Step, Wait> {
+        self.handle_as(config, req, &Caller::public(), now_ms, may_wait, rng)
+    }
+
+    /// [`Local::handle`] for a request through a Service binding whose props make `binding`
+    /// ([`crate::rpc::caller`]): its scope is the request's, its admin rights are added to
+    /// those of the request's token.
+    pub fn handle_as<R: RngCore + ?Sized>(
+        &mut self,
+        config: &Config,
+        req: &ApiRequest<'_>,
+        binding: &Caller,
+        now_ms: u64,
+        may_wait: bool,
+        rng: &mut R,
+    ) -> Result<Step, Wait> {
         self.tick(now_ms);
-        let key = memo_key(req);
+        // (A binding's scope or rights are not in the request's bytes: its requests are not memoed.)
+        let key = if *binding == Caller::public() { memo_key(req) } else { None };
         let hash = key.as_deref().map_or(0, |k| self.key_hash(k));
         if let Some(key) = &key
             && let Some(mut plan) = self.memo.0.get(hash, key).and_then(Option::take)
@@ -327,7 +344,7 @@ impl Local {
             }
         }
         self.hit = None;
-        let step = crate::handle_in(config, req, rng, Some((&mut *self, may_wait)))?;
+        let step = crate::handle_in(config, req, binding, rng, Some((&mut *self, may_wait)))?;
         if let (Some(plan), Some(key)) = (self.hit.take(), key)
             && matches!(step, Step::Respond(_))
             && self.memo.0.get(hash, &key).is_none()
@@ -829,30 +846,33 @@ impl Local {
     }
 
     /// The plan of a decision of `subject` with these parts (policy, algorithm or `None` for a
-    /// lease, cost).
+    /// lease, cost and level: a tenant-level part counts in another Redis key than the user's).
     pub(crate) fn decision_plan(
         config: &Config,
         caller: &Caller,
         subject: &str,
         kinds: Vec<(String, Option<Algorithm>)>,
-        costs: &[i64],
+        costs: &[(i64, Level)],
         peek: bool,
     ) -> Box<DecisionPlan> {
         let mut whole = decisions_prefix(caller, subject);
         whole.push(if peek { '1' } else { '0' });
         let mut parts = Vec::with_capacity(kinds.len());
         let mut repeatable = true;
-        for ((policy, algorithm), cost) in kinds.iter().zip(costs) {
+        for ((policy, algorithm), &(cost, level)) in kinds.iter().zip(costs) {
             let fp = config.fingerprint(policy).unwrap_or(0);
+            let tenant = if level == Level::Tenant { "\0t" } else { "" };
             whole.push('\0');
             whole.push_str(policy);
             whole.push('\0');
-            whole.push_str(itoa::Buffer::new().format(*cost));
+            whole.push_str(itoa::Buffer::new().format(cost));
             whole.push('\0');
             whole.push_str(itoa::Buffer::new().format(fp));
+            whole.push_str(if tenant.is_empty() { "\0u" } else { tenant });
             parts.push(match algorithm {
                 Some(_) => {
-                    let key = cost_key(&subject_key(caller, policy, subject, fp), *cost);
+                    // A user-level part is the user's quota (a take's key); the tenant's, apart.
+                    let key = cost_key(&subject_key(caller, policy, subject, fp), cost) + tenant;
                     Some((key, config.local_mode(policy).cache_denials_ms))
                 }
                 None => {

@@ -36,8 +36,12 @@ type Routed = Result<Step, ApiError>;
 
 /// An HTTP request's route and caller: `None` for a CORS preflight (`OPTIONS` on any API
 /// path). Checked in this order: the path (404, 400), the body's size (413), the token (401),
-/// the route (404, 405).
-pub(crate) fn http(config: &Config, req: &ApiRequest<'_>) -> Result<Option<(Route, Caller)>, ApiError> {
+/// the route (404, 405). `binding`'s scope is the caller's, its admin rights added to the token's.
+pub(crate) fn http(
+    config: &Config,
+    req: &ApiRequest<'_>,
+    binding: &Caller,
+) -> Result<Option<(Route, Caller)>, ApiError> {
     let segments = crate::route::segments(req.path)?;
     if req.body.len() > MAX_BODY {
         return Err(too_large());
@@ -45,7 +49,8 @@ pub(crate) fn http(config: &Config, req: &ApiRequest<'_>) -> Result<Option<(Rout
     if req.method == "OPTIONS" {
         return Ok(None);
     }
-    let caller = authenticate(config, req.authorization)?;
+    let token = authenticate(config, req.authorization)?;
+    let caller = Caller { admin: token.admin || binding.admin, scope: binding.scope.clone() };
     Ok(Some((Route::matching(req.method, segments)?, caller)))
 }
 
@@ -555,7 +560,7 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
     for (i, item) in list.iter().enumerate() {
         let (part, name, algorithm, cost) = decision_part(cx, subject, item).map_err(|e| e.in_part(i))?;
-        costs.push(cost);
+        costs.push((cost, part.level()));
         let mode = cx.config.failure_mode(&name);
         allow_all &= mode.allow && algorithm.is_some();
         timeout_ms = match (timeout_ms, mode.timeout_ms) {

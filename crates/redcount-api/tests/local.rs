@@ -666,3 +666,23 @@ fn step_kind(s: &Step) -> &'static str {
         Step::Script(_) => "script",
     }
 }
+
+#[test]
+fn a_tenant_level_denial_and_a_user_level_one_of_a_subject_are_apart() {
+    let tenant = r#"{"parts": [{"policy": "daily", "level": "tenant"}]}"#;
+    let user = r#"{"parts": [{"policy": "daily"}]}"#;
+    let reply = json!([0, 1, 50_000, 1, 0, 3, 0, 50_000, 50_000, 0, 0]);
+    // The tenant's counter denied: the user's own take, peek and decision still ask Redis.
+    let mut s = shell();
+    let first = s.through(req("POST", "/api/decisions/acme/u1", tenant, false), reply.clone(), 0);
+    assert_eq!(json_of(&first)["denied_by"], "daily", "{}", first.body);
+    assert_eq!(json_of(&s.answers(req("POST", "/api/decisions/acme/u1", tenant, false), 100))["cached"], true);
+    s.sends(req("POST", &take("daily", "acme/u1"), "", false), 100);
+    s.sends(req("GET", &take("daily", "acme/u1"), "", false), 100);
+    s.sends(req("POST", "/api/decisions/acme/u1", user, false), 100);
+    // The user's counter denied: the tenant-level decision still asks Redis.
+    let mut s = shell();
+    s.through(req("POST", "/api/decisions/acme/u1", user, false), reply, 0);
+    s.answers(req("POST", &take("daily", "acme/u1"), "", false), 100);
+    s.sends(req("POST", "/api/decisions/acme/u1", tenant, false), 100);
+}

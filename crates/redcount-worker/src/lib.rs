@@ -276,9 +276,10 @@ pub fn rest_target() -> *const u8 {
 }
 
 /// One request: the input is its head (`head_len` bytes) then its body (`body_len` bytes).
-/// The head is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length\0body-error`,
-/// each of the last five `+value` when present and `-` when absent (body-error: why the body
-/// could not be read). Outputs a step.
+/// The head is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length\0props\0body-error`,
+/// each header and body-error (why the body could not be read) `+value` when present and `-`
+/// when absent; props, the JSON of the Service binding's `ctx.props` (`null` for none), read as
+/// an RPC binding's are. Outputs a step.
 #[wasm_bindgen]
 pub fn handle(head_len: usize, body_len: usize, now: f64, may_wait: u32) -> *const u8 {
     call(head_len + body_len, |input| {
@@ -409,7 +410,7 @@ pub fn max_reply() -> u32 {
     redcount_core::rest::MAX_REPLY as u32
 }
 
-/// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length`,
+/// One request: `head` is `METHOD\0URL\0authorization\0origin\0idempotency-key\0content-length\0props`,
 /// each header `+value` when present and `-` when absent; `body` its bytes (empty when not
 /// read); `body_error` why it could not be read, if so.
 fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, may_wait: bool) -> Vec<u8> {
@@ -417,6 +418,7 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
     let (method, url) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
     let mut header = || f.next().and_then(|h| h.strip_prefix('+'));
     let (authorization, origin, idempotency_key, content_length) = (header(), header(), header(), header());
+    let props = f.next().unwrap_or("null");
     isolate(|i| {
         let config = match &i.config {
             Some(Ok((config, _))) => config,
@@ -424,8 +426,15 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
             None => return respond(api::unavailable("the worker was not configured")),
         };
         let own = |r: ApiResponse| respond(api::with_cors(config, origin, r));
-        // The shell left an oversized body unread.
-        if content_length.and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0) > api::MAX_BODY {
+        // Props not understood give no rights at all: every request is refused.
+        let binding = match api::rpc::caller(props.as_bytes()) {
+            Ok(caller) => caller,
+            Err(e) => return own(e.response()),
+        };
+        // The shell left an oversized body unread: a Content-Length of digits past MAX_BODY
+        // (however many). Any other it read up to MAX_BODY + 1 bytes, which the API refuses.
+        let digits = content_length.map(str::trim).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+        if digits.is_some_and(|v| v.parse::<usize>().map_or(true, |n| n > api::MAX_BODY)) {
             return own(api::too_large());
         }
         if let Some(e) = body_error {
@@ -437,7 +446,7 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
         let Isolate { config: Some(Ok((config, _))), local: Some(local), .. } = &mut *i else {
             return respond(api::unavailable("the worker was not configured"));
         };
-        match local.handle(config, &request, now, may_wait, &mut PlatformRng) {
+        match local.handle_as(config, &request, &binding, now, may_wait, &mut PlatformRng) {
             Ok(step) => next(i, step, false),
             Err(api::Wait) => alloc::vec![2],
         }
@@ -689,6 +698,21 @@ mod tests {
     }
 
     #[test]
+    fn a_plain_bindings_props_are_read_as_an_rpc_bindings() {
+        assert_eq!(configure_text(VARS), "");
+        let with = |props: &str| handle_request(&format!("{CLAIM}\0{props}"), b"", None, 1_000, true);
+        let scoped = with(r#"{"namespace":"acme"}"#);
+        let (h, _, rest) = parse_send(&scoped);
+        assert!(rest.contains(r#""rc.acme:{cl:bonus:alice}""#), "{rest}");
+        fail_exchange(h, "gone", 1_010);
+        for bad in [r#"{"namespace":"acme","role":"admin"}"#, r#"{"admin":"yes"}"#, "[]"] {
+            let refused = with(bad);
+            let (status, _, body) = parse(&refused);
+            assert!(status == 500 && body.contains("props"), "{bad}: {status} {body}");
+        }
+    }
+
+    #[test]
     fn a_lost_script_is_asked_for_by_its_sha_and_checked() {
         assert_eq!(configure_text(VARS), "");
         let noscript = br#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#;
@@ -725,6 +749,14 @@ mod tests {
             parse(&handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0+\0-", b"", None, 1_000, true)).0;
         assert_eq!(empty_key, 400);
         let big = handle_request("POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999", b"", None, 1_000, true);
+        assert_eq!(parse(&big).0, 413);
+        let big = handle_request(
+            "POST\0http://h/api/claims/bonus/alice\0-\0-\0-\0+99999999999999999999999",
+            b"",
+            None,
+            1_000,
+            true,
+        );
         assert_eq!(parse(&big).0, 413);
         let unread = handle_request(CLAIM, b"", Some("reset by peer"), 1_000, true);
         let (status, _, body) = parse(&unread);

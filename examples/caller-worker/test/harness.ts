@@ -46,6 +46,33 @@ test.post("/test/storm/:method/:n", async (c) => {
 
 test.get("/test/stats", async (c) => c.json(await c.env.REDCOUNT_ADMIN.stats()));
 
+// Through the binding named `binding`, an oversized call: `take` with a field of `n` characters
+// (`?arg=subject`: a subject of `n`), or (`?length=`) a POST of `n` bytes whose Content-Length
+// header says `length`. The thrown message, or the response's status and JSON.
+test.post("/test/oversize/:binding/:n", async (c) => {
+  const [b, n, length] = [c.env[c.req.param("binding")], Number(c.req.param("n")), c.req.query("length")];
+  try {
+    if (length === undefined) {
+      const big = "\x01".repeat(n);
+      const args = c.req.query("arg") === "subject" ? ["daily-prize", big] : ["daily-prize", "big", { cost: 1, pad: big }];
+      return c.json({ value: await b.take(...args) });
+    }
+    const init = { method: "POST", headers: { "Content-Length": length }, body: new Uint8Array(n).fill(65) };
+    const r = await b.fetch("http://redcount/api/quotas/daily-prize/big", init);
+    return c.json({ status: r.status, json: await r.json() });
+  } catch (e) {
+    return c.json({ thrown: e instanceof Error ? e.message : String(e) });
+  }
+});
+
+// A request through the plain Service binding named `binding` (`/api/...` and its method as
+// given, no Authorization): the status and the JSON.
+test.all("/test/http/:binding/*", async (c) => {
+  const path = new URL(c.req.url).pathname.split("/").slice(4).join("/");
+  const r = await c.env[c.req.param("binding")].fetch(`http://redcount/${path}`, { method: c.req.method });
+  return c.json({ status: r.status, json: await r.json() });
+});
+
 // `n` HTTP requests to the redcount worker (through a plain Service binding), each given up
 // after `ms`: requests the runtime cancels while their REST call is in flight.
 test.post("/test/cancel/http/:n/:ms", async (c) => {

@@ -2,8 +2,9 @@
 //! calling the redcount worker through Service bindings, both under one workerd, before a real
 //! REST front and Redis: every method over the binding, typed errors, the Hono middleware,
 //! `ctx.props` scoping (checked on Redis's keys), admin rights only where props give them,
-//! a storm that stays exact, cancelled calls that leave nothing parked, and the declared
-//! failure mode with the front stopped. And the client's own tests (packages/client/test,
+//! props on a binding to the default entrypoint read alike, oversized calls and bodies refused
+//! with the isolate's memory flat, a storm that stays exact, cancelled calls that leave
+//! nothing parked, and the declared failure mode with the front stopped. And the client's own tests (packages/client/test,
 //! `node --test`) over HTTP against `redcount serve`.
 
 use std::path::Path;
@@ -23,6 +24,14 @@ const BINDINGS: &[(&str, Option<&str>)] = &[
     ("GLOBEX", Some(r#"{"namespace":"globex"}"#)),
     ("WRONG_ADMIN", Some(r#"{"admin":"yes"}"#)),
     ("WRONG_PROP", Some(r#"{"namespace":"acme","role":"admin"}"#)),
+];
+
+/// The bindings to the default entrypoint (its `fetch`: HTTP requests), with their props.
+const HTTP_BINDINGS: &[(&str, Option<&str>)] = &[
+    ("REDCOUNT_HTTP", None),
+    ("HTTP_ACME", Some(r#"{"namespace":"acme"}"#)),
+    ("HTTP_ADMIN", Some(r#"{"admin":true}"#)),
+    ("HTTP_WRONG", Some(r#"{"namespace":"acme","role":"admin"}"#)),
 ];
 
 /// Redis, a REST front, and under one workerd the redcount worker (with `policies`) and a
@@ -103,7 +112,7 @@ pub(crate) fn own_worker(
 fn stack() -> Stack {
     let mut bindings: Vec<Binding> =
         BINDINGS.iter().map(|(name, props)| Binding::service(name, "redcount", Some("Redcount"), *props)).collect();
-    bindings.push(Binding::service("REDCOUNT_HTTP", "redcount", None, None));
+    bindings.extend(HTTP_BINDINGS.iter().map(|(name, props)| Binding::service(name, "redcount", None, *props)));
     bindings.push(Binding::service("SELF", "caller", None, None));
     own_worker("rpc", TEST_POLICIES, &root().join("examples/caller-worker/test/harness.ts"), &[], bindings)
 }
@@ -270,6 +279,52 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
     assert_eq!((won.len(), won.iter().sum::<i64>()), (500, 100000));
     let status = s.call("REDCOUNT", "packetStatus", json!([id])).await.unwrap();
     assert_eq!(status["claimed"], 500, "{status}");
+
+    // Oversized calls (a scoped public binding's too) are refused before the isolate copies
+    // them into its wasm memory, which stays flat: an RPC input or subject of 8 M characters,
+    // an 8 MB body whose Content-Length is not a number; each first at 20,000 (past the limit:
+    // what the isolate does hold of such a call, the limit's worth, is then in place).
+    let mut memory = Vec::new();
+    for n in ["20000", "8000000"] {
+        for (path, status) in [
+            ("GLOBEX/{n}", 413),
+            ("ACME/{n}?arg=subject", 400),
+            ("REDCOUNT_HTTP/{n}?length=abc", 413),
+            ("HTTP_ACME/{n}?length=0x10", 413),
+        ] {
+            let path = path.replace("{n}", n);
+            let r = s.api.post(&format!("/test/oversize/{path}"), "").await;
+            let e = match r.json["thrown"].as_str() {
+                Some(thrown) => serde_json::from_str::<Value>(thrown).unwrap_or_else(|_| panic!("{path}: {thrown}")),
+                None => json!({"status": r.json["status"], "error": r.json["json"]["error"]}),
+            };
+            assert_eq!(e["status"], status, "{path}: {e}");
+            match status {
+                413 => assert_eq!(e["error"], "body larger than 16384 bytes", "{path}: {e}"),
+                _ => assert!(e["field"].is_string(), "the argument is named: {path}: {e}"),
+            }
+        }
+        memory.push(s.api.get("/test/stats").await.json["memory_bytes"].as_u64().unwrap());
+    }
+    assert_eq!(memory[1], memory[0], "the oversized calls grew the isolate's wasm memory");
+
+    // Props on a binding to the default entrypoint (HTTP requests) count as on Redcount's:
+    // the namespace scopes the keys, `admin: true` gives the admin rights without a token,
+    // props not understood refuse every request.
+    let http = |b: &str, path: &str| format!("/test/http/{b}/api/{path}");
+    let take = format!("quotas/daily-prize/h-{run}");
+    let scoped = s.new_keys(async { assert_eq!(s.api.post(&http("HTTP_ACME", &take), "").await.json["status"], 200) });
+    let scoped = scoped.await;
+    assert!(!scoped.is_empty() && scoped.iter().all(|k| k.starts_with("rc.acme:")), "{scoped:?}");
+    for (b, status) in [("REDCOUNT_HTTP", 401), ("HTTP_ACME", 401), ("HTTP_ADMIN", 200)] {
+        let r = s.api.call("DELETE", &http(b, &take), None, false).await;
+        assert_eq!(r.json["status"], status, "{b}: {}", r.json);
+    }
+    for path in [http("HTTP_WRONG", &take), http("HTTP_WRONG", "health")] {
+        let r = s.api.call(if path.ends_with("health") { "GET" } else { "POST" }, &path, None, false).await;
+        assert_eq!(r.json["status"], 500, "{path}: {}", r.json);
+        assert!(r.json["json"]["error"].as_str().unwrap().contains("props"), "{}", r.json);
+    }
 
     // Calls cancelled while in flight (over HTTP and over RPC) leave no exchange parked.
     for path in ["/test/cancel/http/50/5", "/test/cancel/rpc/50/5"] {
