@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use redcount_core::keys::{self, Level};
 use redcount_core::ops::decision::PartOutcome;
 use redcount_core::ops::quota::{Algorithm, RefundQuota, TakeQuota};
@@ -15,8 +17,6 @@ use redcount_core::ops::reservation::{
 };
 use redcount_core::ops::{Idempotency, Idempotent};
 use redcount_core::{ErrorKind, Operation};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use redcount_tests::{Api, NativeServer, RedisServer, RestFront, Wrangler, secret, uid};
 
 /// Long enough that nothing comes back by time during a test.
@@ -1510,15 +1510,8 @@ async fn given_back_units_never_bank_past_a_bucket_or_gcra_limit() {
     let bucket = Algorithm::TokenBucket { capacity: 10, refill: 10, interval_ms: 300 };
     let gcra = Algorithm::Gcra { rate: 10, period_ms: 300, burst: 10 };
     for algo in [bucket, gcra] {
-        let mut b = Bank {
-            d: &d,
-            c: redis.conn(),
-            algo,
-            s: uid("bank"),
-            ledger: Ledger::default(),
-            open: Vec::new(),
-            n: 0,
-        };
+        let mut b =
+            Bank { d: &d, c: redis.conn(), algo, s: uid("bank"), ledger: Ledger::default(), open: Vec::new(), n: 0 };
         for _ in 0..4 {
             assert!(b.reserve(10, 600_000).await);
             tokio::time::sleep(Duration::from_millis(320)).await;
@@ -1557,15 +1550,8 @@ async fn random_give_backs_never_bank_past_a_bucket_or_gcra_limit() {
         Algorithm::Gcra { rate: 3, period_ms: 250, burst: 6 },
     ];
     for algo in algos {
-        let mut b = Bank {
-            d: &d,
-            c: redis.conn(),
-            algo,
-            s: uid("rbank"),
-            ledger: Ledger::default(),
-            open: Vec::new(),
-            n: 0,
-        };
+        let mut b =
+            Bank { d: &d, c: redis.conn(), algo, s: uid("rbank"), ledger: Ledger::default(), open: Vec::new(), n: 0 };
         let size = match algo {
             Algorithm::TokenBucket { capacity, .. } => capacity,
             Algorithm::Gcra { burst, .. } => burst,
