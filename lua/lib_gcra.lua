@@ -70,9 +70,8 @@ local function gcra_eval(p, key, ovr, clock)
   local q = {allowed = after <= W, retry = 0, limit = burst, most = most}
   if not q.allowed then q.retry = ceil_div(after - W, rate * 1000) end
   function q.count() return ceil_div(ahead, T) end
-  -- The TAT moved by d (in u: back when negative, never before now).
-  function q.move(d)
-    ahead = math.max(0, ahead + d)
+  function q.add(n)
+    ahead = math.max(0, ahead + n * T)
     -- Whole again (units given back): no key says the same, now rather than a ms later.
     if ahead == 0 then
       redis.call('DEL', key)
@@ -90,8 +89,6 @@ local function gcra_eval(p, key, ovr, clock)
     -- Past the TAT the key says nothing a missing key does not: let it go then.
     redis.call('PEXPIRE', key, s(math.max(1, ceil_div(ahead, rate * 1000))))
   end
-  function q.add(n) q.move(n * T) end
-  function q.ahead() return ahead end
   function q.take() q.add(p.cost) end
   function q.reply()
     return {q.allowed and 1 or 0, burst, floor_div(math.max(0, W - ahead), T), ceil_div(ahead, rate * 1000), q.retry}

@@ -111,20 +111,19 @@ local function bucket_give(p, key, ovr, units, clock, q, since)
 end
 
 -- Up to `units` back (the TAT moved back by whole units, never before now). With `since` (a
--- reservation's: its server time, µs), the TAT moves back by the units' span less the time
--- since then, never before now (the quota that never held them was at most that far
--- behind this one: the time elapsed already gave the rest back); the units given are those
--- no longer in use after it. Reads only; returns the units given and the function that
--- writes them.
+-- reservation's: its server time, µs), no more than the whole units of their span left
+-- after the time since then (the quota that never held them was at most that far behind
+-- this one: the time elapsed already gave the rest back; whole units, so that a unit given
+-- back is a unit the quota no longer counts). Reads only; returns the units given and the
+-- function that writes them.
 local function gcra_give(p, key, ovr, units, clock, q, since)
   q = q or gcra_eval(p, key, ovr, clock)
-  if not since then
-    local n = math.max(0, math.min(units, q.count()))
-    return n, function() if n > 0 then q.add(-n) end end
+  local most = units
+  if since then
+    local T = p.period * 1000 -- one unit's span, in 1/rate µs (lib_gcra.lua)
+    local left = units * T - math.max(0, clock() - since) * p.rate
+    most = left > 0 and floor_div(left, T) or 0
   end
-  local T = p.period * 1000 -- one unit's span, in 1/rate µs (lib_gcra.lua)
-  local left = units * T - math.max(0, clock() - since) * p.rate
-  local d = math.floor(math.min(q.ahead(), math.max(0, left)))
-  local n = q.count() - ceil_div(q.ahead() - d, T)
-  return n, function() if d > 0 then q.move(-d) end end
+  local n = math.max(0, math.min(most, q.count()))
+  return n, function() if n > 0 then q.add(-n) end end
 end
