@@ -31,6 +31,31 @@ local reserve_kinds = {
   gc = {args = gcra_args, eval = gcra_eval, n = 3},
 }
 
+-- The n parts from ARGV[a] on, each its kind's tag then its arguments: `quota(kind, at)` reads
+-- a quota part's (its tag at ARGV[at]), `lease(at)` a semaphore's; each returns the part and
+-- how many arguments it took, the tag's included. Returns the parts and the index past them.
+local function reserve_parts(n, a, quota, lease)
+  local parts = {}
+  for i = 1, n do
+    local tag = ARGV[a]
+    local kind = reserve_kinds[tag]
+    local part, took
+    if kind then
+      part, took = quota(kind, a)
+      part.tag, part.kind = tag, kind
+    elseif tag == 'se' then
+      part, took = lease(a)
+      part.se = true
+    else
+      return error({err = 'ERR redcount: a part kind must be fw, sw, tb, gc or se'})
+    end
+    part.k = 2 + 3 * (i - 1)
+    parts[i] = part
+    a = a + took
+  end
+  return parts, a
+end
+
 -- Every part's keys distinct and present, and nothing but them, the record's and an
 -- idempotency key (with its two arguments after `nargs`). Returns the number of keys before
 -- the idempotency key and the SHA-1 of the parts' keys.

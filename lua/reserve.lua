@@ -34,24 +34,15 @@ local peek = flag('peek', ARGV[3])
 local rid = id('reservation', ARGV[4])
 local lease = int('lease_ms', ARGV[5], 1, RUST.semaphore.MAX_LEASE_MS)
 local keep = int('keep_ms', ARGV[6], 1, RUST.reservation.MAX_KEEP_MS)
-local parts, a = {}, 7
-for i = 1, n do
-  local tag = ARGV[a]
-  local kind = reserve_kinds[tag]
-  local k = 2 + 3 * (i - 1)
-  if kind then
-    local p = kind.args(a + 1)
-    local min = int('min_units', ARGV[a + kind.n + 2], 1, p.cost)
-    local refund = flag('refund', ARGV[a + kind.n + 3])
-    parts[i] = {tag = tag, kind = kind, p = p, units = p.cost, min = capped and min or p.cost, refund = refund, k = k}
-    a = a + kind.n + 4
-  elseif tag == 'se' then
-    parts[i] = {se = true, p = {holder = id('holder', ARGV[a + 1]), limit = int('limit', ARGV[a + 2], 1, RUST.semaphore.MAX_LIMIT), lease = lease}, k = k}
-    a = a + 3
-  else
-    return error({err = 'ERR redcount: a part kind must be fw, sw, tb, gc or se'})
-  end
-end
+local parts, a = reserve_parts(n, 7, function(kind, at)
+  local p = kind.args(at + 1)
+  local min = int('min_units', ARGV[at + kind.n + 2], 1, p.cost)
+  local refund = flag('refund', ARGV[at + kind.n + 3])
+  return {p = p, units = p.cost, min = capped and min or p.cost, refund = refund}, kind.n + 4
+end, function(at)
+  local holder = id('holder', ARGV[at + 1])
+  return {p = {holder = holder, limit = int('limit', ARGV[at + 2], 1, RUST.semaphore.MAX_LIMIT), lease = lease}}, 3
+end)
 local used_keys, sha = reserve_keys(n, a - 1)
 
 local replay, finish = idempotency(used_keys)

@@ -42,24 +42,12 @@ local n = int('parts', ARGV[2], 1, 8)
 local rid = id('reservation', ARGV[3])
 local lease = int('lease_ms', ARGV[4], op == 'extend' and 1 or 0, op == 'extend' and RUST.semaphore.MAX_LEASE_MS or 0)
 local keep = int('keep_ms', ARGV[5], 1, RUST.reservation.MAX_KEEP_MS)
-local parts, a = {}, 6
-for i = 1, n do
-  local tag = ARGV[a]
-  local kind = reserve_kinds[tag]
-  local k = 2 + 3 * (i - 1)
-  if kind then
-    local p = kind.args(a + 1, true)
-    local amount = int('units', ARGV[a + kind.n + 1], 0, op == 'release' and 0 or RUST.quota.MAX_LIMIT)
-    local debt = int('max_debt', ARGV[a + kind.n + 2], 0, RUST.quota.MAX_LIMIT)
-    parts[i] = {tag = tag, kind = kind, p = p, amount = amount, debt = debt, k = k}
-    a = a + kind.n + 3
-  elseif tag == 'se' then
-    parts[i] = {se = true, k = k}
-    a = a + 1
-  else
-    return error({err = 'ERR redcount: a part kind must be fw, sw, tb, gc or se'})
-  end
-end
+local parts, a = reserve_parts(n, 6, function(kind, at)
+  local p = kind.args(at + 1, true)
+  local amount = int('units', ARGV[at + kind.n + 1], 0, op == 'release' and 0 or RUST.quota.MAX_LIMIT)
+  local debt = int('max_debt', ARGV[at + kind.n + 2], 0, RUST.quota.MAX_LIMIT)
+  return {p = p, amount = amount, debt = debt}, kind.n + 3
+end, function() return {}, 1 end)
 local used_keys, sha = reserve_keys(n, a - 1)
 
 local replay, finish = idempotency(used_keys)

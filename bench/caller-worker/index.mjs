@@ -1,12 +1,21 @@
 // The benchmark's caller worker (`cargo xtask bench`), in one workerd with the redcount worker:
-// one quota take per request, through its RPC entrypoint (POST /rpc/<subject>) or as an HTTP
-// request to the same worker through a plain Service binding (POST /http/<subject>), so the
-// two differ in the call's form only.
+// one quota take per request (POST /<how>/<policy>/<subject>), through its RPC entrypoint
+// (`rpc`, the stub as a user's worker calls it), as an HTTP request to the same worker through
+// a plain Service binding (`http`), or over the network to the redcount worker served on its
+// own (`public`, at REDCOUNT_URL), so the three differ in the call's path only.
 export default {
   async fetch(request, env) {
-    const [, how, subject] = new URL(request.url).pathname.split("/");
-    if (how === "rpc") return Response.json(await env.REDCOUNT.take("bench-quota", subject));
-    const resp = await env.REDCOUNT_HTTP.fetch(`http://redcount/api/quotas/bench-quota/${subject}`, { method: "POST" });
+    const [, how, policy, subject] = new URL(request.url).pathname.split("/");
+    if (how === "rpc") {
+      // The same answer as bench/ratelimit-worker's, as a caller would build its own.
+      const r = await env.REDCOUNT.take(policy, subject);
+      return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
+    }
+    const path = `/api/quotas/${policy}/${subject}`;
+    const resp =
+      how === "http"
+        ? await env.REDCOUNT_HTTP.fetch(`http://redcount${path}`, { method: "POST" })
+        : await fetch(env.REDCOUNT_URL + path, { method: "POST" });
     return new Response(resp.body, resp);
   },
 };

@@ -90,7 +90,7 @@ async fn serve(
     ready: std::sync::mpsc::Sender<Result<u16, String>>,
     stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let (router, background) = match redcount_front::app(&config).await {
+    let (front, background) = match redcount_front::app(&config).await {
         Ok(app) => app,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -102,7 +102,7 @@ async fn serve(
     let stop = async {
         let _ = stopped.await;
     };
-    if let Err(e) = redcount_front::serve(listener, router, &config, stop).await {
+    if let Err(e) = redcount_front::serve(listener, front, &config, stop).await {
         eprintln!("the front stopped: {e}");
     }
     drop(background);

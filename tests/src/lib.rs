@@ -242,6 +242,24 @@ pub fn secret(tag: &str) -> String {
     redcount_procs::secret(tag)
 }
 
+/// The code of an error answer, `{"error": "NOPERM …"}`: its message's first word, as Redis
+/// wrote it and the front passes it on (`None` for an answer that is not an error).
+pub fn error_code(answer: &Value) -> Option<&str> {
+    answer["error"].as_str()?.split(' ').next()
+}
+
+/// Whether a key or a string anywhere in a JSON answer holds `needle`: how a test shows that
+/// data planted where the caller may not reach did not leak into an answer, a result or an
+/// error's message alike. Not for telling one error from another: compare a code or a field.
+pub fn mentions(answer: &Value, needle: &str) -> bool {
+    match answer {
+        Value::String(s) => s.contains(needle),
+        Value::Array(items) => items.iter().any(|v| mentions(v, needle)),
+        Value::Object(fields) => fields.iter().any(|(k, v)| k.contains(needle) || mentions(v, needle)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
 /// A running `redcount-rest` process.
 #[derive(Debug)]
 pub struct RestFront {

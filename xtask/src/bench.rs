@@ -7,6 +7,8 @@ use std::process::Command;
 use crate::setup::{self, root};
 use crate::{procs, workerd};
 
+mod binding;
+
 const BENCH_POLICIES: &str = r#"{
   "bench-quota":  { "kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000 },
   "bench-raw":    { "kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000, "cache_denials_ms": 0 },
@@ -75,14 +77,16 @@ fn redcount_dir(work: &std::path::Path, front_url: &str, rest_token: &str, admin
 }
 
 /// bench/caller-worker in one workerd with the redcount worker of `wdir`: a take through its
-/// RPC entrypoint (`/rpc/`), or as an HTTP request through a plain Service binding (`/http/`).
-fn callers(work: &std::path::Path, wdir: &std::path::Path) -> Result<workerd::Prepared, String> {
+/// RPC entrypoint (`/rpc/<policy>/`), as an HTTP request through a plain Service binding
+/// (`/http/<policy>/`), or over the network to the redcount worker served at `public_url`
+/// (`/public/<policy>/`).
+pub fn callers(work: &std::path::Path, wdir: &std::path::Path, public_url: &str) -> Result<workerd::Prepared, String> {
     let date = compatibility_date()?;
     let cdir = work.join("caller");
     worker_dir(
         &cdir,
         &format!(
-            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n",
+            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nREDCOUNT_URL = \"{public_url}\"\n",
             root().join("bench/caller-worker/index.mjs").display()
         ),
         "",
@@ -101,33 +105,6 @@ fn binding_ratio(rpc: &[f64], http: &[f64]) -> String {
         "\nA take through the RPC binding costs {:.2}× the CPU of the same take as an HTTP request through a Service binding (caller and callee together).\n",
         workerd::median(rpc) / workerd::median(http)
     )
-}
-
-/// `cargo xtask bench binding`: only the caller worker's two rows (a take through the RPC
-/// binding, the same take as HTTP), three runs each taking turns, printed. The front is a
-/// debug build (what the tests use): the figures are workerd's CPU, which it does not move.
-pub fn binding() -> Result<(), String> {
-    setup::ensure_test_deps()?;
-    workerd::ensure()?;
-    let bins = setup::build_bins(false)?;
-    crate::worker::build()?;
-    crate::client::build()?;
-    let work = setup::target_dir().join("bench");
-    let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
-    let rest_token = procs::secret()?;
-    let redis_url = format!("redis://127.0.0.1:{redis_port}");
-    let (_front, front_port) =
-        procs::rest_front(&bins, &redis_url, &rest_token, &["--threads", "1", "--log", "error"])?;
-    let wdir = redcount_dir(&work, &format!("http://127.0.0.1:{front_port}"), &rest_token, &procs::secret()?)?;
-    let callers = callers(&work, &wdir)?;
-    let (mut rpc, mut http) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        rpc.push(workerd::cpu_per_request(&callers, "/rpc/", 4, 10)?.1);
-        http.push(workerd::cpu_per_request(&callers, "/http/", 4, 10)?.1);
-    }
-    println!("CPU per request (µs), RPC binding: {rpc:.0?}; HTTP through a Service binding: {http:.0?}");
-    print!("{}", binding_ratio(&rpc, &http));
-    Ok(())
 }
 
 /// `redcount-bench fronts`: redcount-rest (port `front_port`, process `front_pid`) beside a
@@ -211,40 +188,41 @@ fn local_decisions(
     redis_port: u16,
 ) -> Result<String, String> {
     const SECONDS: u32 = 3;
-    let rows: [(&str, &str, &workerd::Prepared, &str, bool); 9] = [
-        ("flood of one exhausted subject", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/storm-raw/", true),
-        (
-            "flood of one exhausted subject",
-            "redcount worker, cache_denials_ms 1000 (the default)",
-            ours,
-            "/api/quotas/storm/",
-            true,
-        ),
-        ("flood of one exhausted subject", "@upstash/ratelimit worker, no cache", peer_one, "/limit/", true),
-        (
-            "flood of one exhausted subject",
-            "@upstash/ratelimit worker, its default ephemeral cache",
-            peer_one,
-            "/cached/",
-            true,
-        ),
-        ("flood of one exhausted subject", "workerd alone: no I/O", none, "/none/", true),
-        ("allowed, 1,000 subjects", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/bench-raw/", false),
+    const FLOOD: &str = "flood of one exhausted subject";
+    const FLOOD_50: &str = "flood of one exhausted subject, 50 connections";
+    let rows: [(&str, &str, &workerd::Prepared, &str, bool, u32); 12] = [
+        (FLOOD, "redcount worker, cache_denials_ms 0", ours, "/api/quotas/storm-raw/", true, 10),
+        (FLOOD, "redcount worker, cache_denials_ms 1000 (the default)", ours, "/api/quotas/storm/", true, 10),
+        (FLOOD, "@upstash/ratelimit worker, no cache", peer_one, "/limit/", true, 10),
+        (FLOOD, "@upstash/ratelimit worker, its default ephemeral cache", peer_one, "/cached/", true, 10),
+        (FLOOD, "workerd alone: no I/O", none, "/none/", true, 10),
+        (FLOOD_50, "redcount worker, cache_denials_ms 1000 (the default)", ours, "/api/quotas/storm/", true, 50),
+        (FLOOD_50, "@upstash/ratelimit worker, its default ephemeral cache", peer_one, "/cached/", true, 50),
+        (FLOOD_50, "workerd alone: no I/O", none, "/none/", true, 50),
+        ("allowed, 1,000 subjects", "redcount worker, cache_denials_ms 0", ours, "/api/quotas/bench-raw/", false, 10),
         (
             "allowed, 1,000 subjects",
             "redcount worker, cache_denials_ms 1000 (the default)",
             ours,
             "/api/quotas/bench-quota/",
             false,
+            10,
         ),
-        ("hot limit, one subject", "redcount worker, no borrow", ours, "/api/quotas/hot/", true),
-        ("hot limit, one subject", "redcount worker, borrow 50 units for 1 s", ours, "/api/quotas/hot-lease/", true),
+        ("hot limit, one subject", "redcount worker, no borrow", ours, "/api/quotas/hot/", true, 10),
+        (
+            "hot limit, one subject",
+            "redcount worker, borrow 50 units for 1 s",
+            ours,
+            "/api/quotas/hot-lease/",
+            true,
+            10,
+        ),
     ];
     let mut runs: Vec<Vec<[f64; 4]>> = vec![Vec::new(); rows.len()];
     for _ in 0..3 {
-        for (k, (_, _, p, path, one)) in rows.iter().enumerate() {
+        for (k, (_, _, p, path, one, conns)) in rows.iter().enumerate() {
             let (requests, cpu, (scripts, all)) =
-                workerd::under_load(p, path, SECONDS, 10, *one, &|| redis_calls(redis_port))?;
+                workerd::under_load(p, path, SECONDS, *conns, *one, &|| redis_calls(redis_port))?;
             let per_1000 = |n: u64| n as f64 * 1000.0 / requests;
             runs[k].push([requests / f64::from(SECONDS), cpu, per_1000(scripts), per_1000(all)]);
         }
@@ -279,6 +257,8 @@ pub enum Part {
     /// The local-decisions table only, printed (debug builds of the front: its CPU is not
     /// measured, and the workers' CPU and Redis calls do not depend on it).
     Local,
+    /// The callers as users call redcount only: its section of BENCHMARKS.md rewritten.
+    Binding,
 }
 
 /// `cargo xtask bench`: the part asked for.
@@ -286,10 +266,12 @@ pub fn all(part: Part) -> Result<(), String> {
     let full = part == Part::All;
     setup::ensure_test_deps()?;
     workerd::ensure()?;
-    let bins = setup::build_bench_bins(part != Part::Local)?;
+    // `binding` runs no load generator of redcount-bench's.
+    let bins =
+        if part == Part::Binding { setup::build_bins(true)? } else { setup::build_bench_bins(part != Part::Local)? };
     let (_, bundle_gz) = crate::worker::build()?;
     let work = setup::target_dir().join("bench");
-    let (_redis, redis_port) = procs::redis_server(&work.join("redis"))?;
+    let (redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     let rest_token = procs::secret()?;
     let (front, front_port) = procs::rest_front(&bins, &redis_url, &rest_token, &["--threads", "1", "--log", "error"])?;
@@ -346,7 +328,12 @@ pub fn all(part: Part) -> Result<(), String> {
         println!("\n{}", local_decisions(&ours, &peer_one, &none, redis_port)?);
         return Ok(());
     }
-    let callers = callers(&work, &wdir)?;
+    let callers = callers(&work, &wdir, &format!("http://127.0.0.1:{}", ours.port))?;
+    let users = binding::Parts { callers: &callers, redcount: &ours, peer: &peer, peer_one: &peer_one, redis_port };
+    let pids = [front.id(), redis.id()];
+    if part == Part::Binding {
+        return binding::write(&binding::section(&users, &pids)?);
+    }
 
     // Cold starts, the two workers taking turns.
     let (mut cold_ours, mut cold_peer) = (Vec::new(), Vec::new());
@@ -368,8 +355,8 @@ pub fn all(part: Part) -> Result<(), String> {
             (&ours, "/api/quotas/bench-quota/"),
             (&peer, "/limit/"),
             (&floor, "/floor/"),
-            (&callers, "/rpc/"),
-            (&callers, "/http/"),
+            (&callers, "/rpc/bench-quota/"),
+            (&callers, "/http/bench-quota/"),
         ];
         for (k, (p, path)) in runs.into_iter().enumerate() {
             cpu[k].1.push(workerd::cpu_per_request(p, path, 4, 10)?.1);
@@ -404,6 +391,8 @@ pub fn all(part: Part) -> Result<(), String> {
             n("other")
         );
     }
+
+    let users_section = binding::section(&users, &pids)?;
 
     let _served: Vec<procs::Guard> =
         [&ours, &peer, &floor, &none].into_iter().map(workerd::serve).collect::<Result<_, _>>()?;
@@ -496,9 +485,11 @@ pub fn all(part: Part) -> Result<(), String> {
          unlike the wall-clock figures above.\n\n\
          {cpu_table}\n\
          ### Local decisions: the denial cache and budget leases\n\n\
-         The same workers, each row in turn, three rounds (medians; 10 connections, 3 s a run): a flood\n\
-         of one exhausted subject (a limit of 1), an allowed stream over 1,000 subjects, and a hot limit\n\
-         (one subject, every call admitted), each with the feature off and on. From INFO commandstats\n\
+         The same workers, each row in turn, three rounds (medians; 10 connections unless the row says\n\
+         50, 3 s a run): a flood of one exhausted subject (a limit of 1), an allowed stream over 1,000\n\
+         subjects, and a hot limit (one subject, every call admitted), each with the feature off and on;\n\
+         a load of one subject is warmed on that subject, so the run shows the steady state (an\n\
+         isolate's first takes of a subject each ask Redis until one is answered). From INFO commandstats\n\
          over the run, per 1,000 requests: script calls (EVALSHA/EVAL: round trips), and every\n\
          command Redis ran, those inside scripts included (less the front's health checks).\n\
          CPU per request is workerd's, as above.\n\n\
@@ -537,6 +528,8 @@ pub fn all(part: Part) -> Result<(), String> {
         cold(&cold_ours),
         cold(&cold_peer),
     );
+    md.push('\n');
+    md.push_str(&users_section);
     // A section measured by hand (e.g. against an older build) is kept as it was.
     let old = std::fs::read_to_string(root().join("BENCHMARKS.md")).unwrap_or_default();
     if let Some(at) = old.find(BY_HAND) {

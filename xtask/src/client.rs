@@ -1,14 +1,18 @@
 //! The npm client (packages/client): built with the pinned TypeScript, `npm pack`ed, and its
-//! tarball installed into examples/caller-worker, which the tests bundle as a user would.
+//! tarball installed into the examples that use it (examples/caller-worker,
+//! examples/llm-gateway), which the tests bundle as a user would.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::setup::{root, run, target_dir};
 
+/// The examples that depend on the client.
+const EXAMPLES: [&str; 2] = ["caller-worker", "llm-gateway"];
+
 /// Checks src/generated.ts against openapi.json, compiles the package into dist/, packs it
-/// unpacks the tarball as examples/caller-worker's `@redcount/client` and type-checks the
-/// example with it. Returns the tarball.
+/// unpacks the tarball as each example's `@redcount/client` and type-checks the example with
+/// it. Returns the tarball.
 pub fn build() -> Result<PathBuf, String> {
     let root = root();
     let package = root.join("packages/client");
@@ -31,13 +35,16 @@ pub fn build() -> Result<PathBuf, String> {
     if name.is_empty() || !tarball.is_file() {
         return Err(format!("npm pack made no tarball in {}", packed.display()));
     }
-    // Unpacked as npm would install it (hono, its peer, resolves from the root's node_modules).
-    let into = root.join("examples/caller-worker/node_modules/@redcount/client");
-    let _ = std::fs::remove_dir_all(&into);
-    std::fs::create_dir_all(&into).map_err(|e| e.to_string())?;
-    run(Command::new("tar").arg("xzf").arg(&tarball).arg("--strip-components=1").arg("-C").arg(&into))?;
-    // The example type-checks against the packed client (as README.md shows it).
-    run(Command::new(root.join("node_modules/.bin/tsc")).arg("-p").arg(root.join("examples/caller-worker")))?;
-    eprintln!("xtask: {} into examples/caller-worker", tarball.display());
+    for example in EXAMPLES {
+        // Unpacked as npm would install it (hono, its peer, resolves from the root's node_modules).
+        let dir = root.join("examples").join(example);
+        let into = dir.join("node_modules/@redcount/client");
+        let _ = std::fs::remove_dir_all(&into);
+        std::fs::create_dir_all(&into).map_err(|e| e.to_string())?;
+        run(Command::new("tar").arg("xzf").arg(&tarball).arg("--strip-components=1").arg("-C").arg(&into))?;
+        // The example type-checks against the packed client (as README.md shows it).
+        run(Command::new(root.join("node_modules/.bin/tsc")).arg("-p").arg(&dir))?;
+        eprintln!("xtask: {} into examples/{example}", tarball.display());
+    }
     Ok(tarball)
 }

@@ -26,7 +26,7 @@ Tasks:
            wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
   test     install what is missing, check fmt, clippy and rustdoc (warnings denied), prove
            redcount-core is no_std, build the binaries, the worker (failing over 150 KB gzipped)
-           and the npm client (packed into examples/caller-worker), run every test (real Redis,
+           and the npm client (packed into the examples), run every test (real Redis,
            Redis Cluster, REST front, wrangler dev, workerd with the caller worker, node --test,
            Chromium), then the model-based tests, the storms, the route contract and the
            script checks again on Valkey (REDCOUNT_TEST_SERVER=valkey runs a whole run there)
@@ -45,7 +45,7 @@ Tasks:
            build the Cloudflare Worker (wasm32) and print its bundle size
   build-client
            build the npm client (packages/client), `npm pack` it and install the tarball
-           into examples/caller-worker (as `test` does)
+           into examples/caller-worker and examples/llm-gateway (as `test` does)
   deploy [--dry-run]
            build the worker and run `wrangler deploy` (needs CLOUDFLARE_API_TOKEN); with
            --dry-run, offline and without an account: print the upload size wrangler reports
@@ -59,8 +59,10 @@ Tasks:
            only the workers side by side under workerd (with cold starts and CPU profiles);
            prints the tables, writes nothing in the repository
   bench binding
-           a caller worker's quota take through the RPC binding vs as HTTP through a Service
-           binding, CPU per request side by side (three runs each); printed
+           redcount as users call it: a caller worker's quota take through the RPC binding vs
+           @upstash/ratelimit inline (and the caller over public HTTP), 1/10/50 connections,
+           interleaved rounds; requests/s, CPU and Redis calls per request; rewrites its
+           section of BENCHMARKS.md
   bench local
            only the local-decisions table (the denial cache and budget leases off and on, the
            peer with its ephemeral cache; Redis calls and CPU per request), printed; debug
@@ -244,7 +246,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         None | Some("all") => bench::all(bench::Part::All),
         Some("workers") => bench::all(bench::Part::Workers),
-        Some("binding") => bench::binding(),
+        Some("binding") => bench::all(bench::Part::Binding),
         Some("local") => bench::all(bench::Part::Local),
         Some("rest") => bench_rest(),
         Some("replicas") => {
@@ -257,7 +259,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             eprintln!("xtask: table written to {}", out.display());
             Ok(())
         }
-        _ => Err(format!("bench takes: all (the default), workers, local, rest or replicas\n\n{HELP}")),
+        _ => Err(format!("bench takes: all (the default), workers, binding, local, rest or replicas\n\n{HELP}")),
     }
 }
 

@@ -7,7 +7,10 @@
 //! - one `compatibility_date`, in wrangler.toml;
 //! - no history in code comments (issue numbers, "found by", passes, dates, commit hashes):
 //!   that belongs to git and RELIABILITY.md;
-//! - README.md stays short (at most [`README_LINES`] lines) and its links lead somewhere.
+//! - README.md stays short (at most [`README_LINES`] lines) and its links lead somewhere;
+//! - no error told apart by a part of its text (`e.to_string().contains(…)` and the like, see
+//!   [`TEXT_MATCHES`]): by its code, its kind or a field, or a whole message compared;
+//! - no function in the front longer than [`FRONT_FN_LINES`] lines.
 //!
 //! `cargo xtask test` runs it first, and checks at its end that the run left the tree as it
 //! found it.
@@ -18,6 +21,29 @@ use std::path::{Path, PathBuf};
 
 /// README.md's length limit: what it is, the quick start, a tour and links; the rest is in docs/.
 pub const README_LINES: usize = 200;
+
+/// The most lines a function of the front (crates/redcount-front/src) may take, its
+/// signature and closing brace included: a longer one does more than one thing.
+pub const FRONT_FN_LINES: usize = 80;
+
+/// Ways of matching an error by a part of its text (its `Display`, its message or detail).
+/// A rule that depends on English breaks when the words change; a test that does asserts
+/// less than the code, kind or field it stands for. Compare those, or a whole message.
+const TEXT_MATCHES: &[&str] = &[
+    "to_string().contains(",
+    "to_string().starts_with(",
+    "to_string().ends_with(",
+    "to_string() ==",
+    "to_string() !=",
+    "}\").contains(",
+    "}\").starts_with(",
+    "message.contains(",
+    "message.starts_with(",
+    "detail().contains(",
+    "details().contains(",
+    "unwrap_err().contains(",
+    "unwrap_err().starts_with(",
+];
 
 /// Runs every check and reports every problem found, not just the first.
 pub fn tidy() -> Result<(), String> {
@@ -41,6 +67,13 @@ pub fn tidy() -> Result<(), String> {
     compatibility_dates(&root, &files, &mut problems);
     for f in files.iter().filter(|f| has_code_comments(f)) {
         history_in_comments(f, &read(&root, f), &mut problems);
+    }
+    for f in sources.iter().filter(|f| !f.ends_with("xtask/src/tidy.rs")) {
+        let text = read(&root, f);
+        error_text_matches(f, &text, &mut problems);
+        if f.starts_with("crates/redcount-front/src") {
+            long_functions(f, &text, FRONT_FN_LINES, &mut problems);
+        }
     }
     let readme = read(&root, Path::new("README.md")).lines().count();
     if readme > README_LINES {
@@ -357,6 +390,55 @@ fn history_in_comments(f: &Path, text: &str, problems: &mut Vec<String>) {
     }
 }
 
+/// Every line that matches an error by a part of its text ([`TEXT_MATCHES`]).
+fn error_text_matches(f: &Path, text: &str, problems: &mut Vec<String>) {
+    for (line_no, line) in text.lines().enumerate() {
+        if let Some(how) = TEXT_MATCHES.iter().find(|m| line.contains(*m)) {
+            problems.push(format!(
+                "{}:{}: `{how}` tells an error by its text: compare its code, kind or a field (or the whole message)",
+                f.display(),
+                line_no + 1
+            ));
+        }
+    }
+}
+
+/// Every function longer than `limit` lines, from its `fn` line to its closing brace (as
+/// rustfmt lays them out: the brace alone at the `fn`'s indent).
+fn long_functions(f: &Path, text: &str, limit: usize, problems: &mut Vec<String>) {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let Some(name) = fn_name(code) else { continue };
+        let indent = &line[..line.len() - code.len()];
+        // A declaration without a body (a trait's) and a function on one line end there.
+        let Some(open) = lines[i..].iter().position(|l| l.contains('{') || l.trim_end().ends_with(';')) else {
+            continue;
+        };
+        let opening = lines[i + open].trim_end();
+        if !opening.contains('{') || opening.ends_with('}') {
+            continue;
+        }
+        let closing = format!("{indent}}}");
+        let Some(end) = lines[i + 1..].iter().position(|l| l.trim_end() == closing) else { continue };
+        let n = end + 2;
+        if n > limit {
+            problems.push(format!("{}:{}: fn {name} is {n} lines, at most {limit}: split it", f.display(), i + 1));
+        }
+    }
+}
+
+/// The name of the function a line of code declares, if it declares one.
+fn fn_name(code: &str) -> Option<&str> {
+    let mut rest = code;
+    for prefix in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
 /// What in a comment is history, if anything.
 fn history(comment: &str) -> Option<&'static str> {
     let lower = comment.to_lowercase();
@@ -441,6 +523,38 @@ mod tests {
         );
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("1000000000"));
+    }
+
+    #[test]
+    fn an_error_told_by_its_text_is_found() {
+        let mut problems = Vec::new();
+        let text = [
+            r#"assert!(e.to_string().contains("id is in use"), "{e}");"#,
+            r#"if format!("{err}").contains("NOPERM") {"#,
+            r#"assert!(r.message.starts_with("CROSSSLOT"));"#,
+            r#"assert_eq!(r.kind, ErrorKind::Conflict);"#,
+            r#"assert_eq!(error_code(&v), Some("NOPERM"));"#,
+            r#"assert!(!mentions(&v, "secret"));"#,
+        ];
+        error_text_matches(Path::new("x.rs"), &text.join("\n"), &mut problems);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems.iter().zip(["x.rs:1:", "x.rs:2:", "x.rs:3:"]).all(|(p, at)| p.starts_with(at)),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_long_function_is_found() {
+        let body = |n: usize| "        let _ = 1;\n".repeat(n);
+        let text = format!(
+            "impl A {{\n    fn short(&self) -> u8 {{ 1 }}\n    pub(crate) async fn long(\n        &self,\n    ) {{\n{}    }}\n    fn fits() {{\n{}    }}\n}}\ntrait T {{\n    fn declared(&self);\n}}\n",
+            body(8),
+            body(6)
+        );
+        let mut problems = Vec::new();
+        long_functions(Path::new("x.rs"), &text, 8, &mut problems);
+        assert_eq!(problems, ["x.rs:3: fn long is 12 lines, at most 8: split it"]);
     }
 
     #[test]

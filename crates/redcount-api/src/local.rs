@@ -22,6 +22,10 @@
 //!   a shell that dies): at most `units` × shells. One borrow per subject is in flight per
 //!   shell; meanwhile another take of the subject is told to [`Wait`] for it.
 //!
+//! A request whose every byte was seen before (over HTTP, [`Local::handle`]) is looked up
+//! before it is routed or parsed: the take it was, when the policy's definition and the admin
+//! token are still the same, and only an answer from memory is made that way.
+//!
 //! The state is sans-IO like the rest of the API: the shell passes the time (ms, from a clock
 //! that does not go back; one that does drops every entry and ends every lease) and does the
 //! I/O the state asks for. Memory is bounded: both tables have a fixed number of slots (set
@@ -90,6 +94,12 @@ pub struct Local {
     settled: u64,
     /// The earliest end of a lease with stock (`u64::MAX`: none).
     next_due: u64,
+    /// HTTP requests lately answered here, by their bytes ([`memo_key`]): the take or peek
+    /// each was, so that the same request again is answered without being routed, parsed and
+    /// made into a call first. (`None` while in use.)
+    memo: Memo,
+    /// The plan of the take or peek the last call answered here, for [`Local::handle`] to keep.
+    hit: Option<Box<QuotaPlan>>,
 }
 
 /// What a call teaches the local state, carried by its [`Exchange`] and then by its response
@@ -115,6 +125,44 @@ impl Plan {
     }
 }
 
+/// [`Local::memo`]: its keys hold `Authorization` headers, so it never prints them.
+struct Memo(Table<Option<Box<QuotaPlan>>>);
+
+impl core::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Memo({} requests)", self.0.len())
+    }
+}
+
+/// The longest request [`Local::memo`] keeps.
+const MEMO_KEY_MAX: usize = 512;
+
+/// A request's every byte that its route, caller, input and CORS headers depend on, as the
+/// key of [`Local::memo`]; `None` for one never kept (an `Idempotency-Key`, a body that is not
+/// UTF-8, a long one).
+fn memo_key(req: &ApiRequest<'_>) -> Option<String> {
+    let body = core::str::from_utf8(req.body).ok()?;
+    let parts = [Some(req.method), Some(req.path), Some(req.query), req.authorization, req.origin, Some(body)];
+    let len: usize = parts.iter().map(|p| p.map_or(0, str::len) + 2).sum();
+    // (A NUL inside a part could make two requests one key: none of an HTTP head has one.)
+    if req.idempotency_key.is_some() || len > MEMO_KEY_MAX || parts[..5].iter().flatten().any(|p| p.contains('\0')) {
+        return None;
+    }
+    let mut key = String::with_capacity(len);
+    for p in parts {
+        // `+text` or `-` (absent), each ended by a NUL.
+        match p {
+            Some(p) => {
+                key.push('+');
+                key.push_str(p);
+            }
+            None => key.push('-'),
+        }
+        key.push('\0');
+    }
+    Some(key)
+}
+
 /// A quota take or peek, as the local state sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QuotaPlan {
@@ -124,6 +172,8 @@ pub(crate) struct QuotaPlan {
     pub(crate) cost: i64,
     pub(crate) peek: bool,
     pub(crate) mode: LocalMode,
+    /// The policy's [`Config::fingerprint`].
+    fp: u64,
     /// `scope \0 policy \0 subject \0 fingerprint`: the lease's key.
     lease_key: String,
     /// The lease key `\0 cost`: the denial's key.
@@ -215,9 +265,12 @@ struct Return {
 /// A shell clock that lags the true one by less than this cannot stretch a lease into the
 /// next window.
 const LEASE_GUARD_MS: u64 = 10;
-/// A denial is refreshed (one call, while the others are still answered from memory) in
-/// the second half of its life; once it has ended, the takes of its subject wait for the
-/// refresh (for this long at most) rather than all asking Redis at once.
+/// A denial is refreshed (one call, while the others are still answered from memory) in the
+/// last 1/`REFRESH_AT` of its life: late, so a flood costs little more than one call per
+/// `cache_denials_ms`, yet with time left for the refresh's round trip.
+const REFRESH_AT: u64 = 8;
+/// Once a denial has ended, the takes of its subject wait for the refresh under way (for
+/// this long at most) rather than all asking Redis at once.
 const REFRESH_WAIT_MS: u64 = 1000;
 
 impl Local {
@@ -237,6 +290,8 @@ impl Local {
             closed: false,
             settled: 0,
             next_due: u64::MAX,
+            memo: Memo(Table::new(denials.div_ceil(4))),
+            hit: None,
         }
     }
 
@@ -251,7 +306,35 @@ impl Local {
         rng: &mut R,
     ) -> Result<Step, Wait> {
         self.tick(now_ms);
-        crate::handle_in(config, req, rng, Some((self, may_wait)))
+        let key = memo_key(req);
+        let hash = key.as_deref().map_or(0, |k| self.key_hash(k));
+        if let Some(key) = &key
+            && let Some(mut plan) = self.memo.0.get(hash, key).and_then(Option::take)
+        {
+            // The same bytes make the same take (route, caller, cost) while the policy's
+            // definition and the admin token are the same; only an answer from memory is
+            // taken here, never a call.
+            let same = config.fingerprint(&plan.policy) == Some(plan.fp)
+                && req.authorization.is_none_or(|h| crate::routes::authenticate(config, Some(h)).is_ok());
+            plan.sent = self.sent();
+            let here = if same { self.quota_here(&mut plan, may_wait, false) } else { Ok(None) };
+            if let Some(slot) = self.memo.0.get(hash, key) {
+                *slot = Some(plan);
+            }
+            if let Some(mut r) = here? {
+                r.headers.extend(crate::cors_headers(config, req.origin));
+                return Ok(Step::Respond(r));
+            }
+        }
+        self.hit = None;
+        let step = crate::handle_in(config, req, rng, Some((&mut *self, may_wait)))?;
+        if let (Some(plan), Some(key)) = (self.hit.take(), key)
+            && matches!(step, Step::Respond(_))
+            && self.memo.0.get(hash, &key).is_none()
+        {
+            self.memo.0.insert(hash, key, Some(plan));
+        }
+        Ok(step)
     }
 
     /// [`crate::call`] with this local state, at `now_ms` (the RPC binding's path).
@@ -268,7 +351,9 @@ impl Local {
         rng: &mut R,
     ) -> Result<Step, Wait> {
         self.tick(now_ms);
-        crate::call_in(config, route, input, caller, idempotency_key, rng, Some((self, may_wait)))
+        let step = crate::call_in(config, route, input, caller, idempotency_key, rng, Some((&mut *self, may_wait)));
+        self.hit = None;
+        step
     }
 
     /// Learns from a step a call of this state led to ([`Exchange::receive`] and friends), at
@@ -335,6 +420,7 @@ impl Local {
     pub fn reconfigure(&mut self) {
         self.epoch += 1;
         self.denials.clear();
+        self.memo.0.clear();
         self.end_all();
     }
 
@@ -397,8 +483,46 @@ impl Local {
     ) -> Result<Step, Wait> {
         let now = self.now;
         plan.sent = self.sent();
+        if let Some(r) = self.quota_here(&mut plan, may_wait, true)? {
+            self.hit = Some(plan);
+            return Ok(Step::Respond(r));
+        }
         let borrow = plan.mode.borrow.filter(|_| !self.closed);
         if let Some(b) = borrow {
+            let hash = self.key_hash(&plan.lease_key);
+            if plan.peek || plan.refresh {
+                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
+            }
+            // No stock: borrow, unless a borrow is already under way (then wait for it, or
+            // take as usual).
+            let borrowing = self.leases.get(hash, &plan.lease_key).and_then(|l| l.borrowing);
+            if borrowing.is_some_and(|since| now < since + u64::from(b.ms).max(1000)) {
+                if may_wait {
+                    return Err(Wait);
+                }
+                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
+            }
+            if self.leases.get(hash, &plan.lease_key).is_some_and(|l| l.stock > 0) {
+                // A live lease too small for this cost: a take as usual, its stock kept.
+                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
+            }
+            return Ok(Step::Send(self.borrow(config, caller, ex, plan, b, hash)));
+        }
+        ex.plan = Some(Box::new(Plan::Quota(plan)));
+        Ok(Step::Send(ex))
+    }
+
+    /// The answer to a take or peek from memory, if there is one now: from its lease's stock,
+    /// or its cached denial; `None` to ask Redis (with `refresh` set when this call is to
+    /// refresh the denial: only when `may_refresh`, else nothing is changed).
+    fn quota_here(
+        &mut self,
+        plan: &mut QuotaPlan,
+        may_wait: bool,
+        may_refresh: bool,
+    ) -> Result<Option<ApiResponse>, Wait> {
+        let now = self.now;
+        if plan.mode.borrow.is_some() && !self.closed {
             let hash = self.key_hash(&plan.lease_key);
             if let Some(l) = self.leases.get(hash, &plan.lease_key) {
                 if l.stock > 0 && l.until <= now {
@@ -419,41 +543,23 @@ impl Local {
                         retry_after_ms: 0,
                         ..l.outcome
                     };
-                    return Ok(Step::Respond(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false)));
+                    return Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false)));
                 }
             }
-            if let Some(r) = self.repeat_quota(&mut plan, may_wait)? {
-                return Ok(Step::Respond(r));
-            }
-            if plan.peek || plan.refresh {
-                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
-            }
-            // No stock: borrow, unless a borrow is already under way (then wait for it, or
-            // take as usual).
-            let borrowing = self.leases.get(hash, &plan.lease_key).and_then(|l| l.borrowing);
-            if borrowing.is_some_and(|since| now < since + u64::from(b.ms).max(1000)) {
-                if may_wait {
-                    return Err(Wait);
-                }
-                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
-            }
-            if self.leases.get(hash, &plan.lease_key).is_some_and(|l| l.stock > 0) {
-                // A live lease too small for this cost: a take as usual, its stock kept.
-                return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
-            }
-            return Ok(Step::Send(self.borrow(config, caller, ex, plan, b, hash)));
         }
-        if let Some(r) = self.repeat_quota(&mut plan, may_wait)? {
-            return Ok(Step::Respond(r));
-        }
-        ex.plan = Some(Box::new(Plan::Quota(plan)));
-        Ok(Step::Send(ex))
+        self.repeat_quota(plan, may_wait, may_refresh)
     }
 
     /// The cached denial of this take, if one may be repeated now; `None` to ask Redis (this
-    /// call refreshes the denial in its second half of life, while the others are still
-    /// answered from memory); [`Wait`] for a refresh under way when the denial has ended.
-    fn repeat_quota(&mut self, plan: &mut QuotaPlan, may_wait: bool) -> Result<Option<ApiResponse>, Wait> {
+    /// call refreshes the denial near the end of its life, while the others are still
+    /// answered from memory, or once it has ended); [`Wait`] for a refresh under way when the
+    /// denial has ended.
+    fn repeat_quota(
+        &mut self,
+        plan: &mut QuotaPlan,
+        may_wait: bool,
+        may_refresh: bool,
+    ) -> Result<Option<ApiResponse>, Wait> {
         if plan.mode.cache_denials_ms == 0 {
             return Ok(None);
         }
@@ -461,15 +567,18 @@ impl Local {
         let hash = self.key_hash(&plan.key);
         let Some(d) = self.denials.get(hash, &plan.key) else { return Ok(None) };
         let Denied::Quota(o) = d.what else { return Ok(None) };
-        if now >= d.until {
-            return match d.refreshing {
-                Some(since) if may_wait && now < since + REFRESH_WAIT_MS => Err(Wait),
-                _ => Ok(None),
-            };
+        // A refresh that has not answered within REFRESH_WAIT_MS is given up on.
+        let refreshing = d.refreshing.is_some_and(|since| now < since + REFRESH_WAIT_MS);
+        if now >= d.until && refreshing {
+            return if may_wait { Err(Wait) } else { Ok(None) };
         }
-        if d.refreshing.is_none() && (d.until - now) * 2 <= d.until - d.at {
-            d.refreshing = Some(now);
-            plan.refresh = true;
+        // Ended with none under way (its refresh answered too late to be kept, or was lost):
+        // this call refreshes it and the others wait, rather than all asking at once.
+        if !refreshing && (now >= d.until || (d.until - now) * REFRESH_AT <= d.until - d.at) {
+            if may_refresh {
+                d.refreshing = Some(now);
+                plan.refresh = true;
+            }
             return Ok(None);
         }
         let gone = elapsed(now, d.at);
@@ -700,7 +809,8 @@ impl Local {
         cost: i64,
         peek: bool,
     ) -> Box<QuotaPlan> {
-        let lease_key = subject_key(caller, policy, subject, config.fingerprint(policy).unwrap_or(0));
+        let fp = config.fingerprint(policy).unwrap_or(0);
+        let lease_key = subject_key(caller, policy, subject, fp);
         let key = cost_key(&lease_key, cost);
         Box::new(QuotaPlan {
             policy: policy.to_owned(),
@@ -709,6 +819,7 @@ impl Local {
             cost,
             peek,
             mode: config.local_mode(policy),
+            fp,
             lease_key,
             key,
             sent: Sent::default(),

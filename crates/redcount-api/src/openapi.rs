@@ -509,7 +509,17 @@ fn operation(spec: &RouteSpec) -> Json {
         .iter()
         .map(|p| {
             let schema = if *p == "id" && spec.family() == "reservations" { ticket() } else { id() };
-            json!({"name": p, "in": "path", "required": true, "schema": schema})
+            let mut param = json!({"name": p, "in": "path", "required": true, "schema": schema});
+            // A tenant's user has a second spelling, the subject route's, that no action word
+            // of the path can shadow.
+            if *p == "subject" && spec.tenant_row().is_some() {
+                param["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64})?$"});
+                param["description"] = json!("A subject, or a tenant's user as `TENANT/USER` (one segment, `TENANT%2FUSER`): the same call as the `{tenant}/{user}` route's, for any user name");
+            }
+            if *p == "user" && spec.params.contains(&"tenant") {
+                param["description"] = json!("The tenant's user. A user named like a word of this path (`refund`) is reached only as `{tenant}%2F{user}`, one segment, which the client always sends");
+            }
+            param
         })
         .collect();
     for (name, schema) in &d.query {

@@ -18,6 +18,11 @@
 //! // A user of a tenant: two segments.
 //! let route = Route::parse("POST", "/api/reservations/acme/alice").unwrap();
 //! assert_eq!((route.id(), route.subject().as_deref()), (RouteId::ReserveTenant, Some("acme/alice")));
+//! // Or one, `TENANT%2FUSER`: the spelling that reaches a user named like an action too.
+//! let route = Route::parse("POST", "/api/quotas/tpm/acme%2Frefund").unwrap();
+//! assert_eq!((route.id(), route.param("user")), (RouteId::QuotaTakeTenant, Some("refund")));
+//! assert_eq!(route.path(), "/api/quotas/tpm/acme%2Frefund");
+//! assert_eq!(Route::parse("POST", "/api/quotas/tpm/acme/refund").unwrap().id(), RouteId::QuotaRefund);
 //! ```
 
 use alloc::borrow::Cow;
@@ -56,6 +61,23 @@ impl RouteSpec {
     pub fn family(&self) -> &'static str {
         let rest = self.path.strip_prefix("/api/").unwrap_or(self.path);
         rest.split('/').next().unwrap_or(rest)
+    }
+
+    /// The row of a tenant's user for this subject row: the same method, `{tenant}/{user}` in
+    /// the place of `{subject}`.
+    pub fn tenant_row(&self) -> Option<&'static RouteSpec> {
+        let of_tenant = |o: &&RouteSpec| {
+            let (mut theirs, mut found) = (o.pattern(), false);
+            let same = self.pattern().all(|p| match p {
+                b"{subject}" => {
+                    found = true;
+                    theirs.next() == Some(b"{tenant}") && theirs.next() == Some(b"{user}")
+                }
+                p => theirs.next() == Some(p),
+            });
+            o.method == self.method && same && found && theirs.next().is_none()
+        };
+        ROUTES.iter().find(of_tenant)
     }
 
     /// True when this row takes requests with `method` (`HEAD` goes where `GET` does).
@@ -278,6 +300,7 @@ impl Route {
             let mut params = segments;
             let mut at = spec.pattern().map(|p| p.first() == Some(&b'{'));
             params.retain(|_| at.next().unwrap_or(false));
+            let spec = of_tenant(spec, &mut params);
             return Ok(Route::with_params(spec.id, params));
         }
         let mut allow = String::new();
@@ -324,18 +347,21 @@ impl Route {
     }
 
     /// The route's path, each parameter encoded one way (bytes outside `A-Z a-z 0-9 - . _ ~`
-    /// escaped in upper-case hex): one text for every spelling of it (`/api/%72edpackets` is
-    /// `/api/redpackets`), so what is keyed by it (an `Idempotency-Key`'s scope) cannot be
-    /// split by a client or proxy that re-encodes the path between retries.
+    /// escaped in upper-case hex; a tenant's user as one segment, `TENANT%2FUSER`): one text
+    /// for every spelling of it (`/api/%72edpackets` is `/api/redpackets`), so what is keyed
+    /// by it (an `Idempotency-Key`'s scope) cannot be split by a client or proxy that
+    /// re-encodes the path between retries, and one that parses back to this route.
     pub fn path(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
         let spec = self.spec();
         let mut params = self.params();
         let mut out = String::with_capacity(spec.path.len() + 32);
+        let mut previous = "";
         for (i, seg) in spec.path.split('/').enumerate() {
             if i > 0 {
-                out.push('/');
+                out.push_str(if (previous, seg) == ("{tenant}", "{user}") { "%2F" } else { "/" });
             }
+            previous = seg;
             if !seg.starts_with('{') {
                 out.push_str(seg);
                 continue;
@@ -352,6 +378,19 @@ impl Route {
         }
         out
     }
+}
+
+/// A subject route whose subject is `TENANT/USER` (sent as one segment, `TENANT%2FUSER`) is
+/// the route of that tenant's user ([`RouteSpec::tenant_row`]), when the table has one: its
+/// row, `params` split so. This spelling reaches every user, one named like an action of the
+/// path (`refund`) too, which the two-segment one reads as the action.
+fn of_tenant(spec: &'static RouteSpec, params: &mut Vec<String>) -> &'static RouteSpec {
+    let Some(at) = spec.params.iter().position(|p| *p == "subject") else { return spec };
+    let (Some(row), Some(slash)) = (spec.tenant_row(), params[at].find('/')) else { return spec };
+    let user = params[at].split_off(slash + 1);
+    params[at].pop();
+    params.insert(at + 1, user);
+    row
 }
 
 /// The percent-decoded segments of an API path after `/api/`: 404 outside `/api/` and for an
@@ -413,6 +452,40 @@ mod tests {
             let route = Route::with_params(spec.id, params);
             assert_eq!(Route::parse(spec.method, &route.path()).unwrap(), route, "{spec:?}");
             assert!(ROUTES.iter().filter(|o| o.path == spec.path).filter(|o| o.method == spec.method).count() == 1);
+        }
+    }
+
+    /// Every parameter of every route may be any word the table uses as a fixed segment
+    /// (`refund`, `settle`, `quotas`, …): the route's path, parameters filled so, comes back
+    /// to that route with those parameters, whatever the method.
+    #[test]
+    fn a_parameter_may_be_any_word_of_the_table() {
+        let mut words: Vec<&str> = ROUTES
+            .iter()
+            .flat_map(|s| s.pattern())
+            .filter(|p| p.first() != Some(&b'{'))
+            .map(|p| core::str::from_utf8(p).unwrap())
+            .collect();
+        words.sort_unstable();
+        words.dedup();
+        assert!(words.contains(&"refund") && words.contains(&"settle"), "{words:?}");
+        for spec in ROUTES {
+            for at in 0..spec.params.len() {
+                for word in &words {
+                    let params = spec
+                        .params
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| if i == at { (*word).into() } else { format!("x-{p}") })
+                        .collect();
+                    let route = Route::with_params(spec.id, params);
+                    let path = route.path();
+                    assert_eq!(Route::parse(spec.method, &path).ok(), Some(route.clone()), "{} {path}", spec.method);
+                    if spec.method == "GET" {
+                        assert_eq!(Route::parse("HEAD", &path).ok(), Some(route), "HEAD {path}");
+                    }
+                }
+            }
         }
     }
 

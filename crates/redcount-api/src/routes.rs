@@ -315,7 +315,7 @@ fn send(ex: Exchange) -> Routed {
     Ok(Step::Send(ex))
 }
 
-fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiError> {
+pub(crate) fn authenticate(config: &Config, header: Option<&str>) -> Result<Caller, ApiError> {
     let Some(h) = header else { return Ok(Caller::public()) };
     let token = redcount_core::text::bearer_token(h).unwrap_or("");
     match &config.admin_token {
@@ -636,38 +636,7 @@ pub(crate) fn decision_response(
     peek: bool,
     cached: bool,
 ) -> ApiResponse {
-    let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| match *p {
-        PartOutcome::Quota(q) => object(
-            out,
-            &mut [
-                ("policy", Field::Text(name)),
-                ("kind", Field::Word("quota")),
-                ("allowed", Field::Bool(q.allowed)),
-                ("limit", Field::Int(q.limit)),
-                ("remaining", Field::Int(q.remaining)),
-                ("reset_ms", Field::Int(q.reset_ms)),
-                ("retry_after_ms", Field::Int(q.retry_after_ms)),
-            ],
-        ),
-        PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
-            let result = reservations::lease_result(result);
-            object(
-                out,
-                &mut [
-                    ("policy", Field::Text(name)),
-                    ("kind", Field::Word("semaphore")),
-                    ("allowed", Field::Bool(p.allowed())),
-                    ("result", Field::Word(result)),
-                    ("in_use", Field::Int(in_use)),
-                    ("limit", Field::Int(limit)),
-                    ("earliest_end_ms", Field::opt(earliest_end_ms)),
-                    ("retry_after_ms", Field::Int(retry_after_ms)),
-                    ("lease_ms", Field::Int(lease_ms)),
-                    ("fencing_token", Field::opt(fencing_token)),
-                ],
-            )
-        }
-    });
+    let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| part_object(out, name, p, None));
     let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map_or(Field::Null, |(n, _)| Field::Text(n));
     let limits: Vec<Limit<'_>> =
         kinds.iter().zip(&d.parts).filter_map(|((name, a), p)| Limit::part(name, a.as_ref(), p)).collect();
@@ -688,6 +657,56 @@ pub(crate) fn decision_response(
         r.seen = Some(local::Seen::Decision(d));
     }
     r
+}
+
+/// What a reservation adds to a part's answer: its level, and for a quota part the units
+/// reserved and those given back (`reclaimed`).
+struct Held {
+    level: &'static str,
+    reserved: i64,
+    reclaimed: i64,
+}
+
+/// One part's answer in a decision's or a reservation's `parts` (`held`: a reservation's).
+fn part_object(out: &mut String, name: &str, p: &PartOutcome, held: Option<Held>) {
+    // `object` sorts the fields by name: a reservation's are written after the others.
+    let level = ("level", held.as_ref().map_or(Field::Null, |h| Field::Word(h.level)));
+    match *p {
+        PartOutcome::Quota(q) => {
+            let (reserved, reclaimed) = held.as_ref().map_or((0, 0), |h| (h.reserved, h.reclaimed));
+            let mut fields = [
+                ("policy", Field::Text(name)),
+                ("kind", Field::Word("quota")),
+                ("allowed", Field::Bool(q.allowed)),
+                ("limit", Field::Int(q.limit)),
+                ("remaining", Field::Int(q.remaining)),
+                ("reset_ms", Field::Int(q.reset_ms)),
+                ("retry_after_ms", Field::Int(q.retry_after_ms)),
+                level,
+                ("reserved", Field::Int(reserved)),
+                ("reclaimed", Field::Int(reclaimed)),
+            ];
+            let n = if held.is_some() { 10 } else { 7 };
+            object(out, &mut fields[..n]);
+        }
+        PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
+            let mut fields = [
+                ("policy", Field::Text(name)),
+                ("kind", Field::Word("semaphore")),
+                ("allowed", Field::Bool(p.allowed())),
+                ("result", Field::Word(reservations::lease_result(result))),
+                ("in_use", Field::Int(in_use)),
+                ("limit", Field::Int(limit)),
+                ("earliest_end_ms", Field::opt(earliest_end_ms)),
+                ("retry_after_ms", Field::Int(retry_after_ms)),
+                ("lease_ms", Field::Int(lease_ms)),
+                ("fencing_token", Field::opt(fencing_token)),
+                level,
+            ];
+            let n = if held.is_some() { 11 } else { 10 };
+            object(out, &mut fields[..n]);
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -122,8 +122,12 @@ fn a_denial_is_repeated_with_its_wait_shrinking_for_at_most_cache_denials_ms() {
     assert_eq!(again.verdict.map(|v| (v.allowed, v.retry_after_ms)), Some((false, 49_600)));
     // A peek of the same cost learns from it too.
     assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_450))["cached"], true);
-    // In the second half of its life one call refreshes it while the others are still answered.
-    let refresh = s.sends(req("POST", &path, "", false), 1_500);
+    // Halfway through its life it is still answered from memory: a flood costs about one call
+    // per cache_denials_ms, not two.
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 1_500))["retry_after_ms"], 49_500);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 1_874))["cached"], true);
+    // In the last eighth of its life one call refreshes it while the others are still answered.
+    let refresh = s.sends(req("POST", &path, "", false), 1_875);
     assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 1_960))["cached"], true);
     // Its end is 1,000 ms after the denied call was sent, refreshed or not: then the takes wait
     // for the refresh under way (or, told not to wait, ask Redis).
@@ -131,14 +135,14 @@ fn a_denial_is_repeated_with_its_wait_shrinking_for_at_most_cache_denials_ms() {
     let settled = s.local.settled();
     let r = req("POST", &path, "", false);
     assert!(matches!(s.local.handle(&s.config, &r, 2_000, false, &mut s.rng), Ok(Step::Send(_))));
-    // The refresh denies again: repeated for another 1,000 ms from when it was sent.
+    // The refresh denies again: repeated for another 1,000 ms from when it was sent (1,875).
     s.reply(refresh, json!([0, 3, 0, 49_500, 49_500]), 2_001);
     assert_ne!(s.local.settled(), settled, "the waiting takes are woken");
-    // (Already in the second half of that life: one call refreshes it again.)
-    let _again = s.sends(req("POST", &path, "", false), 2_002);
-    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_003))["retry_after_ms"], 48_997);
-    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_499))["retry_after_ms"], 48_501);
-    assert!(matches!(s.ask(req("POST", &path, "", false), 2_500), Err(Wait)));
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_002))["retry_after_ms"], 49_373);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_749))["retry_after_ms"], 48_626);
+    let _again = s.sends(req("POST", &path, "", false), 2_750);
+    assert_eq!(json_of(&s.answers(req("POST", &path, "", false), 2_874))["retry_after_ms"], 48_501);
+    assert!(matches!(s.ask(req("POST", &path, "", false), 2_875), Err(Wait)));
 }
 
 #[test]
@@ -146,10 +150,10 @@ fn a_refresh_that_never_answers_holds_the_waiting_takes_for_a_bounded_time() {
     let mut s = shell();
     let path = take("daily", "dora");
     s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
-    let _lost = s.sends(req("POST", &path, "", false), 600);
+    let _lost = s.sends(req("POST", &path, "", false), 900);
     assert!(matches!(s.ask(req("POST", &path, "", false), 1_000), Err(Wait)));
-    assert!(matches!(s.ask(req("POST", &path, "", false), 1_599), Err(Wait)));
-    s.sends(req("POST", &path, "", false), 1_600);
+    assert!(matches!(s.ask(req("POST", &path, "", false), 1_899), Err(Wait)));
+    s.sends(req("POST", &path, "", false), 1_900);
 }
 
 #[test]
@@ -160,11 +164,14 @@ fn a_denial_is_never_repeated_past_its_own_retry_after() {
     let r = s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10_059);
     assert_eq!(json_of(&r)["retry_after_ms"], 61);
     assert_eq!(json_of(&r)["reset_ms"], 0);
-    let refresh = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_060);
+    let refresh = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_105);
     // Past its retry_after_ms while the refresh is under way: never answered from memory.
     assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 2}"#, false), 10_120), Err(Wait)));
-    s.reply(refresh, json!([0, 10, 1, 50, 60]), 10_121);
+    s.reply(refresh, json!([0, 10, 1, 15, 15]), 10_121);
+    // That answer came too late to be repeated (its own wait is over): one take asks again,
+    // the others wait for it rather than all asking at once.
     s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_121);
+    assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 2}"#, false), 10_122), Err(Wait)));
 }
 
 #[test]
@@ -287,7 +294,7 @@ fn a_flood_of_distinct_subjects_never_grows_the_tables() {
     let mut s = shell();
     let hot = take("daily", "hot");
     s.through(req("POST", &hot, "", false), json!([0, 3, 0, 50_000, 50_000]), 0);
-    // (Within the first half of its life: then it would be refreshed.)
+    // (Before the last eighth of its life: then it would be refreshed.)
     for i in 0..80 {
         s.answers(req("POST", &hot, "", false), 10 + 6 * i);
         let path = take("daily", &format!("f{i}"));
@@ -551,5 +558,111 @@ fn units_a_reservation_gives_back_through_this_shell_drop_its_denials() {
         s.answers(req("POST", &path, "", false), 60);
         s.sends(req("POST", "/api/reservations/erin", r#"{"parts":[{"policy":"daily","units":1}]}"#, false), 70);
         s.sends(req("POST", &path, "", false), 71);
+    }
+}
+
+/// A request seen again is answered from memory without being routed or parsed again; that
+/// shortcut must answer exactly as the whole path does. Two shells take the same random
+/// requests (subjects, policies, costs, callers, origins, peeks, refunds and resets, time
+/// passing, Redis's answers held and given late, a redeploy with another limit or admin token
+/// without a word to the local state), one with each body padded (JSON's blanks)
+/// past what the shortcut keeps, so it always takes the whole path: every step must be the same.
+#[test]
+fn a_request_answered_from_memory_again_is_answered_as_the_whole_path_would() {
+    use rand::Rng;
+    let seed: u64 = std::env::var("REDCOUNT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("REDCOUNT_SEED={seed}");
+    let vars = [
+        ("REDCOUNT_ADMIN_TOKEN", ADMIN),
+        ("REDCOUNT_POLICIES", POLICIES),
+        ("REDCOUNT_CORS_ORIGINS", "https://a.example"),
+    ];
+    let raised = POLICIES.replace(r#""limit": 1000, "window_ms": 60000"#, r#""limit": 1001, "window_ms": 60000"#);
+    let redeploys = [
+        vars,
+        [vars[0], ("REDCOUNT_POLICIES", raised.as_str()), vars[2]],
+        [("REDCOUNT_ADMIN_TOKEN", "another-admin-token-0123"), vars[1], vars[2]],
+    ];
+    let config_of = |vars: &[(&str, &str); 3]| {
+        Config::from_env(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())).unwrap()
+    };
+    let config = || config_of(&vars);
+    let mut shells =
+        [0, 1].map(|_| Shell { config: config(), local: Local::new(64, 16, 7), rng: StdRng::seed_from_u64(1) });
+    let mut r = StdRng::seed_from_u64(seed);
+    let mut now = 0;
+    let mut held: Vec<(Exchange, Exchange)> = Vec::new();
+    let mut from_memory = 0;
+    for step in 0..4_000 {
+        now += [0, 0, 1, 5, 40, 300][r.random_range(0..6)];
+        let (subject, policy) =
+            (["s0", "s1"][r.random_range(0..2)], ["daily", "quick", "hot", "raw"][r.random_range(0..4)]);
+        let (method, path, body) = match r.random_range(0..20) {
+            0 => ("POST", format!("/api/quotas/{policy}/{subject}/refund"), r#"{"cost": 1}"#),
+            1 => ("DELETE", take(policy, subject), "{}"),
+            2..=4 => ("GET", take(policy, subject), "{}"),
+            n => ("POST", take(policy, subject), if n % 2 == 0 { "{}" } else { r#"{"cost": 2}"# }),
+        };
+        let admin = r.random_bool(0.2);
+        let origin = [None, Some("https://a.example"), Some("https://b.example")][r.random_range(0..3)];
+        let may_wait = r.random_bool(0.8);
+        if r.random_bool(0.01) {
+            let vars = &redeploys[r.random_range(0..redeploys.len())];
+            shells.iter_mut().for_each(|s| s.config = config_of(vars));
+        }
+        let padded = format!("{body}{}", " ".repeat(600));
+        let what = format!("REDCOUNT_SEED={seed}, step {step}: {method} {path} {body} at {now}");
+        let [a, b] = [body, padded.as_str()].map(|body| ApiRequest { origin, ..req(method, &path, body, admin) });
+        let [sa, sb] = &mut shells;
+        let steps = (
+            sa.local.handle(&sa.config, &a, now, may_wait, &mut sa.rng),
+            sb.local.handle(&sb.config, &b, now, may_wait, &mut sb.rng),
+        );
+        match steps {
+            (Ok(Step::Respond(x)), Ok(Step::Respond(y))) => {
+                assert_eq!((x.status, &x.body, &x.headers), (y.status, &y.body, &y.headers), "{what}");
+                from_memory += usize::from(x.body.contains("cached") || x.body.contains("\"allowed\":true"));
+            }
+            (Ok(Step::Send(x)), Ok(Step::Send(y))) => {
+                assert_eq!(x.body(), y.body(), "{what}");
+                held.push((x, y));
+            }
+            (Err(Wait), Err(Wait)) => {}
+            (x, y) => panic!("{what}: {:?} against {:?}", x.map(|s| step_kind(&s)), y.map(|s| step_kind(&s))),
+        }
+        // Redis answers some of the calls under way, in any order; a quota's answer at random.
+        while !held.is_empty() && r.random_bool(0.6) {
+            let (x, y) = held.swap_remove(r.random_range(0..held.len()));
+            let call = rest(&x);
+            let sha = call[1].as_str().unwrap_or("").to_string();
+            let (allowed, remaining, retry) =
+                if r.random_bool(0.5) { (1, 2, 0) } else { (0, 0, r.random_range(1..3_000)) };
+            let result = if sha == script::QUOTA_LEASE.sha1() && call[6] == "borrow" {
+                json!([allowed, 1000, remaining, 30_000, retry, if allowed == 1 { r.random_range(0..4) } else { 0 }])
+            } else if sha == script::QUOTA_FIXED.sha1() || sha == script::QUOTA_GCRA.sha1() {
+                json!([allowed, 3, remaining, 30_000, retry])
+            } else {
+                // (Refunds, resets, returns: lost, as a call can be.)
+                shells[0].local.answered(x.fail("lost"), now);
+                shells[1].local.answered(y.fail("lost"), now);
+                continue;
+            };
+            let [x, y] = [(0, x), (1, y)].map(|(k, ex)| shells[k].reply(ex, result.clone(), now));
+            assert_eq!((x.status, &x.body, &x.headers), (y.status, &y.body, &y.headers), "{what}: the reply");
+        }
+        if r.random_bool(0.05) {
+            let [x, y] =
+                [0, 1].map(|k| shells[k].local.due(now).iter().map(|ex| ex.body().to_string()).collect::<Vec<_>>());
+            assert_eq!(x, y, "{what}: due");
+        }
+    }
+    assert!(from_memory > 100, "only {from_memory} answers from memory (REDCOUNT_SEED={seed})");
+}
+
+fn step_kind(s: &Step) -> &'static str {
+    match s {
+        Step::Respond(_) => "respond",
+        Step::Send(_) => "send",
+        Step::Script(_) => "script",
     }
 }

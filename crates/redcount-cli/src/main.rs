@@ -296,7 +296,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
     };
     let config = redcount_api::Config::from_env(var).map_err(|e| e.to_string())?;
-    let timeout = std::time::Duration::from_millis(args.timeout_ms.max(1));
+    let timeout = timeout(&args);
     if args.cluster && (args.redis.is_none() || args.rest_url.is_some()) {
         return Err("--cluster is for --redis: give --redis with the Redis Cluster's seed nodes".into());
     }
@@ -355,10 +355,15 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// `--timeout-ms`: the most a call to Redis, and a request's body, may take.
+fn timeout(args: &ServeArgs) -> std::time::Duration {
+    std::time::Duration::from_millis(args.timeout_ms.max(1))
+}
+
 /// The bounds `serve`'s flags set: connection caps and timeouts (`--timeout-ms` is also the
 /// longest a write to the client may stall, never under a second).
 fn limits(args: &ServeArgs) -> redcount_http::Limits {
-    let timeout = std::time::Duration::from_millis(args.timeout_ms.max(1));
+    let timeout = timeout(args);
     redcount_http::Limits {
         max_connections: args.max_connections,
         max_per_ip: args.max_connections_per_ip,
@@ -377,13 +382,15 @@ mod tests {
             let args = ["redcount", "serve", "--policies", "{}"].iter().chain(extra);
             let Cmd::Serve(serve) = Cli::try_parse_from(args).unwrap().command else { panic!("not serve") };
             let l = super::limits(&serve);
-            (l.max_connections, l.max_per_ip, l.header_timeout, l.stall_timeout)
+            (l.max_connections, l.max_per_ip, l.header_timeout, l.stall_timeout, super::timeout(&serve))
         };
         let (ms, s) = (std::time::Duration::from_millis, std::time::Duration::from_secs);
-        assert_eq!(limits(&[]), (10_000, 1_000, s(10), s(5)), "the defaults");
+        assert_eq!(limits(&[]), (10_000, 1_000, s(10), s(5), s(5)), "the defaults");
         let flags = ["--max-connections", "20", "--max-connections-per-ip", "10", "--header-timeout-ms", "1500"];
-        assert_eq!(limits(&flags), (20, 10, ms(1500), s(5)));
+        assert_eq!(limits(&flags), (20, 10, ms(1500), s(5), s(5)));
         assert_eq!(limits(&["--timeout-ms", "60000"]).3, s(60));
+        // A body trickled past --timeout-ms is cut off (408: app_routes' body_that_never_arrives_is_408).
+        assert_eq!(limits(&["--timeout-ms", "800"]).4, ms(800));
         assert_eq!(limits(&["--timeout-ms", "200"]).3, s(1));
     }
 }

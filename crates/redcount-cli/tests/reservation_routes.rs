@@ -419,7 +419,10 @@ async fn reserve_input_is_refused_naming_the_part_and_field() {
         )
         .await;
     assert_eq!((bad_key.status, bad_key.field()), (400, "Idempotency-Key"));
+    // One segment `TENANT%2FUSER` is that tenant's user: here user `b/c`, refused by its name.
     let bad_subject = env.post("/api/reservations/a%2Fb%2Fc", json!({"parts": [q("usd", 1)]})).await;
+    assert_eq!((bad_subject.status, bad_subject.field()), (400, "user"), "{}", bad_subject.json);
+    let bad_subject = env.post("/api/reservations/a%2Cb", json!({"parts": [q("usd", 1)]})).await;
     assert_eq!((bad_subject.status, bad_subject.field()), (400, "subject"), "{}", bad_subject.json);
     assert_eq!(diff(&before, &env.snapshot()), Vec::<String>::new(), "refused input wrote");
     // The admin may reserve beyond the public limits.

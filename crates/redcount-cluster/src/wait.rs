@@ -34,7 +34,11 @@ pub fn waits_for_replicas(cmd: &redis::Cmd) -> bool {
 /// use redcount_cluster::ReplicaWait;
 /// let wait = ReplicaWait { replicas: 1, timeout: std::time::Duration::from_millis(250) };
 /// assert!(wait.check(&redis::Value::Int(1)).is_ok());
-/// assert!(wait.check(&redis::Value::Int(0)).unwrap_err().contains("0 of 1 replica"));
+/// assert_eq!(
+///     wait.check(&redis::Value::Int(0)).unwrap_err(),
+///     "the write happened on the master, but 0 of 1 replica acknowledged it within 250 ms: \
+///      it may be lost if the master fails over"
+/// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaWait {
@@ -168,8 +172,10 @@ mod tests {
         let wait = ReplicaWait { replicas: 2, timeout: Duration::from_millis(100) };
         assert_eq!(wait.command().args_iter().count(), 3);
         assert!(wait.check(&redis::Value::Int(2)).is_ok() && wait.check(&redis::Value::Int(3)).is_ok());
-        assert!(
-            wait.check(&redis::Value::Int(1)).unwrap_err().contains("1 of 2 replicas acknowledged it within 100 ms")
+        assert_eq!(
+            wait.check(&redis::Value::Int(1)).unwrap_err(),
+            "the write happened on the master, but 1 of 2 replicas acknowledged it within 100 ms: \
+             it may be lost if the master fails over"
         );
         let demoted = redis::parse_redis_value(b"-UNBLOCKED instance state changed (master -> replica?)\r\n").unwrap();
         assert!(matches!(demoted, redis::Value::ServerError(_)));

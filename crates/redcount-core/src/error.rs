@@ -121,7 +121,9 @@ impl ErrorReply {
             "OOM" => ErrorKind::OutOfMemory,
             "IDEMPOTENCY_CONFLICT" => ErrorKind::IdempotencyConflict,
             "CONFLICT" => ErrorKind::Conflict,
-            _ if message.starts_with("ERR redcount:") => ErrorKind::Rejected,
+            // redcount's own refusals: the code ERR, then the word `redcount:` (compared as
+            // bytes: a `str` search links more code into the worker's wasm).
+            "ERR" if message.as_bytes().get(4..13) == Some(b"redcount:") => ErrorKind::Rejected,
             // A byte-window search: `str::contains` with a `&str` pattern links the two-way
             // searcher (kilobytes in the worker's wasm) for this one check.
             _ if message.as_bytes().windows(8).any(|w| w == b"NOSCRIPT") => ErrorKind::NoScript,
@@ -167,3 +169,24 @@ impl fmt::Display for ShapeError {
 impl core::error::Error for InputError {}
 impl core::error::Error for ErrorReply {}
 impl core::error::Error for ShapeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    /// Every refusal's message begins with the field it names, so a reader (and the API's
+    /// `{"error", "field"}`) can tell which input is at fault.
+    #[test]
+    fn a_refusal_names_its_field_first() {
+        let said = |problem| InputError::new("count", problem).to_string();
+        assert_eq!(said(Problem::Missing), "count is required");
+        assert_eq!(said(Problem::NotInteger), "count must be a decimal integer");
+        assert_eq!(said(Problem::OutOfRange { min: 1, max: 9 }), "count must be between 1 and 9");
+        assert_eq!(said(Problem::BadId), "count must be 1 to 64 characters from A-Z a-z 0-9 _ -");
+        assert_eq!(said(Problem::TooLong { max: 8 }), "count must be at most 8 bytes");
+        assert_eq!(said(Problem::NotOneOf("a, b")), "count must be one of: a, b");
+        assert_eq!(said(Problem::Inconsistent("above max")), "count: above max");
+        assert_eq!(said(Problem::WrongType("a number")), "count must be a number");
+    }
+}

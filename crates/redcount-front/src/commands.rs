@@ -373,9 +373,16 @@ mod tests {
         ])
     }
 
-    #[test]
-    fn connection_changes_and_reaching_beyond_one_app_follow_the_table() {
+    /// A table of a few commands as Redis describes them: some that change the connection,
+    /// some that reach beyond one app's keys, and some of neither kind.
+    fn sample_table() -> Table {
         let mut t = Table { flags: Default::default(), containers: Default::default() };
+        add_connection_and_server_commands(&mut t);
+        add_keyed_and_container_commands(&mut t);
+        t
+    }
+
+    fn add_connection_and_server_commands(t: &mut Table) {
         let client = |sub: &str| {
             described(&format!("client|{sub}"), -3, &["noscript"], &["@slow", "@connection"], false, vec![])
         };
@@ -422,6 +429,9 @@ mod tests {
                 described("function|list", -2, &["noscript"], &["@slow", "@scripting"], false, vec![]),
             ],
         ));
+    }
+
+    fn add_keyed_and_container_commands(t: &mut Table) {
         // Keyed, yet reaching the server or another database; containers whose subcommands
         // reach every app's state but the few kept.
         t.add(&described(
@@ -460,6 +470,11 @@ mod tests {
             ],
         ));
         t.add(&described("randomkey", 1, &["readonly"], &["@keyspace", "@read", "@slow"], false, vec![]));
+    }
+
+    #[test]
+    fn connection_changes_and_reaching_beyond_one_app_follow_the_table() {
+        let t = sample_table();
         let args = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
         for sub in ["SETNAME", "setinfo", "CAPA", "no-touch"] {
             assert!(t.flags("CLIENT", &args(&[sub, "x"])).changes_connection, "CLIENT {sub}");

@@ -3,6 +3,7 @@
 //! known: whether a read-only token's script was loaded (`SCRIPT EXISTS`), and why a
 //! connection ended (`explain_lost`).
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use axum::response::Response;
@@ -24,13 +25,10 @@ pub(crate) async fn run_one(st: &State, access: &Access, mut cmd: Cmd, format: F
         return Err(unloaded(&fixup));
     }
     let redis_cmd = cmd.to_redis();
-    let upper = cmd.name.to_ascii_uppercase();
-    let args0 = cmd.args.first().map(|a| a.to_ascii_uppercase());
     // The client's own SCRIPT KILL / FUNCTION KILL must not queue behind the script.
-    let be = match (upper.as_str(), args0.as_deref()) {
-        ("SCRIPT" | "FUNCTION", Some(b"KILL")) => &st.killer,
-        _ => backend(st, access),
-    };
+    let kill = (cmd.name.eq_ignore_ascii_case("SCRIPT") || cmd.name.eq_ignore_ascii_case("FUNCTION"))
+        && cmd.args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"KILL"));
+    let be = if kill { &st.killer } else { backend(st, access) };
     let lane = lane(&[&cmd]);
     let waits = be.waits_for(&redis_cmd);
     let wait = if waits { be.replica_wait() } else { None };
@@ -339,21 +337,27 @@ async fn may_run_all(st: &State, access: &Access, cmds: &[Cmd], within: Duration
     true
 }
 
-async fn timed<T>(st: &State, f: impl std::future::Future<Output = Result<T, Failed>>) -> Result<T, Failure> {
-    timed_within(st, st.timeout, f).await
+/// `f` under the request's timeout. Not an `async fn`: each layer of those would hold `f` by
+/// value and move it once more when started (a request's Redis call is kilobytes).
+fn timed<T, F: Future<Output = Result<T, Failed>>>(
+    st: &State,
+    f: F,
+) -> impl Future<Output = Result<T, Failure>> + use<T, F> {
+    timed_within(st, st.timeout, f)
 }
 
 /// [`timed`] with `limit` instead of the whole request timeout (what is left of it).
-async fn timed_within<T>(
+fn timed_within<T, F: Future<Output = Result<T, Failed>>>(
     st: &State,
     limit: Duration,
-    f: impl std::future::Future<Output = Result<T, Failed>>,
-) -> Result<T, Failure> {
-    match tokio::time::timeout(limit, f).await {
+    f: F,
+) -> impl Future<Output = Result<T, Failure>> + use<T, F> {
+    let timeout = st.timeout;
+    futures_util::FutureExt::map(tokio::time::timeout(limit, f), move |r| match r {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(failure(&e, st.timeout)),
-        Err(_) => Err(timed_out(st.timeout)),
-    }
+        Ok(Err(e)) => Err(failure(&e, timeout)),
+        Err(_) => Err(timed_out(timeout)),
+    })
 }
 
 /// The shared connections for requests whose replies are small by construction (redcount's

@@ -5,11 +5,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Router;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use axum::body::{Body, Bytes};
-use axum::extract::State as Extract;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
 
 use crate::State;
 use crate::auth::{self, Access};
@@ -17,25 +21,42 @@ use crate::driver;
 use crate::failure::{Failure, error};
 use crate::request::{self, Cmd, Format, Request};
 
-/// The front's HTTP routes.
-pub(crate) fn router(state: Arc<State>) -> Router {
-    Router::new().fallback(handle).with_state(state)
+/// The front as an HTTP service: every request goes to one handler, which reads the route from
+/// the path, so no router runs in between. Cloned per request (an `Arc`). Made by
+/// [`crate::app`], served by [`crate::serve`].
+#[derive(Clone)]
+pub struct Front(Arc<State>);
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Front").finish_non_exhaustive()
+    }
 }
 
-async fn handle(
-    Extract(st): Extract<Arc<State>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    // Boxed: the request's future (every route inlined) is kilobytes, and the layers between
-    // hyper and here move it by value several times per request: a third of the front's
-    // instructions per request went to those copies (callgrind, BENCHMARKS.md).
-    Box::pin(handle_boxed(st, method, uri, headers, body)).await
+impl Front {
+    pub(crate) fn new(state: Arc<State>) -> Front {
+        Front(state)
+    }
 }
 
-async fn handle_boxed(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+impl tower_service::Service<axum::extract::Request> for Front {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: axum::extract::Request) -> Self::Future {
+        let (parts, body) = req.into_parts();
+        // Boxed once, here: the request's future (every route inlined) is kilobytes, and
+        // anything that moved it by value would copy it (BENCHMARKS.md).
+        Box::pin(handle(self.0.clone(), parts.method, parts.uri, parts.headers, body).map(Ok))
+    }
+}
+
+async fn handle(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     let start = Instant::now();
     let (mut response, what) = match serve(&st, &method, &uri, &headers, body).await {
         Ok((r, what)) => (r, what),
@@ -45,19 +66,34 @@ async fn handle_boxed(st: Arc<State>, method: Method, uri: Uri, headers: HeaderM
     // read here goes to the primary that took the write, so any fresh token keeps the promise.
     static SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let token = SYNC.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    response.headers_mut().insert("upstash-sync-token", HeaderValue::from(token));
+    static SYNC_TOKEN: HeaderName = HeaderName::from_static("upstash-sync-token");
+    response.headers_mut().insert(&SYNC_TOKEN, HeaderValue::from(token));
     let (route, status, elapsed) = (path_kind(uri.path()), response.status().as_u16(), start.elapsed());
     // Labels from a fixed set only (route, status): never the client's command names.
-    metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status.to_string()).increment(1);
+    metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status_label(status)).increment(1);
     metrics::histogram!("redcount_rest_request_duration_seconds", "route" => route).record(elapsed.as_secs_f64());
-    // The command name is the client's text: cut short in the log.
-    let command: String = what
-        .chars()
-        .take(32)
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '|') { c } else { '?' })
-        .collect();
-    tracing::debug!(%method, route, %command, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        // The command name is the client's text: cut short in the log.
+        let command: String = what
+            .chars()
+            .take(32)
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '|') { c } else { '?' })
+            .collect();
+        tracing::debug!(%method, route, %command, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
+    }
     response
+}
+
+/// A status as a metric label: the common ones without an allocation per request.
+fn status_label(status: u16) -> metrics::SharedString {
+    match status {
+        200 => metrics::SharedString::const_str("200"),
+        400 => metrics::SharedString::const_str("400"),
+        401 => metrics::SharedString::const_str("401"),
+        403 => metrics::SharedString::const_str("403"),
+        503 => metrics::SharedString::const_str("503"),
+        other => metrics::SharedString::from_owned(other.to_string()),
+    }
 }
 
 /// The route, without path-style arguments (they may be data).

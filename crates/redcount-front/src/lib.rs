@@ -6,8 +6,8 @@
 //! two additions: scripts written for Upstash's `#!lua flags=allow-key-locking` run on
 //! real Redis, and commands that would hold or block the shared connection are refused.
 //!
-//! [`app`] connects to Redis and gives the router and the tasks that run beside it; [`serve`]
-//! serves a router within the flags' bounds; [`run`] is both, until SIGINT or SIGTERM (the
+//! [`app`] connects to Redis and gives the front's HTTP service ([`Front`]) and the tasks that
+//! run beside it; [`serve`] serves it within the flags' bounds; [`run`] is both, until SIGINT or SIGTERM (the
 //! binary). A request goes through `http` (token, body), `request` (parsed, or refused),
 //! `rules` (what the token may run), then a plan (`plan`: what to send, wait for or answer,
 //! decided apart from doing it) that the driver (`driver`) carries out against the
@@ -17,9 +17,9 @@
 //! # async fn demo() -> Result<(), String> {
 //! use clap::Parser;
 //! let config = redcount_front::Config::parse_from(["redcount-rest", "--token", "a-long-random-token"]);
-//! let (router, _background) = redcount_front::app(&config).await?;
+//! let (front, _background) = redcount_front::app(&config).await?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-//! redcount_front::serve(listener, router, &config, std::future::pending()).await
+//! redcount_front::serve(listener, front, &config, std::future::pending()).await
 //! # }
 //! ```
 #![warn(missing_docs)]
@@ -47,10 +47,10 @@ mod watchdog;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use redcount_http::log;
 
 pub use config::Config;
+pub use http::Front;
 
 /// Commands whose reply is one integer whatever their arguments (none blocks, none changes
 /// the connection's state): like redcount's own scripts, they run on the front's shared,
@@ -165,7 +165,7 @@ impl State {
     }
 }
 
-/// What runs beside the front's router: its script watchdog, the keeper of its Redis users
+/// What runs beside the front's service: its script watchdog, the keeper of its Redis users
 /// and settings, and the reload of `--tokens` on SIGHUP. Dropping it stops them.
 #[derive(Debug, Default)]
 pub struct Background(Vec<tokio::task::JoinHandle<()>>);
@@ -179,9 +179,9 @@ impl Drop for Background {
 }
 
 /// Connects to Redis as `config` says (its users, settings and connections, `--tokens`), and
-/// gives the front's router and what runs beside it. Must run inside a Tokio runtime, which
+/// gives the front's HTTP service and what runs beside it. Must run inside a Tokio runtime, which
 /// the background tasks then use.
-pub async fn app(config: &Config) -> Result<(Router, Background), String> {
+pub async fn app(config: &Config) -> Result<(Front, Background), String> {
     if config.token.is_empty() {
         return Err("--token (REDCOUNT_REST_TOKEN) must not be empty".into());
     }
@@ -250,14 +250,14 @@ pub async fn app(config: &Config) -> Result<(Router, Background), String> {
     if let Some(path) = &config.tokens {
         background.0.push(setup::scoped_tokens(&state, config, path.clone(), settings, wait, keeper).await?);
     }
-    Ok((http::router(state), background))
+    Ok((http::Front::new(state), background))
 }
 
-/// Serves `router` on `listener` within `config`'s bounds (connection caps, header and stall
+/// Serves `front` on `listener` within `config`'s bounds (connection caps, header and stall
 /// timeouts; HTTPS with `--tls-cert`), until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    router: Router,
+    front: Front,
     config: &Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
@@ -269,18 +269,18 @@ pub async fn serve(
         backend::redact(&config.redis),
         if config.cluster { " (cluster)" } else { "" }
     );
-    redcount_http::serve_tls(listener, router, config.limits(), tls, shutdown).await.map_err(|e| e.to_string())
+    redcount_http::serve_tls(listener, front, config.limits(), tls, shutdown).await.map_err(|e| e.to_string())
 }
 
 /// Connects to Redis, then serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), String> {
     log::init(config.log, config.log_format);
     redcount_http::serve_metrics(config.metrics_listen)?;
-    let (router, _background) = app(&config).await?;
+    let (front, _background) = app(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    serve(listener, router, &config, shutdown()).await
+    serve(listener, front, &config, shutdown()).await
 }
 
 async fn shutdown() {

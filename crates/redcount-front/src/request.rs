@@ -2,7 +2,7 @@
 //! with a [`Failure`] naming what is wrong. No I/O: the handler reads the body first.
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode, Uri};
 use serde_json::value::RawValue;
 
 use crate::failure::{Failure, error};
@@ -73,8 +73,11 @@ pub(crate) fn parse(method: &Method, uri: &Uri, headers: &HeaderMap, body: &Byte
 
 /// The answer's encoding from the request's headers.
 fn format(headers: &HeaderMap) -> Result<Format, Failure> {
-    let base64 = header_is(headers, "upstash-encoding", "base64");
-    let resp2 = match headers.get("upstash-response-format").map(|v| v.to_str().map(str::trim)) {
+    // Names made once: a `&str` name is parsed again on every look-up.
+    static ENCODING: HeaderName = HeaderName::from_static("upstash-encoding");
+    static RESPONSE_FORMAT: HeaderName = HeaderName::from_static("upstash-response-format");
+    let base64 = header_is(headers, &ENCODING, "base64");
+    let resp2 = match headers.get(&RESPONSE_FORMAT).map(|v| v.to_str().map(str::trim)) {
         None => false,
         Some(Ok(f)) if f.eq_ignore_ascii_case("json") => false,
         Some(Ok(f)) if f.eq_ignore_ascii_case("resp2") => true,
@@ -129,7 +132,7 @@ fn query_args(query: &str) -> Result<Vec<Vec<u8>>, Failure> {
     Ok(out)
 }
 
-fn header_is(headers: &HeaderMap, name: &str, want: &str) -> bool {
+fn header_is(headers: &HeaderMap, name: &HeaderName, want: &str) -> bool {
     headers.get(name).and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
 }
 

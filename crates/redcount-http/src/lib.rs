@@ -51,6 +51,7 @@
 pub mod log;
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -108,11 +109,36 @@ fn effective_max_connections(asked: usize) -> usize {
     asked.min(usize::try_from(room).unwrap_or(usize::MAX)).max(1)
 }
 
+/// What [`serve`] serves: an axum `Router`, or any service of the same requests and responses
+/// that is ready at once (a front with one handler skips the router's dispatch).
+pub trait App: Clone + Send + Sync + 'static {
+    /// Starts answering `req`.
+    fn start(&mut self, req: axum::extract::Request) -> Self::Answer;
+    /// The answer being made.
+    type Answer: Future<Output = Result<axum::response::Response, Infallible>> + Send + 'static;
+}
+
+impl<T> App for T
+where
+    T: tower_service::Service<axum::extract::Request, Response = axum::response::Response, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    T::Future: Send + 'static,
+{
+    type Answer = T::Future;
+
+    fn start(&mut self, req: axum::extract::Request) -> T::Future {
+        self.call(req)
+    }
+}
+
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
 /// accepting and gives open connections up to 5 s to finish.
 pub async fn serve(
     listener: TcpListener,
-    app: axum::Router,
+    app: impl App,
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
@@ -122,9 +148,9 @@ pub async fn serve(
 /// [`serve`], over TLS when `tls` is given (HTTPS; the handshake must finish within
 /// [`Limits::header_timeout`], and a connection still shaking hands can be evicted at the cap
 /// like an idle one).
-pub async fn serve_tls(
+pub async fn serve_tls<A: App>(
     listener: TcpListener,
-    app: axum::Router,
+    app: A,
     limits: Limits,
     tls: Option<Tls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -136,7 +162,6 @@ pub async fn serve_tls(
         per_ip: Arc::new(PerIp::new(limits.max_per_ip)),
         refusing: AtomicUsize::new(0),
     });
-    let app = app.layer(axum::middleware::map_response(close_after_unauthorized));
     let idle = Arc::new(Idle::default());
     let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
     tokio::pin!(shutdown);
@@ -185,7 +210,7 @@ pub async fn serve_tls(
 /// its connections. At the global cap, the one idle longest if a second or more, else the one
 /// idle longest of the address holding the most connections when that holds more than this
 /// one's (so equal shares never evict each other).
-async fn admit(conn: Conn, tcp: TcpStream, ip_slot: Option<IpSlot>, ip: IpAddr, caps: Arc<Caps>) {
+async fn admit<A: App>(conn: Conn<A>, tcp: TcpStream, ip_slot: Option<IpSlot>, ip: IpAddr, caps: Arc<Caps>) {
     let tls = conn.tls.is_some();
     let wait = Duration::from_millis(300);
     let ip_slot = match ip_slot {
@@ -256,8 +281,8 @@ async fn refuse_bounded(refusing: &AtomicUsize, tcp: TcpStream, why: String, tls
 }
 
 /// What starting a connection needs.
-struct Conn {
-    app: axum::Router,
+struct Conn<A> {
+    app: A,
     limits: Limits,
     idle: Arc<Idle>,
     graceful: Arc<hyper_util::server::graceful::GracefulShutdown>,
@@ -265,7 +290,7 @@ struct Conn {
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
-impl Conn {
+impl<A: App> Conn<A> {
     /// Serves `tcp` in a task holding its places. The connection is listed in [`Idle`]
     /// while it has no request at work (before its first request, between requests, and
     /// while a request's body is still arriving) and closed if evicted meanwhile.
@@ -288,7 +313,7 @@ impl Conn {
                 req.map(|b| axum::body::Body::new(Watched { inner: b, watch: Some(watch) }))
             };
             async move {
-                let response = tower_service::Service::call(&mut app, req).await?;
+                let response = close_after_unauthorized(App::start(&mut app, req).await?);
                 idle.unlist(&slot);
                 // Idle again once the response has been written out (hyper drops its body).
                 let watch = Watch { idle, slot, on_end: Idle::relist };
@@ -664,7 +689,7 @@ impl Drop for IpSlot {
 }
 
 /// A client that is refused its token does not keep the connection.
-async fn close_after_unauthorized(mut response: axum::response::Response) -> axum::response::Response {
+fn close_after_unauthorized(mut response: axum::response::Response) -> axum::response::Response {
     if response.status() == axum::http::StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
     }

@@ -102,7 +102,9 @@ export class Redcount {
   async #http(o: Extract<Options, { url: string }>, name: MethodName, args: unknown[]): Promise<unknown> {
     const route = routes[name];
     const n = route.params.length;
-    let path: string = route.path;
+    // A tenant's user goes as one segment, `TENANT%2FUSER`: in two, a user named like an
+    // action of the path (`refund`) would be read as that action.
+    let path: string = route.path.replace("{tenant}/{user}", "{tenant}%2F{user}");
     route.params.forEach((p, i) => {
       const value = args[i];
       if (typeof value !== "string") {

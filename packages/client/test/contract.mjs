@@ -77,6 +77,13 @@ export async function contract(lib, make, run) {
   check((await a.reset("daily-prize", s("q"))).reset === true, "reset", null);
   check((await p.take("daily-prize", s("q"))).allowed === true, "after reset", null);
   check((await a.refund("daily-prize", s("q"), { cost: 1 })).refunded === 1, "refund", null);
+  // A tenant's user named like an action of the quota routes (`refund`): that user's quota,
+  // never the action on the tenant's own subject.
+  check((await p.takeTenant("daily-prize", s("t"), "refund", { cost: 1 })).allowed === true, "takeTenant", null);
+  check((await p.peekTenant("daily-prize", s("t"), "refund", { cost: 1 })).remaining === 1, "peekTenant", null);
+  check((await p.peek("daily-prize", s("t"), { cost: 1 })).remaining === 2, "the tenant's subject untouched", null);
+  check((await a.resetTenant("daily-prize", s("t"), "refund")).reset === true, "resetTenant", null);
+  check((await p.peekTenant("daily-prize", s("t"), "refund", { cost: 1 })).remaining === 2, "after resetTenant", null);
   const o = await a.setOverride("daily-prize", s("q"), { limit: 5, ttl_ms: 60000 });
   check(o.limit === 5 && o.replaced === false, "setOverride", o);
   check((await a.clearOverride("daily-prize", s("q"))).cleared === true, "clearOverride", null);

@@ -260,12 +260,18 @@ async fn a_master_without_its_replicas_is_unavailable_not_a_bad_request() {
         let r = http.post(front.url()).bearer_auth(&front.token).body(r#"["INCR","n"]"#).send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
     };
+    // Redis's own refusal, by its code; the front passes it on as it is, the API as the cause
+    // of its 503.
+    let refusal = redis::cmd("INCR").arg("n").query::<i64>(&mut redis.conn()).unwrap_err();
+    assert_eq!(refusal.code(), Some("NOREPLICAS"), "{refusal}");
+    let said = format!("NOREPLICAS {}", refusal.detail().unwrap_or_default());
     let (status, body) = through_front().await;
-    assert_eq!(status, 503, "{body}");
-    assert!(body.contains("NOREPLICAS"), "{body}");
+    assert_eq!((status, serde_json::from_str::<Value>(&body).unwrap()), (503, json!({ "error": said })), "{body}");
     let (status, j) = post(&http, format!("{}/api/quotas/daily-prize/lonely", native.url()), "{}".into()).await;
-    assert_eq!(status, 503, "{j}");
-    assert!(j.to_string().contains("NOREPLICAS"), "{j}");
+    let why = format!("Redis is unavailable for now: {said}; if the call reached Redis it may still be applied");
+    // The policy degrades to a denial: its own fields, and the cause as both reason and error.
+    let denied = json!({"allowed": false, "degraded": true, "reason": why, "may_have_run": true, "error": why});
+    assert_eq!((status, j), (503, denied));
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.conn()).unwrap();
     assert!(keys.is_empty(), "a refused write wrote {keys:?}");
     // A replica comes: writes are served again.

@@ -630,8 +630,8 @@ async fn flood(
 }
 
 /// Floods of one exhausted subject through a shell: with the cache, at most two calls to Redis
-/// per second (one refresh in the second half of each `cache_denials_ms`) and the first; without
-/// it, one per take.
+/// per second (one refresh near the end of each `cache_denials_ms`, with room for the load's
+/// jitter) and the first; without it, one per take.
 async fn floods(name: &str, api: std::sync::Arc<redcount_tests::Api>, redis: &RedisServer) {
     let (calls, cached, secs) = flood(api.clone(), redis, "flood", 2_000).await;
     eprintln!("{name}: 2,000 denied takes, {cached} from memory, {calls} script calls in {secs:.1} s");

@@ -13,6 +13,7 @@ mod front_bounds;
 mod front_tokens;
 mod front_trust;
 mod gcra;
+mod llm_gateway;
 mod local;
 mod model;
 mod namespace;

@@ -25,12 +25,16 @@ const BINDINGS: &[(&str, Option<&str>)] = &[
     ("WRONG_PROP", Some(r#"{"namespace":"acme","role":"admin"}"#)),
 ];
 
-struct Stack {
-    redis: RedisServer,
-    front: RestFront,
-    workerd: Proc,
-    log: std::path::PathBuf,
-    api: Api,
+/// Redis, a REST front, and under one workerd the redcount worker (with `policies`) and a
+/// worker of one's own (the module `main`, bundled from its own directory so that its imports
+/// resolve as a user's would, `vars` as text bindings, `bindings` to the redcount worker or
+/// itself), that one on a port: what the tests of one's own Workers start.
+pub(crate) struct Stack {
+    pub(crate) redis: RedisServer,
+    pub(crate) front: RestFront,
+    pub(crate) workerd: Proc,
+    pub(crate) log: std::path::PathBuf,
+    pub(crate) api: Api,
 }
 
 fn write(dir: &Path, toml: &str, dev_vars: &str) {
@@ -39,11 +43,18 @@ fn write(dir: &Path, toml: &str, dev_vars: &str) {
     std::fs::write(dir.join(".dev.vars"), dev_vars).unwrap();
 }
 
-fn stack() -> Stack {
+pub(crate) fn own_worker(
+    tag: &str,
+    policies: &str,
+    main: &Path,
+    vars: &[(&str, String)],
+    bindings: Vec<Binding>,
+) -> Stack {
     let root = root();
-    let main = root.join("crates/redcount-worker/build/index.js");
-    let client = root.join("examples/caller-worker/node_modules/@redcount/client/dist/index.js");
-    for (p, what) in [(&main, "the worker"), (&client, "the packed client")] {
+    let worker = root.join("crates/redcount-worker/build/index.js");
+    let example = main.ancestors().find(|d| d.join("package.json").exists()).expect("the example's directory");
+    let client = example.join("node_modules/@redcount/client/dist/index.js");
+    for (p, what) in [(&worker, "the worker"), (&client, "the packed client")] {
         assert!(
             p.exists(),
             "{} is missing ({what}): run `cargo xtask test` (or build-worker, build-client)",
@@ -52,15 +63,15 @@ fn stack() -> Stack {
     }
     let redis = RedisServer::start();
     let front = RestFront::start(&redis.url(), false);
-    let dir = scratch_dir("rpc");
+    let dir = scratch_dir(tag);
     // The one compatibility date, wrangler.toml's.
     let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).unwrap();
     let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
     write(
         &dir.join("redcount"),
         &format!(
-            "name = \"redcount\"\nmain = \"{}\"\n{date}\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''\n{TEST_POLICIES}\n'''\n",
-            main.display(),
+            "name = \"redcount\"\nmain = \"{}\"\n{date}\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nREDCOUNT_POLICIES = '''\n{policies}\n'''\n",
+            worker.display(),
             root.join("www").display()
         ),
         &format!(
@@ -70,23 +81,14 @@ fn stack() -> Stack {
             secret("admin")
         ),
     );
-    // The example with the routes the test drives (test/harness.ts), bundled from its own
-    // directory so that its imports resolve as a user's would.
-    write(
-        &dir.join("caller"),
-        &format!(
-            "name = \"caller\"\nmain = \"{}\"\n{date}\n",
-            root.join("examples/caller-worker/test/harness.ts").display()
-        ),
-        "",
-    );
+    // Its compatibility flags, as its own wrangler.toml says.
+    let own = std::fs::read_to_string(example.join("wrangler.toml")).unwrap_or_default();
+    let flags = own.lines().find(|l| l.starts_with("compatibility_flags")).unwrap_or_default();
+    write(&dir.join("caller"), &format!("name = \"caller\"\nmain = \"{}\"\n{date}\n{flags}\n", main.display()), "");
     let redcount = Worker::from_dir(&root, &dir.join("redcount"), &dir.join("redcount/bundle")).unwrap();
     let mut caller = Worker::from_dir(&root, &dir.join("caller"), &dir.join("caller/bundle")).unwrap();
-    for (name, props) in BINDINGS {
-        caller.bindings.push(Binding::service(name, "redcount", Some("Redcount"), *props));
-    }
-    caller.bindings.push(Binding::service("REDCOUNT_HTTP", "redcount", None, None));
-    caller.bindings.push(Binding::service("SELF", "caller", None, None));
+    caller.bindings.extend(vars.iter().map(|(k, v)| Binding::Text(k.to_string(), v.clone())));
+    caller.bindings.extend(bindings);
     let port = free_port();
     let config = workerd::write(&dir.join("config"), &[(&caller, Some(port)), (&redcount, None)]).unwrap();
     let log = dir.join("workerd.log");
@@ -95,6 +97,15 @@ fn stack() -> Stack {
         panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
     }
     Stack { redis, front, workerd, log, api: Api::new(format!("http://127.0.0.1:{port}"), "") }
+}
+
+/// examples/caller-worker with the routes the test drives (test/harness.ts).
+fn stack() -> Stack {
+    let mut bindings: Vec<Binding> =
+        BINDINGS.iter().map(|(name, props)| Binding::service(name, "redcount", Some("Redcount"), *props)).collect();
+    bindings.push(Binding::service("REDCOUNT_HTTP", "redcount", None, None));
+    bindings.push(Binding::service("SELF", "caller", None, None));
+    own_worker("rpc", TEST_POLICIES, &root().join("examples/caller-worker/test/harness.ts"), &[], bindings)
 }
 
 impl Stack {
@@ -123,7 +134,7 @@ impl Stack {
         self.keys().into_iter().filter(|k| !before.contains(k)).collect()
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }

@@ -20,10 +20,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use rand_core::RngCore;
 use serde_json::{Map, Value as Json};
 
-use super::{ApiError, ApiResponse, Cx, Exchange, Field, Fields, Policy, Routed, Verdict, beyond, body, send};
+use super::{
+    ApiError, ApiResponse, Cx, Exchange, Field, Fields, Held, Policy, Routed, Verdict, beyond, body, part_object, send,
+};
 use crate::{Config, list, object};
 use redcount_core::keys::Level;
-use redcount_core::ops::decision::{LeaseResult, MAX_PARTS, PartOutcome};
+use redcount_core::ops::decision::{LeaseResult, MAX_PARTS};
 use redcount_core::ops::quota::Algorithm;
 use redcount_core::ops::reservation::{
     Extend, MAX_UNITS, Mode, Part, Release, Reservation, Reserve, Settle, SettledPart, Settlement, State,
@@ -328,42 +330,8 @@ fn reservation_response(
     peek: bool,
 ) -> ApiResponse {
     let parts = list(labels.iter().zip(&r.parts), |out, ((name, _, level, _), p)| {
-        let level = Field::Word(level_word(*level));
-        match p.outcome {
-            PartOutcome::Quota(q) => object(
-                out,
-                &mut [
-                    ("policy", Field::Text(name)),
-                    ("level", level),
-                    ("kind", Field::Word("quota")),
-                    ("allowed", Field::Bool(q.allowed)),
-                    ("limit", Field::Int(q.limit)),
-                    ("remaining", Field::Int(q.remaining)),
-                    ("reset_ms", Field::Int(q.reset_ms)),
-                    ("retry_after_ms", Field::Int(q.retry_after_ms)),
-                    ("reserved", Field::Int(p.reserved)),
-                    ("reclaimed", Field::Int(p.back)),
-                ],
-            ),
-            PartOutcome::Lease { result, in_use, limit, earliest_end_ms, retry_after_ms, lease_ms, fencing_token } => {
-                object(
-                    out,
-                    &mut [
-                        ("policy", Field::Text(name)),
-                        ("level", level),
-                        ("kind", Field::Word("semaphore")),
-                        ("allowed", Field::Bool(p.outcome.allowed())),
-                        ("result", Field::Word(lease_result(result))),
-                        ("in_use", Field::Int(in_use)),
-                        ("limit", Field::Int(limit)),
-                        ("earliest_end_ms", Field::opt(earliest_end_ms)),
-                        ("retry_after_ms", Field::Int(retry_after_ms)),
-                        ("lease_ms", Field::Int(lease_ms)),
-                        ("fencing_token", Field::opt(fencing_token)),
-                    ],
-                )
-            }
-        }
+        let held = Held { level: level_word(*level), reserved: p.reserved, reclaimed: p.back };
+        part_object(out, name, &p.outcome, Some(held))
     });
     let denied_by = r.denied_by.and_then(|i| labels.get(i)).map_or(Field::Null, |(n, ..)| Field::Text(n));
     let limits: Vec<Limit<'_>> = labels

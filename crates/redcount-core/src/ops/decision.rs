@@ -60,23 +60,56 @@ impl Part {
             kind: PartKind::Lease { holder: String::from(holder), limit, lease_ms },
         })
     }
+}
 
-    /// This part at `level` of a `TENANT/USER` subject: [`Level::Tenant`] applies it to the
-    /// tenant's own counter (or semaphore) of the policy, shared by its users; a decision of a
-    /// plain subject refuses it, naming `level`.
-    pub fn at(mut self, level: Level) -> Part {
-        self.level = level;
-        self
+/// A part's policy and level, the same for a decision's parts and a reservation's.
+macro_rules! part_place {
+    ($part:ident) => {
+        impl $part {
+            /// This part at `level` of a `TENANT/USER` subject: [`Level::Tenant`] applies it
+            /// to the tenant's own counter (or semaphore) of the policy, shared by its users;
+            /// a plain subject refuses it, naming `level`.
+            pub fn at(mut self, level: Level) -> $part {
+                self.level = level;
+                self
+            }
+
+            /// The policy this part applies.
+            pub fn policy(&self) -> &str {
+                &self.policy
+            }
+
+            /// The level it applies at.
+            pub fn level(&self) -> Level {
+                self.level
+            }
+        }
+    };
+}
+pub(super) use part_place;
+part_place!(Part);
+
+/// Refuses a subject's parts (by policy and level) that are not one of each, or whose level
+/// the subject does not have.
+pub(super) fn check_places<'a>(
+    subject: &str,
+    parts: impl Iterator<Item = (&'a str, Level)> + Clone,
+) -> Result<(), InputError> {
+    for (i, (policy, level)) in parts.clone().enumerate() {
+        super::quota::scope_and_subject(policy, subject, level)?;
+        if parts.clone().take(i).any(|q| q == (policy, level)) {
+            return Err(InputError::new("parts", Problem::Inconsistent("each policy may appear once per level")));
+        }
     }
+    Ok(())
+}
 
-    /// The policy this part applies.
-    pub fn policy(&self) -> &str {
-        &self.policy
-    }
-
-    /// The level it applies at.
-    pub fn level(&self) -> Level {
-        self.level
+/// The part that denied, from a script's 1-based `code` (0: none) among `n` parts.
+pub(super) fn denied_by(code: i64, n: usize) -> Result<Option<usize>, &'static str> {
+    match code {
+        0 => Ok(None),
+        i if (1..=n as i64).contains(&i) => Ok(Some(i as usize - 1)),
+        _ => Err("denied_by out of range"),
     }
 }
 
@@ -135,12 +168,7 @@ impl Decide {
         if parts.is_empty() || parts.len() > MAX_PARTS {
             return Err(InputError::new("parts", Problem::OutOfRange { min: 1, max: MAX_PARTS as i64 }));
         }
-        for (i, p) in parts.iter().enumerate() {
-            super::quota::scope_and_subject(&p.policy, subject, p.level)?;
-            if parts[..i].iter().any(|q| q.policy == p.policy && q.level == p.level) {
-                return Err(InputError::new("parts", Problem::Inconsistent("each policy may appear once per level")));
-            }
-        }
+        check_places(subject, parts.iter().map(|p| (p.policy.as_str(), p.level)))?;
         let mut keys = Vec::with_capacity(3 * parts.len());
         let mut args = alloc::vec![itoa_i(parts.len() as i64), String::from(if peek { "1" } else { "0" })];
         for p in &parts {
@@ -210,6 +238,20 @@ pub enum PartOutcome {
 }
 
 impl PartOutcome {
+    /// A lease part's outcome: `result`, then a script's numbers after its code, `[_, limit,
+    /// in_use, earliest end, retry after, lease ms, fencing token]`.
+    pub(super) fn lease(result: LeaseResult, r: &[i64]) -> PartOutcome {
+        PartOutcome::Lease {
+            result,
+            limit: r[1],
+            in_use: r[2],
+            earliest_end_ms: super::opt_ms(r[3]),
+            retry_after_ms: r[4],
+            lease_ms: r[5],
+            fencing_token: (r[6] > 0).then_some(r[6]),
+        }
+    }
+
     /// True when this part (alone) admits.
     pub fn allowed(&self) -> bool {
         match self {
@@ -251,30 +293,21 @@ impl Operation for Decide {
         if ints[3] != n as i64 {
             return Err(bad("wrong number of parts"));
         }
-        let denied_by = match ints[1] {
-            0 => None,
-            i if (1..=n as i64).contains(&i) => Some(i as usize - 1),
-            _ => return Err(bad("denied_by out of range")),
-        };
+        let denied_by = denied_by(ints[1], n).map_err(bad)?;
         let mut parts = Vec::with_capacity(n);
         for (p, r) in self.parts.iter().zip(ints[4..].chunks_exact(7)) {
             parts.push(match p.kind {
                 PartKind::Quota { .. } => PartOutcome::Quota(QuotaOutcome::from_reply([r[0], r[1], r[2], r[3], r[4]])),
-                PartKind::Lease { .. } => PartOutcome::Lease {
-                    result: match r[0] {
+                PartKind::Lease { .. } => PartOutcome::lease(
+                    match r[0] {
                         0 => LeaseResult::Full,
                         1 => LeaseResult::Acquired,
                         2 => LeaseResult::Renewed,
                         3 => LeaseResult::Ended,
                         _ => return Err(bad("unknown lease code")),
                     },
-                    limit: r[1],
-                    in_use: r[2],
-                    earliest_end_ms: super::opt_ms(r[3]),
-                    retry_after_ms: r[4],
-                    lease_ms: r[5],
-                    fencing_token: (r[6] > 0).then_some(r[6]),
-                },
+                    r,
+                ),
             });
         }
         let allowed = ints[0] == 1;

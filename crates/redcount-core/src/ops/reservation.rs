@@ -102,8 +102,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::Operation;
-use super::decision::{LeaseResult, MAX_PARTS, PartOutcome};
-use super::quota::{Algorithm, QuotaOutcome, scope_and_subject};
+use super::decision::{LeaseResult, MAX_PARTS, PartOutcome, check_places, denied_by, part_place};
+use super::quota::{Algorithm, QuotaOutcome};
 use super::semaphore::{MAX_LEASE_MS, MAX_LIMIT as MAX_SEMAPHORE_LIMIT};
 use crate::command::itoa_i;
 use crate::error::{InputError, Problem, ShapeError};
@@ -154,6 +154,8 @@ enum PartKind {
     Quota { algorithm: Algorithm, units: i64, min_units: Option<i64>, max_debt: i64, on_expiry: OnExpiry },
     Lease { holder: String, limit: i64 },
 }
+
+part_place!(Part);
 
 impl Part {
     /// Holds `units` of the subject's quota under `policy` (1 to the limit, as a take's cost).
@@ -218,23 +220,6 @@ impl Part {
         self
     }
 
-    /// This part at `level` of a `TENANT/USER` subject ([`Level::Tenant`]: the tenant's own
-    /// counter or semaphore of the policy); a plain subject refuses it, naming `level`.
-    pub fn at(mut self, level: Level) -> Part {
-        self.level = level;
-        self
-    }
-
-    /// The policy this part applies.
-    pub fn policy(&self) -> &str {
-        &self.policy
-    }
-
-    /// The level it applies at.
-    pub fn level(&self) -> Level {
-        self.level
-    }
-
     /// The units asked for (`None` for a lease part).
     pub fn units(&self) -> Option<i64> {
         match self.kind {
@@ -266,11 +251,8 @@ fn checked_keys(subject: &str, id: &str, parts: &[Part]) -> Result<Vec<String>, 
     }
     let mut keys = Vec::with_capacity(1 + 3 * parts.len());
     keys.push(keys::reservation(subject, id));
-    for (i, p) in parts.iter().enumerate() {
-        scope_and_subject(&p.policy, subject, p.level)?;
-        if parts[..i].iter().any(|q| q.policy == p.policy && q.level == p.level) {
-            return Err(InputError::new("parts", Problem::Inconsistent("each policy may appear once per level")));
-        }
+    check_places(subject, parts.iter().map(|p| (p.policy.as_str(), p.level)))?;
+    for p in parts {
         match &p.kind {
             PartKind::Quota { algorithm, .. } => {
                 let state = keys::quota_at(&p.policy, subject, p.level, algorithm.tag());
@@ -484,11 +466,7 @@ impl Operation for Reserve {
         if v[3] != n as i64 {
             return Err(bad("wrong number of parts"));
         }
-        let denied_by = match v[1] {
-            0 => None,
-            i if (1..=n as i64).contains(&i) => Some(i as usize - 1),
-            _ => return Err(bad("denied_by out of range")),
-        };
+        let denied_by = denied_by(v[1], n).map_err(bad)?;
         let allowed = match v[0] {
             0 => false,
             1 => true,
@@ -512,20 +490,15 @@ impl Operation for Reserve {
                     }
                 }
                 PartKind::Lease { .. } => ReservedPart {
-                    outcome: PartOutcome::Lease {
-                        result: match r[0] {
+                    outcome: PartOutcome::lease(
+                        match r[0] {
                             0 => LeaseResult::Full,
                             1 => LeaseResult::Acquired,
                             3 => LeaseResult::Held,
                             _ => return Err(bad("unknown lease code")),
                         },
-                        limit: r[1],
-                        in_use: r[2],
-                        earliest_end_ms: super::opt_ms(r[3]),
-                        retry_after_ms: r[4],
-                        lease_ms: r[5],
-                        fencing_token: (r[6] > 0).then_some(r[6]),
-                    },
+                        r,
+                    ),
                     reserved: 0,
                     back: 0,
                 },

@@ -36,7 +36,9 @@ impl Shared {
             *slot = None;
         }
         if slot.is_none() {
-            *slot = Some(Box::pin(pool.dial(usize::MAX)).await?);
+            // No timer of redis-rs's own per command: every request on these connections runs
+            // under the request's timeout already.
+            *slot = Some(Box::pin(pool.dial(usize::MAX, None)).await?);
         }
         Ok((i, slot.as_ref().expect("made above").conn.clone()))
     }
@@ -267,9 +269,9 @@ impl Pool {
 
     /// A new connection whose reads fail past `limit` bytes (since its counter was reset),
     /// after the pool's on-connect commands.
-    async fn dial(&self, limit: usize) -> Result<Conn, Failed> {
+    async fn dial(&self, limit: usize, response_timeout: Option<Duration>) -> Result<Conn, Failed> {
         let mut made =
-            open(&self.info, limit, self.connect_timeout, self.response_timeout).await.map_err(Failed::connecting)?;
+            open(&self.info, limit, self.connect_timeout, response_timeout).await.map_err(Failed::connecting)?;
         match self.on_connect.get() {
             Some(OnConnect::Here(cmds)) => {
                 for cmd in cmds {
@@ -278,7 +280,7 @@ impl Pool {
             }
             Some(OnConnect::Via(cmds, via)) => {
                 // A connection of the URL's user for just this, closed after.
-                if let Ok(mut other) = open(via, usize::MAX, self.connect_timeout, self.response_timeout).await {
+                if let Ok(mut other) = open(via, usize::MAX, self.connect_timeout, Some(self.response_timeout)).await {
                     for cmd in cmds {
                         let _ = cmd.query_async::<Value>(&mut other.conn).await;
                     }
@@ -303,7 +305,7 @@ impl Pool {
             *lease.slot = None;
         }
         if lease.slot.is_none() {
-            *lease.slot = Some(Box::pin(self.dial(self.max_reply)).await?);
+            *lease.slot = Some(Box::pin(self.dial(self.max_reply, Some(self.response_timeout))).await?);
         }
         let conn = lease.slot.as_mut().expect("made above");
         conn.read.store(0, Ordering::Relaxed);
@@ -359,12 +361,12 @@ async fn open(
     info: &redis::ConnectionInfo,
     limit: usize,
     connect_timeout: Duration,
-    response_timeout: Duration,
+    response_timeout: Option<Duration>,
 ) -> RedisResult<Conn> {
     let read = Arc::new(AtomicUsize::new(0));
     let closed = Arc::new(AtomicBool::new(false));
     let charge = Arc::new(Mutex::new(Charge::default()));
-    let config = AsyncConnectionConfig::new().set_response_timeout(Some(response_timeout));
+    let config = AsyncConnectionConfig::new().set_response_timeout(response_timeout);
     let redis = info.redis_settings();
     let dial = async {
         match info.addr() {
