@@ -94,17 +94,36 @@ local function sliding_give(p, key, units, at, tag, clock)
 end
 
 -- Up to `units` back into the bucket (the refills due first), never above its capacity.
--- Reads only; returns the units given and the function that writes them.
-local function bucket_give(p, key, ovr, units, clock, q)
+-- With `since` (a reservation's: the bucket's last refill step, `ts`, right after its take),
+-- less what the refill steps since then added: the bucket that never held those units was
+-- at most that many short of this one at each step, and the steps already filled the rest
+-- (giving it back would bank units past the capacity). Reads only; returns the units given
+-- and the function that writes them.
+local function bucket_give(p, key, ovr, units, clock, q, since)
   q = q or bucket_eval(p, key, ovr, clock)
-  local n = math.max(0, math.min(units, q.count()))
+  local most = units
+  if since then
+    local steps = math.floor((math.floor(clock() / 1000) - since) / p.step)
+    most = units - math.max(0, steps) * p.refill
+  end
+  local n = math.max(0, math.min(most, q.count()))
   return n, function() if n > 0 then q.add(-n) end end
 end
 
--- Up to `units` back (the TAT moved back by whole units, never before now). Reads only;
--- returns the units given and the function that writes them.
-local function gcra_give(p, key, ovr, units, clock, q)
+-- Up to `units` back (the TAT moved back by whole units, never before now). With `since` (a
+-- reservation's: its server time, µs), no more than the whole units of their span left
+-- after the time since then (the quota that never held them was at most that far behind
+-- this one: the time elapsed already gave the rest back; whole units, so that a unit given
+-- back is a unit the quota no longer counts). Reads only; returns the units given and the
+-- function that writes them.
+local function gcra_give(p, key, ovr, units, clock, q, since)
   q = q or gcra_eval(p, key, ovr, clock)
-  local n = math.max(0, math.min(units, q.count()))
+  local most = units
+  if since then
+    local T = p.period * 1000 -- one unit's span, in 1/rate µs (lib_gcra.lua)
+    local left = units * T - math.max(0, clock() - since) * p.rate
+    most = left > 0 and floor_div(left, T) or 0
+  end
+  local n = math.max(0, math.min(most, q.count()))
   return n, function() if n > 0 then q.add(-n) end end
 end

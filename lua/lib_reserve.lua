@@ -10,9 +10,10 @@
 --   refused), r the final reply (numbers, comma-separated, replayed to a second settle), and
 --   per part i, p<i>: "q:<reserved>:<charged>:<used>:<where>:<refund>" (units taken at the
 --   reserve; charged in all, the reserve's and the overruns an extend charged; the most an
---   extend reported used; where the reserved units are logged, a fixed window's end or a
---   sliding entry's time, else 0; 1 when the policy gives the units back if the lease ends
---   unsettled) or "l:<token>:<holder>" (the lease's fencing token and holder).
+--   extend reported used; where the reserved units are logged: a fixed window's end, a
+--   sliding entry's time, a bucket's last refill step (ms) after the take, or the reserve's
+--   server time (µs) for GCRA (lib_give.lua); 1 when the policy gives the units back if
+--   the lease ends unsettled) or "l:<token>:<holder>" (the lease's fencing token and holder).
 -- An expiry queue (sorted set, score = lease end in ms): "<id>:<units>:<where>" for each open
 --   reservation of that quota whose policy gives <units> back if its lease ends unsettled. A
 --   later call of the scripts with that quota among its parts gives them back (RESERVE_DUE at
@@ -118,8 +119,8 @@ end
 local function reserve_give(part, key, ovr, units, where, rid, clock)
   if part.tag == 'fw' then return fixed_give(part.p, key, ovr, units, where, clock, part.q) end
   if part.tag == 'sw' then return sliding_give(part.p, key, units, where, rid, clock) end
-  if part.tag == 'tb' then return bucket_give(part.p, key, ovr, units, clock, part.q) end
-  return gcra_give(part.p, key, ovr, units, clock, part.q)
+  if part.tag == 'tb' then return bucket_give(part.p, key, ovr, units, clock, part.q, where) end
+  return gcra_give(part.p, key, ovr, units, clock, part.q, where)
 end
 
 -- Gives back what each due entry (reserve_due) held, and drops it; returns the units back.

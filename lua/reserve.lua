@@ -139,7 +139,13 @@ if allowed and not peek then
         where = part.q.add(part.p.cost, rid)
       else
         part.q.take()
-        if part.tag == 'fw' then where = redis.call('PEXPIRETIME', KEYS[k]) end
+        if part.tag == 'fw' then
+          where = redis.call('PEXPIRETIME', KEYS[k])
+        elseif part.tag == 'tb' then
+          where = stored(redis.call('HGET', KEYS[k], 'ts')) or ms -- its refill phase
+        else
+          where = now
+        end
       end
       record[#record + 1], record[#record + 2] = 'p' .. i, reserve_quota_record(part.p.cost, part.p.cost, 0, where, part.refund)
       if part.refund then

@@ -73,6 +73,7 @@ use rand_core::RngCore;
 pub use config::{Borrow, Config, ConfigError, FailureMode, LocalMode, Policy, RestTarget};
 pub use local::{Local, Wait};
 pub use route::{ROUTES, Route, RouteId, RouteSpec};
+pub use routes::MAX_PUBLIC_LEASE_MS;
 
 use redcount_core::command;
 use redcount_core::error::{ErrorKind, InputError, ShapeError};

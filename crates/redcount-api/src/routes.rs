@@ -31,6 +31,7 @@ use redcount_core::{Operation, ops};
 use reservations::Close;
 
 mod reservations;
+pub use reservations::MAX_PUBLIC_LEASE_MS;
 
 type Routed = Result<Step, ApiError>;
 

@@ -29,6 +29,7 @@ fn policies() -> String {
                 "max_cost": 1_000_000, "max_debt": 50_000},
         "burst": {"kind": "quota", "algorithm": "bucket", "capacity": 100, "refill": 1, "interval_ms": LONG,
                   "max_cost": 100, "max_debt": 20},
+        "gtok": {"kind": "quota", "algorithm": "gcra", "rate": 100, "period_ms": 60_000, "burst": 100, "max_cost": 100},
         "flight": {"kind": "semaphore", "limit": 3, "lease_ms": 60_000},
         "hits": {"kind": "counter", "min": 0},
     })
@@ -591,4 +592,59 @@ async fn tenant_subjects_are_two_segments_on_quotas_and_decisions() {
     assert_eq!((d.status, d.field()), (400, "parts[0].level"), "{}", d.json);
     let a = env.post("/api/quotas/usd/acme%2Fx/olga", json!({"cost": 1})).await;
     assert_eq!((a.status, a.field()), (400, "tenant"), "{}", a.json);
+}
+
+/// A public reservation with no lease part may not hold its record past
+/// [`redcount_api::MAX_PUBLIC_LEASE_MS`]: every route whose body takes `lease_ms` (from the
+/// OpenAPI document: reserve and extend, by subject and by tenant and user), with each quota
+/// policy configured (one per algorithm), refuses a longer one 403 naming `lease_ms` with
+/// Redis unchanged, grants the bound itself, and grants an admin past it.
+#[tokio::test]
+async fn a_public_lease_is_bounded_on_every_route_that_takes_one() {
+    let mut env = env().await;
+    let most = redcount_api::MAX_PUBLIC_LEASE_MS;
+    let doc: Value = serde_json::from_str(redcount_api::openapi::document()).unwrap();
+    let routes: Vec<&str> = redcount_api::ROUTES
+        .iter()
+        .map(|r| r.path)
+        .filter(|p| {
+            let schema = &doc["paths"][*p]["post"]["requestBody"]["content"]["application/json"]["schema"];
+            schema["properties"]["lease_ms"].is_object()
+        })
+        .collect();
+    assert_eq!(routes.len(), 4, "reserve and extend, by subject and by tenant/user: {routes:?}");
+    let config: Value = serde_json::from_str(&policies()).unwrap();
+    let quotas: Vec<&str> = config
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| p["kind"] == "quota")
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let algorithms: std::collections::BTreeSet<&str> =
+        quotas.iter().map(|q| config[*q]["algorithm"].as_str().unwrap()).collect();
+    assert_eq!(algorithms.len(), 4, "one policy per algorithm at least: {algorithms:?}");
+    let admin = format!("Bearer {ADMIN}");
+    for route in &routes {
+        for (n, policy) in quotas.iter().enumerate() {
+            let subject = if route.contains("{tenant}") { format!("acme/u{n}") } else { format!("lp{n}") };
+            let parts = json!([{"policy": policy, "units": 1}]);
+            let id = env.reserve(&subject, json!({"parts": parts})).await;
+            let path = route.replace("{subject}", &subject).replace("{tenant}/{user}", &subject).replace("{id}", &id);
+            let body = |ms: i64| match route.ends_with("/extend") {
+                true => json!({"lease_ms": ms}),
+                false => json!({"parts": parts, "lease_ms": ms}),
+            };
+            let before = env.snapshot();
+            for past in [most + 1, 10_000_000_000] {
+                let a = env.post(&path, body(past)).await;
+                assert_eq!((a.status, a.field()), (403, "lease_ms"), "{route} {policy} {past}: {}", a.json);
+            }
+            assert_eq!(diff(&before, &env.snapshot()), Vec::<String>::new(), "{route} {policy}: a refused call wrote");
+            let a = env.post(&path, body(most)).await;
+            assert_eq!(a.status, 200, "{route} {policy}: {}", a.json);
+            let a = env.send("POST", &path, &body(most + 1).to_string(), &[("authorization", &admin)]).await;
+            assert_eq!(a.status, 200, "{route} {policy}, admin: {}", a.json);
+        }
+    }
 }

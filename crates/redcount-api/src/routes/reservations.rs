@@ -38,6 +38,11 @@ use redcount_core::{Operation, ops};
 
 /// A reservation's lease when the request names none and has no lease part, in ms.
 const DEFAULT_LEASE_MS: i64 = 60_000;
+/// A public caller's longest `lease_ms` (reserve and extend) when the reservation has no lease
+/// part, in ms: one hour (with lease parts, the shortest one's policy `lease_ms`). The record
+/// lives that long plus its keep (an hour) even when its quotas' keys have expired; an admin
+/// token may ask up to the scripts' bound.
+pub const MAX_PUBLIC_LEASE_MS: i64 = 3_600_000;
 
 /// The ticket's layout version (its first byte).
 const VERSION: u8 = 1;
@@ -187,13 +192,15 @@ fn lease_bound(parts: &[Named<'_>]) -> Option<i64> {
 }
 
 /// The request's `lease_ms` (the shortest lease part's, else [`DEFAULT_LEASE_MS`], when it
-/// names none); a public caller's at most the shortest lease part's.
+/// names none); a public caller's at most the shortest lease part's, or
+/// [`MAX_PUBLIC_LEASE_MS`] without one.
 fn lease_ms(cx: &Cx<'_>, b: &Fields, parts: &[Named<'_>]) -> Result<i64, ApiError> {
     let bound = lease_bound(parts);
     let ms = b.int("lease_ms", 1, MAX_LEASE_MS, Some(bound.unwrap_or(DEFAULT_LEASE_MS)))?;
-    match bound {
-        Some(most) if !cx.admin() && ms > most => Err(beyond("lease_ms", format!("{ms} > {most}"))),
-        _ => Ok(ms),
+    let most = bound.unwrap_or(MAX_PUBLIC_LEASE_MS);
+    match !cx.admin() && ms > most {
+        true => Err(beyond("lease_ms", format!("{ms} > {most}"))),
+        false => Ok(ms),
     }
 }
 

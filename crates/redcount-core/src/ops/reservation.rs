@@ -49,11 +49,13 @@
 //!   window with it; so a sliding window's refund on expiry, applied later, seldom gives
 //!   anything back in a busy log). An overrun is a new entry at the time of the settle.
 //! - **Token bucket.** The units go back in as tokens (the refills due first), never above the
-//!   capacity: a bucket that has refilled meanwhile takes back only what it misses. An
-//!   overrun takes tokens below 0 (debt), which the refill repays.
-//! - **GCRA.** The theoretical arrival time moves back by the units' emission intervals,
-//!   never before now: a quota whole again takes nothing back. An overrun moves it past the
-//!   burst window (debt), which time repays at the rate.
+//!   capacity and never more than the units less what the refill steps since the reserve
+//!   added (those steps already made up for them: giving them back too would let the bucket
+//!   admit more than its capacity plus its refills). An overrun takes tokens below 0 (debt),
+//!   which the refill repays.
+//! - **GCRA.** The theoretical arrival time moves back by the whole emission intervals of the
+//!   units' span left after the time elapsed since the reserve (so one unit less once any
+//!   time has passed), never before now: a quota whole again takes nothing back. An overrun moves it past the burst window (debt), which time repays at the rate.
 //!
 //! No unit is counted twice or lost: each unit a reservation takes is either still charged,
 //! given back once (by its settle, release, or its expiry's refund, whichever comes first:
