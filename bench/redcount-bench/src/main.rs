@@ -42,6 +42,13 @@ enum Cmd {
         #[arg(long)]
         out_svg: Option<std::path::PathBuf>,
     },
+    /// Only Redis's own time per script call at the policy maxima (the section `all` ends with),
+    /// printed as Markdown: every script's bound checked without the rest of the suite.
+    RedisTime {
+        /// Redis URL (a scratch Redis: the rows fill logs of thousands of entries).
+        #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+    },
     /// The redcount worker, the @upstash/ratelimit peer and a one-fetch floor worker (each
     /// served by workerd) at several connection counts in interleaved rounds, plus one row of
     /// the redcount worker under wrangler dev; a quota call per request, never denied.
@@ -192,6 +199,13 @@ async fn run(command: Cmd) -> std::process::ExitCode {
                 }
             }
         }
+        Cmd::RedisTime { redis } => match redcount_bench::suite::redis_time(&redis).await {
+            Ok(section) => print!("{section}"),
+            Err(e) => {
+                eprintln!("redcount-bench: Redis time per call: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
         Cmd::Workers { worker_url, peer_url, floor_url, null_url, wrangler_dev_url, conns, rounds, ops, out } => {
             use redcount_bench::workers::{self, Plan, Target};
             let quota = |name, url| Target { name, url, path: "/api/quotas/bench-quota", field: Some("allowed") };
