@@ -293,6 +293,12 @@ function settle(step) {
 // one method per route of the API's table. The binding's props (`namespace`, `admin`) are the
 // caller's scope and rights; the module reads them.
 export class Redcount extends WorkerEntrypoint {
+  // HTTP requests through a binding to this entrypoint, read with its props: a binding to the
+  // default export passes through the static-assets router first, which hands it none.
+  fetch(request) {
+    return toEnd(this.ctx, serve(request, this.env, this.ctx));
+  }
+
   // The isolate's parked exchanges and memory (admin bindings only).
   stats() {
     configured(this.env);

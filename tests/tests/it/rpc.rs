@@ -326,6 +326,20 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
         assert!(r.json["json"]["error"].as_str().unwrap().contains("props"), "{}", r.json);
     }
 
+    // HTTP requests through the `Redcount` entrypoint's own `fetch` read its props the same
+    // way: the one HTTP path whose props survive the static-assets router in front of the
+    // default export.
+    let take = format!("quotas/daily-prize/e-{run}");
+    let scoped = s.new_keys(async { assert_eq!(s.api.post(&http("ACME", &take), "").await.json["status"], 200) });
+    let scoped = scoped.await;
+    assert!(!scoped.is_empty() && scoped.iter().all(|k| k.starts_with("rc.acme:")), "{scoped:?}");
+    for (b, status) in [("REDCOUNT", 401), ("ACME", 401), ("GLOBEX", 401), ("ACME_ADMIN", 200)] {
+        let r = s.api.call("DELETE", &http(b, &take), None, false).await;
+        assert_eq!(r.json["status"], status, "{b}: {}", r.json);
+    }
+    let r = s.api.post(&http("WRONG_PROP", &take), "").await;
+    assert_eq!(r.json["status"], 500, "{}", r.json);
+
     // Calls cancelled while in flight (over HTTP and over RPC) leave no exchange parked.
     for path in ["/test/cancel/http/50/5", "/test/cancel/rpc/50/5"] {
         let r = s.api.post(path, "").await;
