@@ -1395,8 +1395,16 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
                 if !ok {
                     c.fail(format!("{name}: {:?} replayed: first {:?}, now {o:?}", k.action, k.answer));
                 }
-                if evidence {
-                    out.push(SemCall { holder, action: k.action, lease: SEM_LEASE, replay: true, via: "http", t });
+                // A renew first answered not_holder stored no reply (semaphore.lua): this is a
+                // new call, which may renew a lease taken since; its answer tells the lease's
+                // end either way (a stored renewal's replay reports the lease left now).
+                let fresh = k.action == Action::Renew && k.answer.result == NotHolder;
+                if fresh && o.result == Renewed {
+                    // Stored now: later replays of this key tell this renewal's lease.
+                    keyed.lock().unwrap().iter_mut().filter(|e| e.key == k.key).for_each(|e| e.answer = *o);
+                }
+                if evidence || fresh {
+                    out.push(SemCall { holder, action: k.action, lease: SEM_LEASE, replay: !fresh, via: "http", t });
                 }
             }
             continue;
@@ -1621,8 +1629,9 @@ fn check_semaphore(env: &Env, round: usize, since: i64, history: &[SemCall]) {
             ctx,
             round,
             views[h].possible.iter().any(|&(a, e)| a <= now && end <= e + SLACK),
-            "Redis holds a lease of h{h} until {end} that no call may have granted (possible: {:?})",
-            views[h].possible
+            "Redis holds a lease of h{h} until {end} that no call may have granted (possible: {:?}); its calls:\n{}",
+            views[h].possible,
+            history.iter().filter(|c| c.holder == h).map(SemCall::show).collect::<Vec<_>>().join("\n")
         );
     }
     for (h, v) in views.iter().enumerate() {

@@ -867,7 +867,10 @@ async fn crowd(redis: &RedisServer, conns: &[Via]) {
     println!(
         "{admitted} reserved, {killed} never settled (or settled too late), {capped} overruns met the debt bound, {samples} samples of in-flight (most {most})"
     );
-    assert!(admitted > 300 && killed > 5 && capped > 0, "{admitted} reserved, {killed} killed, {capped} capped");
+    // (Whether an overrun meets a full quota depends on the interleaving: none may in a run,
+    // so the capped path's figures are checked above when it happens, and exactly in
+    // each_algorithm_gives_back_the_difference_and_charges_the_overrun_within_its_debt.)
+    assert!(admitted > 300 && killed > 5, "{admitted} reserved, {killed} killed, {capped} capped");
 }
 
 /// 1,000 concurrent calls by 20 users of one tenant, each call holding a unit of the user's
