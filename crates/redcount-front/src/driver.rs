@@ -29,7 +29,7 @@ pub(crate) async fn run_one(st: &State, access: &Access, mut cmd: Cmd, format: F
     let kill = (cmd.name.eq_ignore_ascii_case("SCRIPT") || cmd.name.eq_ignore_ascii_case("FUNCTION"))
         && cmd.args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"KILL"));
     let be = if kill { &st.killer } else { backend(st, access) };
-    let lane = lane(&[&cmd]);
+    let lane = lane_of_one(&cmd);
     let waits = be.waits_for(&redis_cmd);
     let wait = if waits { be.replica_wait() } else { None };
     let mut plan = One::new(Instant::now(), st.timeout, be.is_cluster(), fixup.reload(&cmd).is_some(), wait);
@@ -55,7 +55,7 @@ pub(crate) async fn run_one(st: &State, access: &Access, mut cmd: Cmd, format: F
                 let eval = fixup.reload(&cmd).expect("a reload is planned only for a rewritten script");
                 st.rules().check(&eval, access)?;
                 let eval = eval.to_redis();
-                let sent = be.query_in(&eval, Lane::Bounded, &mut permits);
+                let sent = be.query_in(&eval, lane, &mut permits);
                 Outcome::Answered(Box::pin(timed(st, sent)).await, None)
             }
         };
@@ -360,9 +360,30 @@ fn timed_within<T, F: Future<Output = Result<T, Failed>>>(
     })
 }
 
+/// The connections for one command: the shared ones, for a reply small by construction or a
+/// script's (which may be large: bounded there reply by reply, see [`runs_a_script`]); a
+/// bounded connection of its own for anything else.
+fn lane_of_one(cmd: &Cmd) -> Lane {
+    if small_reply(cmd) {
+        Lane::Small
+    } else if runs_a_script(cmd) {
+        Lane::Shared
+    } else {
+        Lane::Bounded
+    }
+}
+
+/// True when `c` runs a script or a function. Those may share a connection whatever they
+/// answer: a script can neither block (a blocking command inside one returns at once) nor
+/// change the connection it was sent on (Redis keeps a script's SELECT to the script).
+fn runs_a_script(c: &Cmd) -> bool {
+    ["EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"].iter().any(|n| c.name.eq_ignore_ascii_case(n))
+}
+
 /// The shared connections for requests whose replies are small by construction (redcount's
 /// own scripts, commands that answer an integer), a bounded connection of its own for
-/// anything else.
+/// anything else: a pipeline's replies are bounded together, which only a connection of its
+/// own counts.
 fn lane(cmds: &[&Cmd]) -> Lane {
     if !cmds.is_empty() && cmds.iter().all(|c| small_reply(c)) { Lane::Small } else { Lane::Bounded }
 }
