@@ -613,6 +613,13 @@ fn scripts_sharing_connections_get_their_own_replies_bounded_one_by_one() {
     let ran: i64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
     let counted: i64 = redis::cmd("GET").arg("ran").query(&mut redis.conn()).unwrap();
     assert_eq!(counted, ran, "every command ran once, those answered 400 too (seed {seed})");
+    // Past Redis's output limit (the bound + 1 MiB) Redis drops the shared connection: the
+    // script's request is told which bound, and the next requests are served.
+    let call = serde_json::json!(["EVAL", text, "1", "ran", "x", (2 << 20).to_string()]);
+    let (status, body) = request(port, "POST", "/", &token, &call.to_string());
+    assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+    assert!(body.contains("--redis-output-limit-bytes"), "{body}");
+    assert_eq!(request(port, "POST", "/", &token, r#"["INCR", "ran"]"#), (200, format!(r#"{{"result":{}}}"#, ran + 2)));
 }
 
 /// A response body as sent, whether whole or in HTTP/1.1 chunks.

@@ -178,14 +178,15 @@ impl Aside {
         Aside { secret: secret(), next: AtomicU64::new(0), kept: Mutex::new(HashMap::new()), keep, bound }
     }
 
-    /// The marker for `what`, which is kept until taken back.
+    /// The marker for `what`, which is kept until taken back. Whatever was kept longer than
+    /// `keep` goes (with what it held of the budget) at every marker, refusals included.
     fn mark(&self, what: Marked) -> Vec<u8> {
+        let now = Instant::now();
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|_, (at, _, _)| now.duration_since(*at) < self.keep);
         let tag = match what {
             Marked::Large(bytes, permit) => {
                 let id = self.next.fetch_add(1, Ordering::Relaxed);
-                let now = Instant::now();
-                let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-                kept.retain(|_, (at, _, _)| now.duration_since(*at) < self.keep);
                 kept.insert(id, (now, bytes, permit));
                 id.to_string()
             }
