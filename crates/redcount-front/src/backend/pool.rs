@@ -196,41 +196,6 @@ impl Counted<()> {
     }
 }
 
-/// Reads `inner` through `split`: each reply read whole, or its marker, in its place.
-fn poll_split<S: AsyncRead + Unpin>(
-    inner: &mut S,
-    split: &mut Split,
-    closed: &AtomicBool,
-    cx: &mut Context<'_>,
-    buf: &mut ReadBuf<'_>,
-) -> Poll<io::Result<()>> {
-    loop {
-        let ready = split.ready();
-        if !ready.is_empty() || buf.remaining() == 0 {
-            let n = ready.len().min(buf.remaining());
-            buf.put_slice(&ready[..n]);
-            split.gave(n);
-            return Poll::Ready(Ok(()));
-        }
-        let mut raw = ReadBuf::new(&mut split.raw);
-        let polled = Pin::new(&mut *inner).poll_read(cx, &mut raw);
-        let n = raw.filled().len();
-        let taken = match polled {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(())) if n == 0 => Ok(false),
-            Poll::Ready(Ok(())) => split.take_raw(n).map(|()| true),
-            Poll::Ready(Err(e)) => Err(e),
-        };
-        match taken {
-            Ok(true) => {}
-            ended => {
-                closed.store(true, Ordering::Relaxed);
-                return Poll::Ready(ended.map(|_| ()));
-            }
-        }
-    }
-}
-
 /// Replies being read count against the front's budget of large replies in flight, as they
 /// arrive: many requests at once cannot each read their bound before anything says no.
 #[derive(Default)]
@@ -285,7 +250,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if let Some(split) = this.split.as_deref_mut() {
-            return poll_split(&mut this.inner, split, &this.closed, cx, buf);
+            let polled = split.poll_read(&mut this.inner, cx, buf);
+            if split.ended {
+                this.closed.store(true, Ordering::Relaxed);
+            }
+            return polled;
         }
         let before = buf.filled().len();
         let room = buf.remaining() > 0;

@@ -15,11 +15,14 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::pool::Charge;
@@ -252,7 +255,9 @@ pub(super) struct Split {
     ready: Vec<u8>,
     given: usize,
     /// The buffer Redis's bytes are read into.
-    pub(super) raw: Box<[u8]>,
+    raw: Box<[u8]>,
+    /// The stream ended or failed: its connection is not to be used again.
+    pub(super) ended: bool,
 }
 
 impl Split {
@@ -267,6 +272,41 @@ impl Split {
             ready: Vec::new(),
             given: 0,
             raw: vec![0; 16 * 1024].into_boxed_slice(),
+            ended: false,
+        }
+    }
+
+    /// Reads `inner` for redis-rs into `buf`: each reply whole, or its marker, in its place.
+    pub(super) fn poll_read<S: AsyncRead + Unpin>(
+        &mut self,
+        inner: &mut S,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let ready = self.ready();
+            if !ready.is_empty() || buf.remaining() == 0 {
+                let n = ready.len().min(buf.remaining());
+                buf.put_slice(&ready[..n]);
+                self.gave(n);
+                return Poll::Ready(Ok(()));
+            }
+            let mut raw = ReadBuf::new(&mut self.raw);
+            let polled = Pin::new(&mut *inner).poll_read(cx, &mut raw);
+            let n = raw.filled().len();
+            let taken = match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) if n == 0 => Ok(false),
+                Poll::Ready(Ok(())) => self.take_raw(n).map(|()| true),
+                Poll::Ready(Err(e)) => Err(e),
+            };
+            match taken {
+                Ok(true) => {}
+                ended => {
+                    self.ended = true;
+                    return Poll::Ready(ended.map(|_| ()));
+                }
+            }
         }
     }
 

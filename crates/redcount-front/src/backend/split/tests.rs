@@ -78,10 +78,37 @@ fn parsed(split: &mut Split) -> Vec<Value> {
     out
 }
 
-/// Random streams of random replies (nested, of every type, some past SMALL, some past the
-/// bound), read in random pieces: each reply reaches redis-rs in its place, as it was when
+/// Checks what redis-rs got (`got`) for `replies` sent: each in its place, as it was when
 /// small, as a marker that gives it back whole when larger, as a too-large marker past the
-/// bound; nothing is kept aside once taken back, and the budget is given back with them.
+/// bound; nothing left aside once taken back, and the budget given back with them.
+fn check(what: &str, replies: &[Vec<u8>], got: &[Value], aside: &Aside, budget: &Semaphore, bound: usize) {
+    assert_eq!(got.len(), replies.len(), "{what}: one value per reply");
+    let mut held = Vec::new();
+    for (i, (value, sent)) in got.iter().zip(replies).enumerate() {
+        let original = redis::parse_redis_value(sent).expect("a generated reply parses");
+        match aside.taken_value(value) {
+            None => {
+                assert!(sent.len() <= SMALL, "{what} reply {i}: a large reply passed as it is");
+                assert_eq!(value, &original, "{what} reply {i}");
+            }
+            Some(Marked::Large(bytes, permit)) => {
+                assert!(sent.len() > SMALL && sent.len() <= bound, "{what} reply {i}");
+                assert_eq!(&bytes, sent, "{what} reply {i}: kept whole");
+                let charged = permit.as_ref().map_or(0, |p| p.num_permits());
+                assert_eq!(charged, (sent.len() - SMALL) / 1024, "{what} reply {i}: KiB past SMALL");
+                held.push(permit);
+            }
+            Some(Marked::TooLarge) => assert!(sent.len() > bound, "{what} reply {i}: {} bytes", sent.len()),
+            Some(Marked::BudgetSpent) => panic!("{what} reply {i}: the budget was ample"),
+        }
+    }
+    assert!(aside.kept.lock().unwrap().is_empty(), "{what}: nothing left aside");
+    drop(held);
+    assert_eq!(budget.available_permits(), 1 << 20, "{what}: the budget given back");
+}
+
+/// Random streams of random replies (nested, of every type, some past SMALL, some past the
+/// bound), taken in random pieces: see [`check`].
 #[test]
 fn each_reply_reaches_its_place_whole_or_marked() {
     let (seed, mut rand) = rng();
@@ -101,36 +128,70 @@ fn each_reply_reaches_its_place_whole_or_marked() {
             at += n;
             got.extend(parsed(&mut split));
         }
-        assert_eq!(got.len(), replies.len(), "case {case} (seed {seed}): one value per reply");
-        let mut held = Vec::new();
-        for (i, (value, sent)) in got.iter().zip(&replies).enumerate() {
-            let what = aside.taken_value(value);
-            let original = redis::parse_redis_value(sent).expect("a generated reply parses");
-            match what {
-                None => {
-                    assert!(sent.len() <= SMALL, "case {case} reply {i} (seed {seed}): a large reply passed as it is");
-                    assert_eq!(value, &original, "case {case} reply {i} (seed {seed})");
-                }
-                Some(Marked::Large(bytes, permit)) => {
-                    assert!(sent.len() > SMALL && sent.len() <= bound, "case {case} reply {i} (seed {seed})");
-                    assert_eq!(&bytes, sent, "case {case} reply {i} (seed {seed}): kept whole");
-                    let charged = permit.as_ref().map_or(0, |p| p.num_permits());
-                    assert_eq!(
-                        charged,
-                        (sent.len() - SMALL) / 1024,
-                        "case {case} reply {i} (seed {seed}): KiB past SMALL"
-                    );
-                    held.push(permit);
-                }
-                Some(Marked::TooLarge) => {
-                    assert!(sent.len() > bound, "case {case} reply {i} (seed {seed}): {} bytes", sent.len())
-                }
-                Some(Marked::BudgetSpent) => panic!("case {case} reply {i} (seed {seed}): the budget was ample"),
+        check(&format!("case {case} (seed {seed})"), &replies, &got, &aside, &budget, bound);
+    }
+}
+
+/// Redis's side of a connection in memory: the stream, handed out in pieces of random sizes.
+struct Pieces<F> {
+    stream: Vec<u8>,
+    at: usize,
+    rand: F,
+}
+
+impl<F: FnMut(u64) -> u64 + Unpin> AsyncRead for Pieces<F> {
+    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let most = if (self.rand)(2) == 0 { 8 } else { 40_000 };
+        let n = ((self.rand)(most) as usize + 1).min(self.stream.len() - self.at).min(buf.remaining());
+        let at = self.at;
+        buf.put_slice(&self.stream[at..at + n]);
+        self.at += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The same through [`Split::poll_read`], as redis-rs reads, into buffers of random sizes, to
+/// the stream's end.
+#[test]
+fn reading_as_redis_rs_does_gives_each_reply_in_its_place() {
+    let (seed, mut rand) = rng();
+    let (bound, waker) = (64 * 1024, std::task::Waker::noop());
+    for case in 0..300 {
+        let aside = Arc::new(Aside::new(bound, Duration::from_secs(60)));
+        let budget = Arc::new(Semaphore::new(1 << 20));
+        let mut split = Split::new(aside.clone(), Some(budget.clone()));
+        let replies: Vec<Vec<u8>> = (0..rand(12) + 1).map(|_| reply(&mut rand, 3, 2 * bound)).collect();
+        let (x, rest) = (rand(u64::MAX) | 1, replies.concat());
+        let mut redis = Pieces { stream: rest, at: 0, rand: xorshift(x) };
+        let mut out = Vec::new();
+        loop {
+            let mut space = vec![0u8; rand(20_000) as usize + 1];
+            let mut buf = ReadBuf::new(&mut space);
+            let polled = split.poll_read(&mut redis, &mut Context::from_waker(waker), &mut buf);
+            assert!(matches!(polled, Poll::Ready(Ok(()))), "case {case} (seed {seed}): {polled:?}");
+            if buf.filled().is_empty() {
+                break;
             }
+            out.extend_from_slice(buf.filled());
         }
-        assert!(aside.kept.lock().unwrap().is_empty(), "case {case} (seed {seed}): nothing left aside");
-        drop(held);
-        assert_eq!(budget.available_permits(), 1 << 20, "case {case} (seed {seed}): the budget given back");
+        let mut got = Vec::new();
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let end = Framing::default().feed(rest).unwrap().expect("whole replies only");
+            got.push(redis::parse_redis_value(&rest[..end]).expect("what redis-rs is given parses"));
+            rest = &rest[end..];
+        }
+        check(&format!("case {case} (seed {seed})"), &replies, &got, &aside, &budget, bound);
+        assert!(split.ended, "the stream's end is seen");
+    }
+}
+
+fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 + Unpin {
+    move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n.max(1)
     }
 }
 
