@@ -19,14 +19,19 @@ const EMPTY = new Uint8Array(0);
 const text = new TextDecoder();
 const utf8 = new TextEncoder();
 
+// The module's memory as bytes: one view, made again only once the memory has grown (which
+// detaches the old one), rather than a view per call.
+let view = new Uint8Array(memory.buffer);
+const mem = () => (view.byteLength === 0 ? (view = new Uint8Array(memory.buffer)) : view);
+
 // Writes `str` (UTF-8) then `bytes` into the wasm module's input buffer; returns the length
 // of `str` in bytes.
 function put(str, bytes = EMPTY) {
-  const room = str.length * 3 + bytes.length;
-  const at = input(room);
-  const view = new Uint8Array(memory.buffer, at, room);
-  const { written } = utf8.encodeInto(str, view);
-  view.set(bytes, written);
+  const room = str.length * 3;
+  const at = input(room + bytes.length);
+  const m = mem();
+  const { written } = utf8.encodeInto(str, m.subarray(at, at + room));
+  m.set(bytes, at + written);
   return written;
 }
 
@@ -34,8 +39,8 @@ const word = (b, at) => (b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) | (b[at + 
 
 // A call's output: a view of wasm memory, valid until the next call into the module.
 function output(at) {
-  const mem = new Uint8Array(memory.buffer);
-  return mem.subarray(at + 4, at + 4 + word(mem, at));
+  const m = mem();
+  return m.subarray(at + 4, at + 4 + word(m, at));
 }
 
 // Takes told to wait (a borrow of their subject is under way) wake when any exchange is
@@ -56,8 +61,7 @@ let restHeaders = null;
 function configured(env) {
   if (env === seenEnv) return;
   const parts = [];
-  for (const name of Object.keys(env)) {
-    const value = env[name];
+  for (const [name, value] of Object.entries(env)) {
     if (typeof value === "string" && name.startsWith("REDCOUNT_")) parts.push(name, value);
   }
   const vars = parts.join("\0");
@@ -74,10 +78,8 @@ function configured(env) {
   seenEnv = env;
 }
 
-function header(headers, name) {
-  const v = headers.get(name);
-  return v === null ? "-" : "+" + v;
-}
+// A header's value as the module reads it: `+value`, or `-` when absent.
+const mark = (v) => (v === null ? "-" : "+" + v);
 
 // The headers of the last response, reused while the next one's bytes are the same (most
 // responses carry exactly Content-Type and Cache-Control); Response copies them, never changes
@@ -96,7 +98,7 @@ function headerObject(block) {
   for (let i = 0; i + 1 < list.length; i += 2) {
     const [name, value] = [list[i], list[i + 1]];
     // A repeated name (none today) keeps every value, as HTTP lists do.
-    headers[name] = Object.hasOwn(headers, name) ? `${headers[name]}, ${value}` : value;
+    headers[name] = Object.hasOwn(headers, name) ? headers[name] + ", " + value : value;
   }
   lastBlock = block.slice();
   lastHeaders = headers;
@@ -106,7 +108,7 @@ function headerObject(block) {
 // A respond step as the platform's Response: status, the API's headers, the body (one copy).
 function respond(step) {
   const status = step[1] | (step[2] << 8);
-  const len = (step[3] | (step[4] << 8) | (step[5] << 16) | (step[6] << 24)) >>> 0;
+  const len = word(step, 3);
   const headers = headerObject(step.subarray(7, 7 + len));
   // slice: the body is copied out of wasm memory once, for the runtime to keep.
   return new Response(status === 204 ? null : step.slice(7 + len), { status, headers });
@@ -128,14 +130,7 @@ async function upTo(stream, max) {
       break;
     }
   }
-  const all = new Uint8Array(Math.min(size, max + 1));
-  let at = 0;
-  for (const c of chunks) {
-    const part = c.subarray(0, all.length - at);
-    all.set(part, at);
-    at += part.length;
-  }
-  return all;
+  return new Uint8Array(await new Blob(chunks).arrayBuffer(), 0, Math.min(size, max + 1));
 }
 
 // The REST reply's bytes, refused past MAX_REPLY as they arrive (a longer Content-Length
@@ -167,11 +162,21 @@ function errorText(e) {
   return e instanceof Error ? e.message || e.name : String(e);
 }
 
-// Drives the wasm module from its first step to its answer: each REST call it asks for, and
-// the text of a script Redis lost (from the static assets), then `finish(step)` on the last
-// step, at once (the step is a view of wasm memory, valid until the next call).
-async function drive(step, env, finish) {
-  while (step[0] === 1 || step[0] === 3) {
+// A step that is not final: send (1), wait (2), fetch a script (3).
+const going = (step) => step[0] > 0 && step[0] < 4;
+
+// Drives the wasm module from a step to its answer: each REST call it asks for, the text of a
+// script Redis lost (from the static assets), and `ask(mayWait)` again after a wait (a borrow of
+// the same subject under way; after a second, to be sent regardless); then `finish(step)` on the
+// last step, at once (the step is a view of wasm memory, valid until the next call).
+async function drive(step, env, finish, ask) {
+  const since = Date.now();
+  while (going(step)) {
+    if (step[0] === 2) {
+      await settled();
+      step = ask(Date.now() - since < 1000 ? 1 : 0);
+      continue;
+    }
     const id = word(step, 1);
     if (step[0] === 3) {
       // A NOSCRIPT: the script's text, which the module checks against its SHA-1.
@@ -208,64 +213,57 @@ async function drive(step, env, finish) {
   return finish(step);
 }
 
-// A call from its first step (`ask(mayWait)`, asked again while told to wait: a borrow of the
-// same subject under way; after a second, to be sent regardless) to `finish` of its last.
-async function first(ask, env, finish) {
-  const since = Date.now();
-  let step;
-  while ((step = ask(Date.now() - since < 1000 ? 1 : 0))[0] === 2) await settled();
-  return drive(step, env, finish);
-}
-
-// `finish` of a final step, then the background calls it asks for (after: `due` reuses the
-// output the step is a view of).
-const ending = (ctx, env, finish) => (step) => {
-  const more = step[0] & THEN_DUE;
-  try {
-    return finish(step);
-  } finally {
-    if (more) background(ctx, env);
-  }
-};
-
-async function serve(request, env, ctx) {
-  configured(env);
-  const h = request.headers;
-  const length = h.get("Content-Length");
-  const head =
-    request.method + "\0" + request.url + "\0" + header(h, "Authorization") + "\0" + header(h, "Origin") + "\0" +
-    header(h, "Idempotency-Key") + "\0" + (length === null ? "-" : "+" + length) + "\0" + json(ctx.props);
-  let body = EMPTY;
-  let bodyError = "-";
-  // Past MAX_BODY the wasm side answers 413: the body unread when its Content-Length is digits
-  // saying so, else read no further than MAX_BODY + 1 bytes, whatever a Content-Length that is
-  // not a number or lies says. An empty one (Content-Length: 0) is not waited for.
-  if (request.body !== null && length !== "0" && !(/^\d+$/.test(length) && Number(length) > MAX_BODY)) {
+// A call's answer, `finish` of its last step, then the background calls that step asks for
+// (after: `due` reuses the output the step is a view of). At once when its first step is final
+// (an answer from memory: nothing to await, no exchange parked, no promise made); else driven
+// to its end, run to it even if the runtime cancels the call (its client gone): each REST call
+// is bounded, and the end frees the exchange, which would otherwise stay parked in the module.
+function start(ctx, env, ask, finish) {
+  const end = (step) => {
+    const more = step[0] & THEN_DUE;
     try {
-      body = await upTo(request.body, MAX_BODY);
-    } catch (e) {
-      bodyError = "+" + errorText(e).replaceAll("\0", " ");
+      return finish(step);
+    } finally {
+      if (more) background(ctx, env);
     }
-  }
-  const ask = (mayWait) => output(handle(put(head + "\0" + bodyError, body), body.length, Date.now(), mayWait));
-  return first(ask, env, ending(ctx, env, respond));
-}
-
-// A call the runtime cancels (its client gone) would otherwise stop at its next await, its
-// exchange parked in the module for good: it runs to its end (each REST call is bounded) and
-// frees it.
-function toEnd(ctx, answer) {
+  };
+  const step = ask(1);
+  if (!going(step)) return end(step);
+  const answer = drive(step, env, end, ask);
   ctx.waitUntil(answer.catch(() => {}));
   return answer;
 }
 
+function serve(request, env, ctx) {
+  configured(env);
+  const h = request.headers;
+  const length = h.get("Content-Length");
+  const head =
+    request.method + "\0" + request.url + "\0" + mark(h.get("Authorization")) + "\0" + mark(h.get("Origin")) + "\0" +
+    mark(h.get("Idempotency-Key")) + "\0" + mark(length) + "\0" + json(ctx.props) + "\0";
+  // Past MAX_BODY the wasm side answers 413: the body unread when its Content-Length is digits
+  // saying so, else read no further than MAX_BODY + 1 bytes, whatever a Content-Length that is
+  // not a number or lies says. An empty one (Content-Length: 0) is not waited for.
+  let body = EMPTY;
+  let bodyError = "-";
+  const ask = (mayWait) => output(handle(put(head + bodyError, body), body.length, Date.now(), mayWait));
+  const go = () => start(ctx, env, ask, respond);
+  if (length !== "0" && request.body !== null && !(/^\d+$/.test(length) && Number(length) > MAX_BODY)) {
+    const read = upTo(request.body, MAX_BODY)
+      .then(
+        (b) => (body = b),
+        (e) => (bodyError = "+" + errorText(e).replaceAll("\0", " ")),
+      )
+      .then(go);
+    ctx.waitUntil(read.catch(() => {}));
+    return read;
+  }
+  return go();
+}
+
 // HTTP requests, public or through a Service binding to this default entrypoint, whose props
 // (`ctx.props`) the module reads as the `Redcount` entrypoint's.
-export default {
-  fetch(request, env, ctx) {
-    return toEnd(ctx, serve(request, env, ctx));
-  },
-};
+export default { fetch: serve };
 
 // An argument's JSON, or a text that is not JSON for what JSON cannot hold (a function, a
 // BigInt, a cycle): the module refuses it, naming the argument.
@@ -296,7 +294,7 @@ export class Redcount extends WorkerEntrypoint {
   // HTTP requests through a binding to this entrypoint, read with its props: a binding to the
   // default export passes through the static-assets router first, which hands it none.
   fetch(request) {
-    return toEnd(this.ctx, serve(request, this.env, this.ctx));
+    return serve(request, this.env, this.ctx);
   }
 
   // The isolate's parked exchanges and memory (admin bindings only).
@@ -315,6 +313,6 @@ for (let m = 0; m < methods.length; m += 2) {
     const texts = [args.slice(0, params), args[params + 1], args[params]].map((a) => cut(json(a)));
     const call = [index, json(this.ctx.props), ...texts];
     const ask = (mayWait) => output(rpc(put(call.join("\0")), Date.now(), mayWait));
-    return toEnd(this.ctx, first(ask, this.env, ending(this.ctx, this.env, settle)));
+    return start(this.ctx, this.env, ask, settle);
   };
 }

@@ -228,12 +228,12 @@ fn local_decisions(
         }
     }
     let mut t = String::from(
-        "| load | worker | requests/s | CPU per request | script calls per 1,000 requests | Redis commands per 1,000 | each run (req/s; script calls per 1,000) |\n\
+        "| load | worker | requests/s | CPU per request | script calls per 1,000 requests | Redis commands per 1,000 | each run (req/s; script calls per 1,000; CPU µs) |\n\
          |---|---|---:|---:|---:|---:|---|\n",
     );
     for ((load, name, ..), r) in rows.iter().zip(&runs) {
         let col = |i: usize| workerd::median(&r.iter().map(|x| x[i]).collect::<Vec<_>>());
-        let each: Vec<String> = r.iter().map(|x| format!("{:.0}; {:.1}", x[0], x[2])).collect();
+        let each: Vec<String> = r.iter().map(|x| format!("{:.0}; {:.1}; {:.0}", x[0], x[2], x[1])).collect();
         let _ = writeln!(
             t,
             "| {load} | {name} | {:.0} | {:.0} µs | {:.1} | {:.1} | {} |",

@@ -863,9 +863,9 @@ pub(crate) fn call_in<R: RngCore + ?Sized>(
             let step = match (local, ex.plan.take().map(|p| *p)) {
                 (Some((l, may_wait)), Some(local::Plan::Quota(plan))) => l.quota(config, caller, ex, plan, may_wait)?,
                 (Some((l, _)), Some(local::Plan::Decision(plan))) => l.decision(ex, plan),
-                (Some((l, _)), Some(local::Plan::Forget { prefixes, decisions })) => {
-                    l.forget(&prefixes, &decisions);
-                    ex.plan = Some(Box::new(local::Plan::Forget { prefixes, decisions }));
+                (Some((l, _)), Some(local::Plan::Forget(f))) => {
+                    l.forget(&f);
+                    ex.plan = Some(Box::new(local::Plan::Forget(f)));
                     Step::Send(ex)
                 }
                 _ => Step::Send(ex),

@@ -114,10 +114,27 @@ pub(crate) enum Plan {
     /// An admin override, refund or reset of one subject's policy, or a reservation's
     /// settle, extend or release (units given back): the subject's denials of those policies
     /// go, and its decisions'.
-    Forget { prefixes: Vec<String>, decisions: String },
+    Forget(Forgets),
     /// Learnt when sent (a return, or a call after the local state's time).
     Nothing,
 }
+
+/// The denials a [`Plan::Forget`] drops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Forgets {
+    /// Every key of the subject's quotas of those policies starts with one of these.
+    prefixes: Vec<String>,
+    /// Every decision key of the subject starts with this.
+    decisions: String,
+    /// For `TENANT/USER`: units given back to the tenant's own counter may admit any user of
+    /// the tenant, so every user's tenant-level denials of those policies (keys starting with
+    /// one of these, ending in the tenant mark) and every user's decisions (starting with the
+    /// last) go too.
+    tenant: Option<(Vec<String>, String)>,
+}
+
+/// The end of a tenant-level part's key (after the cost's digits, so never a policy's name).
+const TENANT_MARK: &str = "\0t";
 
 impl Plan {
     /// True for a borrow, or a refresh others may wait for.
@@ -390,7 +407,7 @@ impl Local {
         match r.plan.take().map(|p| *p) {
             Some(Plan::Quota(plan)) => self.learn_quota(&plan, seen),
             Some(Plan::Decision(plan)) => self.learn_decision(&plan, seen),
-            Some(Plan::Forget { prefixes, decisions }) => self.forget(&prefixes, &decisions),
+            Some(Plan::Forget(f)) => self.forget(&f),
             Some(Plan::Nothing) | None => {}
         }
         r
@@ -811,9 +828,15 @@ impl Local {
     /// An override, refund or reset through this shell (or units a reservation gave back):
     /// the subject's denials of those policies (every cost, every definition) and its
     /// decisions go.
-    pub(crate) fn forget(&mut self, prefixes: &[String], decisions: &str) {
+    pub(crate) fn forget(&mut self, f: &Forgets) {
         self.forgets += 1;
-        self.denials.retain(|key| !key.starts_with(decisions) && !prefixes.iter().any(|p| key.starts_with(p.as_str())));
+        let starts = |key: &str, prefixes: &[String]| prefixes.iter().any(|p| key.starts_with(p.as_str()));
+        self.denials.retain(|key| {
+            let tenant = f.tenant.as_ref().is_some_and(|(parts, decisions)| {
+                key.starts_with(decisions.as_str()) || (key.ends_with(TENANT_MARK) && starts(key, parts))
+            });
+            !tenant && !key.starts_with(&f.decisions) && !starts(key, &f.prefixes)
+        });
     }
 
     /// The plan of a take or peek of `policy` (a quota) by `caller`.
@@ -861,7 +884,7 @@ impl Local {
         let mut repeatable = true;
         for ((policy, algorithm), &(cost, level)) in kinds.iter().zip(costs) {
             let fp = config.fingerprint(policy).unwrap_or(0);
-            let tenant = if level == Level::Tenant { "\0t" } else { "" };
+            let tenant = if level == Level::Tenant { TENANT_MARK } else { "" };
             whole.push('\0');
             whole.push_str(policy);
             whole.push('\0');
@@ -888,15 +911,29 @@ impl Local {
     pub(crate) fn forget_plan<'p>(caller: &Caller, policies: impl IntoIterator<Item = &'p str>, subject: &str) -> Plan {
         // Every definition's: the key up to the fingerprint.
         let fp_digits = itoa::Buffer::new().format(0u64).len();
-        let prefixes = policies
-            .into_iter()
-            .map(|policy| {
-                let mut prefix = subject_key(caller, policy, subject, 0);
-                prefix.truncate(prefix.len() - fp_digits);
-                prefix
-            })
-            .collect();
-        Plan::Forget { prefixes, decisions: decisions_prefix(caller, subject) }
+        let policies: Vec<&str> = policies.into_iter().collect();
+        let prefixes_of = |subject: &str| -> Vec<String> {
+            policies
+                .iter()
+                .map(|policy| {
+                    let mut prefix = subject_key(caller, policy, subject, 0);
+                    prefix.truncate(prefix.len() - fp_digits);
+                    prefix
+                })
+                .collect()
+        };
+        // `TENANT/` in place of the subject: the keys of every user of the tenant.
+        let tenant = subject.split_once('/').map(|(tenant, _)| {
+            let users = [tenant, "/"].concat();
+            let mut parts = prefixes_of(&users);
+            parts.iter_mut().for_each(|p| {
+                p.truncate(p.len() - 1); // the `\0` after the subject
+            });
+            let mut decisions = decisions_prefix(caller, &users);
+            decisions.pop();
+            (parts, decisions)
+        });
+        Plan::Forget(Forgets { prefixes: prefixes_of(subject), decisions: decisions_prefix(caller, subject), tenant })
     }
 }
 

@@ -686,3 +686,36 @@ fn a_tenant_level_denial_and_a_user_level_one_of_a_subject_are_apart() {
     s.answers(req("POST", &take("daily", "acme/u1"), "", false), 100);
     s.sends(req("POST", "/api/decisions/acme/u1", tenant, false), 100);
 }
+
+/// Units given back to a tenant's own counter (a reservation of `TENANT/USER` closed) may admit
+/// any user of the tenant: every user's tenant-level denials of that policy go at once in this
+/// shell; a user-level denial, and another tenant's, stay.
+#[test]
+fn units_given_back_to_a_tenant_drop_every_users_tenant_level_denials() {
+    let tenant = r#"{"parts": [{"policy": "daily", "level": "tenant"}]}"#;
+    let denied = json!([0, 1, 50_000, 1, 0, 3, 0, 50_000, 50_000, 0, 0]);
+    for act in ["release", "settle", "extend"] {
+        let mut s = shell();
+        let parts = r#"{"parts":[{"policy":"daily","units":1,"level":"tenant"}]}"#;
+        let reserve = s.sends(req("POST", "/api/reservations/acme/u2", parts, false), 0);
+        let r = s.reply(reserve, json!([1, 0, 0, 1, 60_000, 1, 1, 3, 0, 50_000, 0, 1, 0]), 0);
+        let id = json_of(&r)["reservation"].as_str().unwrap_or_else(|| panic!("no id: {}", r.body)).to_string();
+        s.through(req("POST", "/api/decisions/acme/u1", tenant, false), denied.clone(), 5);
+        s.through(req("POST", "/api/decisions/acmex/u1", tenant, false), denied.clone(), 10);
+        s.through(req("POST", &take("daily", "acme/u3"), "", false), json!([0, 3, 0, 50_000, 50_000]), 15);
+        for path in ["/api/decisions/acme/u1", "/api/decisions/acmex/u1"] {
+            s.answers(req("POST", path, tenant, false), 20);
+        }
+        s.answers(req("POST", &take("daily", "acme/u3"), "", false), 20);
+        let body = match act {
+            "settle" => r#"{"actual": [{"policy": "daily", "units": 0}]}"#,
+            "extend" => r#"{"used": [{"policy": "daily", "units": 0}]}"#,
+            _ => "{}",
+        };
+        let close = s.sends(req("POST", &format!("/api/reservations/acme/u2/{id}/{act}"), body, false), 30);
+        s.sends(req("POST", "/api/decisions/acme/u1", tenant, false), 31);
+        s.answers(req("POST", "/api/decisions/acmex/u1", tenant, false), 31);
+        s.answers(req("POST", &take("daily", "acme/u3"), "", false), 31);
+        drop(close);
+    }
+}

@@ -96,8 +96,12 @@ pub async fn cluster_call_via(
     };
     let watch = conn.unreachable_target(cmd, aim.as_ref(), Instant::now());
     let mut watch = std::pin::pin!(watch);
+    // The longest try so far: a try sent again must have that much time left (twice), or the
+    // time limit would cut it and turn "did not run" into "may have run".
+    let mut longest = Duration::ZERO;
     loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        let started = Instant::now();
+        let remaining = deadline.saturating_duration_since(started);
         let tried = tokio::time::timeout(remaining, conn.with(|c| attempt(c, cmd, &hop, wait)));
         let e = tokio::select! {
             out = tried => match out {
@@ -123,9 +127,10 @@ pub async fn cluster_call_via(
             }
             _ => return Err(Stop::Failed(e)),
         };
+        longest = longest.max(started.elapsed());
         // MOVED: redis-rs refreshes its slot map; a short pause lets it finish.
         let wait = if wait { pause } else { Duration::ZERO };
-        if Instant::now() + wait >= deadline {
+        if Instant::now() + wait + 2 * longest >= deadline {
             return Err(match e.kind() {
                 // Still unavailable: Redis's own answer.
                 ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => Stop::Failed(e),

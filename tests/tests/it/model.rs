@@ -210,6 +210,17 @@ struct Api {
 
 impl Api {
     async fn once(&self, method: &str, path: &str, body: &str, key: Option<&str>) -> Result<(u16, Value), String> {
+        self.once_marked(method, path, body, key).await.map(|(answer, _)| answer)
+    }
+
+    /// [`Api::once`], and whether the answer was a stored one (`Idempotent-Replayed`).
+    async fn once_marked(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        key: Option<&str>,
+    ) -> Result<((u16, Value), bool), String> {
         let mut req = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
@@ -219,35 +230,48 @@ impl Api {
         }
         let resp = req.send().await.map_err(|e| format!("no answer: {e}"))?;
         let status = resp.status().as_u16();
+        let replayed = resp.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
         let text = resp.text().await.map_err(|e| format!("answer cut: {e}"))?;
-        Ok((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+        Ok(((status, serde_json::from_str(&text).unwrap_or(Value::String(text))), replayed))
     }
 
     /// Sends a request; while its outcome is unknown (503, or no answer) and `retry` (a keyed
     /// request, or one idempotent by itself), sends it again, for about 3 s at most.
     async fn call(&self, method: &str, path: &str, body: &str, key: Option<&str>, retry: bool) -> Timed<(u16, Value)> {
+        self.call_marked(method, path, body, key, retry).await.0
+    }
+
+    /// [`Api::call`], and whether its answer was a stored one (`Idempotent-Replayed`).
+    async fn call_marked(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        key: Option<&str>,
+        retry: bool,
+    ) -> (Timed<(u16, Value)>, bool) {
         let s = now_ms();
         let mut unknown: Option<String> = None;
         let mut attempts = 0;
         loop {
             let last = now_ms();
-            let got = self.once(method, path, body, key).await;
+            let got = self.once_marked(method, path, body, key).await;
             let r = now_ms();
             let why = match got {
-                Ok((503, v)) => format!("503 {v}"),
+                Ok(((503, v), _)) => format!("503 {v}"),
                 Err(e) => e,
-                Ok((507, _)) => {
+                Ok(((507, _), _)) => {
                     let out = match unknown {
                         Some(u) => Outcome::Unknown(u), // an earlier attempt may have applied
                         None => Outcome::Refused,
                     };
-                    return Timed { s, last, r, out };
+                    return (Timed { s, last, r, out }, false);
                 }
-                Ok(answer) => return Timed { s, last, r, out: Outcome::Done(answer) },
+                Ok((answer, replayed)) => return (Timed { s, last, r, out: Outcome::Done(answer) }, replayed),
             };
             attempts += 1;
             if !retry || attempts >= 60 {
-                return Timed { s, last, r, out: Outcome::Unknown(why) };
+                return (Timed { s, last, r, out: Outcome::Unknown(why) }, false);
             }
             unknown = Some(why);
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1378,7 +1402,7 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
         let mine: Vec<SemKeyed> = keyed.lock().unwrap().iter().filter(|k| k.holder == holder).cloned().collect();
         if !mine.is_empty() && c.rng.percent(12) {
             let k = &mine[c.rng.index(mine.len())];
-            let t = c.api.call("POST", &k.path, &k.body, Some(&k.key), false).await;
+            let (t, stored) = c.api.call_marked("POST", &k.path, &k.body, Some(&k.key), false).await;
             let t = c.decode(t, "semaphore replay", sem_parse);
             if let Some(o) = t.done() {
                 // A stored grant is replayed as the lease held now (its code) or not_holder; a
@@ -1395,16 +1419,11 @@ async fn semaphore_round(mut c: Client, keyed: Arc<Mutex<Vec<SemKeyed>>>) -> (Cl
                 if !ok {
                     c.fail(format!("{name}: {:?} replayed: first {:?}, now {o:?}", k.action, k.answer));
                 }
-                // A renew first answered not_holder stored no reply (semaphore.lua): this is a
-                // new call, which may renew a lease taken since; its answer tells the lease's
-                // end either way (a stored renewal's replay reports the lease left now).
-                let fresh = k.action == Action::Renew && k.answer.result == NotHolder;
-                if fresh && o.result == Renewed {
-                    // Stored now: later replays of this key tell this renewal's lease.
-                    keyed.lock().unwrap().iter_mut().filter(|e| e.key == k.key).for_each(|e| e.answer = *o);
-                }
-                if evidence || fresh {
-                    out.push(SemCall { holder, action: k.action, lease: SEM_LEASE, replay: !fresh, via: "http", t });
+                // Not a stored answer: the first call stored no reply (a renew answered
+                // not_holder, semaphore.lua), so this one ran anew and may have renewed a lease
+                // taken since.
+                if evidence || !stored {
+                    out.push(SemCall { holder, action: k.action, lease: SEM_LEASE, replay: stored, via: "http", t });
                 }
             }
             continue;
