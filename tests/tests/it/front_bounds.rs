@@ -546,3 +546,95 @@ fn a_reply_past_the_output_limit_is_a_400_after_a_redis_restart_too() {
     assert_eq!(*status, 400, "{:?}", answers.iter().map(|(s, b)| (s, &b[..b.len().min(200)])).collect::<Vec<_>>());
     assert!(body.contains("--redis-output-limit-bytes") || body.contains("--max-response-bytes"), "{body}");
 }
+
+/// Users' scripts share the pipelined connections with every other small call, their replies
+/// bounded one by one as they are read: random scripts from several clients at once, each
+/// answering its own text at a random size (a few bytes, tens of KiB kept aside, or past the
+/// bound), or an array of such texts, beside INCRs. Every reply reaches its own request whole,
+/// one past the bound is a 400 naming the flag without failing the others, and every command
+/// ran once. `REDCOUNT_SEED` replays a run.
+#[test]
+fn scripts_sharing_connections_get_their_own_replies_bounded_one_by_one() {
+    let redis = RedisServer::start();
+    let bound = 256 * 1024;
+    let front = Front::start_with(&redis.url(), false, &["--max-response-bytes", &bound.to_string()]);
+    let seed: u64 = std::env::var("REDCOUNT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    println!("seed {seed} (replay: REDCOUNT_SEED={seed})");
+    let text = "redis.call('INCR', KEYS[1]) return string.rep(ARGV[1], tonumber(ARGV[2]))";
+    let array = "redis.call('INCR', KEYS[1]) local t = {} for i = 1, 3 do t[i] = string.rep(ARGV[1], tonumber(ARGV[2])) end return t";
+    let (port, token) = (front.port(), front.token.clone());
+    let clients: Vec<_> = (0..8u64)
+        .map(|client| {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                let mut x = (seed ^ (client + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+                let mut rand = move |n: u64| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % n
+                };
+                let mut ran = 0;
+                for i in 0..30 {
+                    if rand(3) == 0 {
+                        let (status, body) = request(port, "POST", "/", &token, r#"["INCR", "ran"]"#);
+                        assert_eq!(status, 200, "client {client} call {i} (seed {seed}): {body}");
+                        ran += 1;
+                        continue;
+                    }
+                    let piece = format!("<{client}.{i}>");
+                    let (script, copies) = if rand(2) == 0 { (text, 1) } else { (array, 3) };
+                    // Replies of about: 30 bytes, 5-180 KiB, or 1.5x the bound (under Redis's
+                    // output limit, the bound + 1 MiB, past which Redis drops the connection).
+                    let past = (3 * 256 * 1024 / 2 / (copies * piece.len())) as u64;
+                    let times = [2, 500 + rand(6_000), past][rand(3) as usize];
+                    let call = serde_json::json!(["EVAL", script, "1", "ran", piece, times.to_string()]);
+                    let (status, body) = request(port, "POST", "/", &token, &call.to_string());
+                    ran += 1;
+                    let size = copies * piece.len() * times as usize;
+                    let what = format!("client {client} call {i} (seed {seed}): {size} bytes");
+                    if size > 256 * 1024 {
+                        assert_eq!(status, 400, "{what}: {}", &body[..body.len().min(200)]);
+                        assert!(body.contains("--max-response-bytes"), "{what}: {}", &body[..body.len().min(200)]);
+                        continue;
+                    }
+                    assert_eq!(status, 200, "{what}: {}", &body[..body.len().min(200)]);
+                    let one = piece.repeat(times as usize);
+                    let want = if copies == 1 { serde_json::json!(one) } else { serde_json::json!([one, one, one]) };
+                    let got: serde_json::Value = serde_json::from_str(&unchunked(&body)).unwrap();
+                    assert!(got["result"] == want, "{what}: another reply: {}", &body[..body.len().min(200)]);
+                }
+                ran
+            })
+        })
+        .collect();
+    let ran: i64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let counted: i64 = redis::cmd("GET").arg("ran").query(&mut redis.conn()).unwrap();
+    assert_eq!(counted, ran, "every command ran once, those answered 400 too (seed {seed})");
+    // Past Redis's output limit (the bound + 1 MiB) Redis drops the shared connection: the
+    // script's request is told which bound, and the next requests are served.
+    let call = serde_json::json!(["EVAL", text, "1", "ran", "x", (2 << 20).to_string()]);
+    let (status, body) = request(port, "POST", "/", &token, &call.to_string());
+    assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+    assert!(body.contains("--redis-output-limit-bytes"), "{body}");
+    assert_eq!(request(port, "POST", "/", &token, r#"["INCR", "ran"]"#), (200, format!(r#"{{"result":{}}}"#, ran + 2)));
+}
+
+/// A response body as sent, whether whole or in HTTP/1.1 chunks.
+fn unchunked(body: &str) -> String {
+    if body.starts_with('{') {
+        return body.to_string();
+    }
+    let (mut out, mut rest) = (String::new(), body);
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    out
+}

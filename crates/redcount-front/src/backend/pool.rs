@@ -13,20 +13,29 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, RedisResult, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::split::{Aside, Marked, Split};
 use super::{Failed, Held};
 
 /// A few connections that many requests share at once (commands pipelined by redis-rs):
-/// fewer reads and writes for Redis, so more throughput, but no reply bound. Only for
-/// requests whose replies are small by construction (redcount's own scripts).
+/// fewer reads and writes for Redis, so more throughput. Each reply is bounded as it is read
+/// ([`Split`]), so they also carry commands whose reply may be large, as long as they neither
+/// block nor change their connection (a user's script).
 pub(super) struct Shared {
     conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
     next: AtomicUsize,
+    /// Their replies larger than 16 KiB, until their requests take them.
+    aside: Arc<Aside>,
 }
 
 impl Shared {
-    /// `n` shared connections, made on first use.
-    pub(super) fn new(n: usize) -> Self {
-        Shared { conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
+    /// `n` shared connections, made on first use; replies past `bound` bytes are refused, and
+    /// a large one is kept for its request at most `keep`.
+    pub(super) fn new(n: usize, bound: usize, keep: Duration) -> Self {
+        Shared {
+            conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            aside: Arc::new(Aside::new(bound, keep)),
+        }
     }
 
     async fn get(&self, pool: &Pool) -> Result<(usize, MultiplexedConnection), Failed> {
@@ -38,26 +47,64 @@ impl Shared {
         if slot.is_none() {
             // No timer of redis-rs's own per command: every request on these connections runs
             // under the request's timeout already.
-            *slot = Some(Box::pin(pool.dial(usize::MAX, None)).await?);
+            *slot = Some(Box::pin(pool.dial(usize::MAX, None, Some(&self.aside))).await?);
         }
         Ok((i, slot.as_ref().expect("made above").conn.clone()))
     }
 
-    /// Runs `call` on a shared connection; one that failed other than by an error reply is
-    /// dropped, and made again by its next use.
-    pub(super) async fn run<T>(
+    /// Runs `call` (a command, or a pipeline when `entries`) on a shared connection; one that
+    /// failed other than by an error reply is dropped, and made again by its next use. A reply
+    /// kept aside is taken back (what it holds of the budget goes to `held`).
+    pub(super) async fn run(
         &self,
         pool: &Pool,
-        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>,
-    ) -> Result<T, Failed> {
+        held: &mut Held,
+        entries: bool,
+        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<Value>,
+    ) -> Result<Value, Failed> {
         let (i, mut conn) = self.get(pool).await?;
-        let result = call(&mut conn).await;
-        if let Err(e) = &result
-            && (e.code().is_none() || e.is_io_error())
-        {
+        let result = match call(&mut conn).await {
+            Err(e) => match self.aside.taken(&e) {
+                Some(marked) => self.taken(marked, held, entries),
+                None => {
+                    if e.code().is_none() || e.is_io_error() {
+                        *self.conns[i].lock().await = None;
+                    }
+                    return Err(Failed::Redis(e));
+                }
+            },
+            Ok(Value::Array(items)) if entries => items
+                .into_iter()
+                .map(|v| match self.aside.taken_value(&v) {
+                    Some(marked) => self.taken(marked, held, true),
+                    None => Ok(v),
+                })
+                .collect::<Result<Vec<_>, Failed>>()
+                .map(Value::Array),
+            Ok(value) => Ok(value),
+        };
+        // A reply past the bound is read to its end before the next one: no new request
+        // queues behind that on this connection.
+        if matches!(result, Err(Failed::TooLarge { .. } | Failed::BudgetSpent)) {
             *self.conns[i].lock().await = None;
         }
-        result.map_err(Failed::Redis)
+        result
+    }
+
+    /// What a marker stands for: the large reply it kept, parsed (its charge goes to `held`;
+    /// an error reply is the failure of a command, an entry of a pipeline's), or the refusal.
+    fn taken(&self, marked: Marked, held: &mut Held, entry: bool) -> Result<Value, Failed> {
+        match marked {
+            Marked::Large(bytes, permit) => {
+                held.keep(permit);
+                match redis::parse_redis_value(&bytes).map_err(Failed::Redis)? {
+                    Value::ServerError(e) if !entry => Err(Failed::Redis(e.into())),
+                    value => Ok(value),
+                }
+            }
+            Marked::TooLarge => Err(Failed::TooLarge { bound: self.aside.bound }),
+            Marked::BudgetSpent => Err(Failed::BudgetSpent),
+        }
     }
 }
 
@@ -137,12 +184,22 @@ struct Counted<S> {
     limit: usize,
     closed: Arc<AtomicBool>,
     charge: Arc<Mutex<Charge>>,
+    /// On a shared connection: each reply bounded instead of the stream.
+    split: Option<Box<Split>>,
+}
+
+impl Counted<()> {
+    /// These counters around `inner`.
+    fn around<S>(self, inner: S) -> Counted<S> {
+        let Counted { read, limit, closed, charge, split, .. } = self;
+        Counted { inner, read, limit, closed, charge, split }
+    }
 }
 
 /// Replies being read count against the front's budget of large replies in flight, as they
 /// arrive: many requests at once cannot each read their bound before anything says no.
 #[derive(Default)]
-struct Charge {
+pub(super) struct Charge {
     budget: Option<Arc<tokio::sync::Semaphore>>,
     /// Bytes read free of charge (small replies), then bytes not yet charged (under 1 KiB).
     free: usize,
@@ -152,8 +209,18 @@ struct Charge {
 }
 
 impl Charge {
+    /// Charges to `budget` (if any) what is read past the first `free` bytes.
+    pub(super) fn new(budget: Option<Arc<tokio::sync::Semaphore>>, free: usize) -> Self {
+        Charge { budget, free, ..Charge::default() }
+    }
+
+    /// What was charged so far, taken over by whoever holds the reply.
+    pub(super) fn into_held(self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.held
+    }
+
     /// Charges `n` more bytes; false when the budget is spent.
-    fn add(&mut self, n: usize) -> bool {
+    pub(super) fn add(&mut self, n: usize) -> bool {
         let Some(budget) = &self.budget else { return true };
         let free = n.min(self.free);
         self.free -= free;
@@ -182,6 +249,13 @@ impl Charge {
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(split) = this.split.as_deref_mut() {
+            let polled = split.poll_read(&mut this.inner, cx, buf);
+            if split.ended {
+                this.closed.store(true, Ordering::Relaxed);
+            }
+            return polled;
+        }
         let before = buf.filled().len();
         let room = buf.remaining() > 0;
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -267,11 +341,18 @@ impl Pool {
         Lease { pool: self, index, slot, _permit: permit, clean: false }
     }
 
-    /// A new connection whose reads fail past `limit` bytes (since its counter was reset),
-    /// after the pool's on-connect commands.
-    async fn dial(&self, limit: usize, response_timeout: Option<Duration>) -> Result<Conn, Failed> {
+    /// A new connection whose reads fail past `limit` bytes (since its counter was reset), or
+    /// whose replies are each bounded when `aside` keeps its large ones, after the pool's
+    /// on-connect commands.
+    async fn dial(
+        &self,
+        limit: usize,
+        response_timeout: Option<Duration>,
+        aside: Option<&Arc<Aside>>,
+    ) -> Result<Conn, Failed> {
+        let split = aside.map(|a| (a.clone(), self.budget.get().cloned()));
         let mut made =
-            open(&self.info, limit, self.connect_timeout, response_timeout).await.map_err(Failed::connecting)?;
+            open(&self.info, limit, self.connect_timeout, response_timeout, split).await.map_err(Failed::connecting)?;
         match self.on_connect.get() {
             Some(OnConnect::Here(cmds)) => {
                 for cmd in cmds {
@@ -280,7 +361,9 @@ impl Pool {
             }
             Some(OnConnect::Via(cmds, via)) => {
                 // A connection of the URL's user for just this, closed after.
-                if let Ok(mut other) = open(via, usize::MAX, self.connect_timeout, Some(self.response_timeout)).await {
+                if let Ok(mut other) =
+                    open(via, usize::MAX, self.connect_timeout, Some(self.response_timeout), None).await
+                {
                     for cmd in cmds {
                         let _ = cmd.query_async::<Value>(&mut other.conn).await;
                     }
@@ -305,12 +388,12 @@ impl Pool {
             *lease.slot = None;
         }
         if lease.slot.is_none() {
-            *lease.slot = Some(Box::pin(self.dial(self.max_reply, Some(self.response_timeout))).await?);
+            *lease.slot = Some(Box::pin(self.dial(self.max_reply, Some(self.response_timeout), None)).await?);
         }
         let conn = lease.slot.as_mut().expect("made above");
         conn.read.store(0, Ordering::Relaxed);
         *conn.charge.lock().unwrap_or_else(|e| e.into_inner()) =
-            Charge { budget: self.budget.get().cloned(), free: 16 * 1024, ..Charge::default() };
+            Charge::new(self.budget.get().cloned(), super::split::SMALL);
         let result = call(&mut conn.conn).await;
         let (permit, refused) = {
             let mut c = conn.charge.lock().unwrap_or_else(|e| e.into_inner());
@@ -356,16 +439,24 @@ fn tls_connector() -> io::Result<tokio_rustls::TlsConnector> {
     }
 }
 
-/// Connects to `info` with a stream that fails past `limit` bytes read.
+/// Connects to `info` with a stream that fails past `limit` bytes read, or that bounds each
+/// reply when given where to keep the large ones (and the budget they are charged to).
 async fn open(
     info: &redis::ConnectionInfo,
     limit: usize,
     connect_timeout: Duration,
     response_timeout: Option<Duration>,
+    split: Option<(Arc<Aside>, Option<Arc<tokio::sync::Semaphore>>)>,
 ) -> RedisResult<Conn> {
-    let read = Arc::new(AtomicUsize::new(0));
-    let closed = Arc::new(AtomicBool::new(false));
-    let charge = Arc::new(Mutex::new(Charge::default()));
+    let counted = Counted {
+        inner: (),
+        read: Arc::new(AtomicUsize::new(0)),
+        limit,
+        closed: Arc::new(AtomicBool::new(false)),
+        charge: Arc::new(Mutex::new(Charge::default())),
+        split: split.map(|(aside, budget)| Box::new(Split::new(aside, budget))),
+    };
+    let (read, closed, charge) = (counted.read.clone(), counted.closed.clone(), counted.charge.clone());
     let config = AsyncConnectionConfig::new().set_response_timeout(response_timeout);
     let redis = info.redis_settings();
     let dial = async {
@@ -373,8 +464,7 @@ async fn open(
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 let _ = tcp.set_nodelay(true);
-                let stream =
-                    Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
+                let stream = counted.around(tcp);
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::TcpTls { host, port, insecure, .. } => {
@@ -389,14 +479,12 @@ async fn open(
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
                 let tls = tls_connector()?.connect(name, tcp).await?;
-                let stream =
-                    Counted { inner: tls, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
+                let stream = counted.around(tls);
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::Unix(path) => {
                 let unix = tokio::net::UnixStream::connect(path).await?;
-                let stream =
-                    Counted { inner: unix, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
+                let stream = counted.around(unix);
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             other => Err(redis::RedisError::from((
