@@ -77,11 +77,11 @@ pub use routes::MAX_PUBLIC_LEASE_MS;
 
 use redcount_core::command;
 use redcount_core::error::{ErrorKind, InputError, ShapeError};
+use redcount_core::json::Json;
 use redcount_core::ratelimit;
 use redcount_core::rest::{self, Encoding, RestError};
 use redcount_core::script::Call;
 use redcount_core::value::Value;
-use serde_json::Value as Json;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -1042,14 +1042,16 @@ mod object_tests {
         #[test]
         fn canonical_text_is_serde_jsons(v in any_json()) {
             let mut out = String::new();
-            prop_assert!(canonical(&mut out, &v));
+            let read = redcount_core::json::from_slice(v.to_string().as_bytes()).unwrap();
+            prop_assert!(canonical(&mut out, &read));
             prop_assert_eq!(out, v.to_string());
         }
     }
 
     #[test]
     fn a_fraction_is_not_canonical() {
-        assert!(!canonical(&mut String::new(), &json!({"a": [1, 2.5]})));
+        let read = redcount_core::json::from_slice(br#"{"a": [1, 2.5]}"#).unwrap();
+        assert!(!canonical(&mut String::new(), &read));
     }
 
     #[test]

@@ -38,6 +38,7 @@ extern crate alloc;
 
 pub mod command;
 pub mod error;
+pub mod json;
 pub mod keys;
 pub mod ops;
 pub mod ratelimit;

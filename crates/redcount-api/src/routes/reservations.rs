@@ -18,7 +18,7 @@ use alloc::vec::Vec;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use rand_core::RngCore;
-use serde_json::{Map, Value as Json};
+use redcount_core::json::{Json, Map};
 
 use super::{
     ApiError, ApiResponse, Cx, Exchange, Field, Fields, Held, Policy, Routed, Verdict, beyond, body, part_object, send,
@@ -157,7 +157,7 @@ fn open<'c>(config: &'c Config, subject: &str, id: &str) -> Result<(String, Vec<
 }
 
 /// A level field: `"user"` (the default) or `"tenant"` (only for a `TENANT/USER` subject).
-pub(super) fn level(map: &Map<String, Json>, subject: &str) -> Result<Level, ApiError> {
+pub(super) fn level(map: &Map, subject: &str) -> Result<Level, ApiError> {
     match map.get("level") {
         None => Ok(Level::User),
         Some(Json::String(s)) if s == "user" => Ok(Level::User),
