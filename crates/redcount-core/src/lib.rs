@@ -36,6 +36,7 @@
 
 extern crate alloc;
 
+pub mod b64;
 pub mod command;
 pub mod error;
 pub mod json;

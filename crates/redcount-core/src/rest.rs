@@ -9,7 +9,6 @@
 use crate::json::{self, Json};
 use alloc::string::String;
 use alloc::vec::Vec;
-use base64::Engine as _;
 use core::fmt;
 
 use crate::command::Command;
@@ -235,11 +234,11 @@ fn value(json: Json, encoding: Encoding, depth: usize) -> Result<Value, RestErro
         Json::Number(n) => Value::Int(n.as_i64().ok_or(RestError::Malformed("number is not a 64-bit integer"))?),
         Json::String(s) => Value::Bytes(match encoding {
             Encoding::Plain => s.into_bytes(),
-            Encoding::Base64 => match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
-                Ok(b) => b,
+            Encoding::Base64 => match crate::b64::decode_standard(s.as_bytes()) {
+                Some(b) => b,
                 // Upstash leaves a literal OK status unencoded.
-                Err(_) if s == "OK" => s.into_bytes(),
-                Err(_) => return Err(RestError::Malformed("string is not base64")),
+                None if s == "OK" => s.into_bytes(),
+                None => return Err(RestError::Malformed("string is not base64")),
             },
         }),
         Json::Array(items) => {
