@@ -522,13 +522,19 @@ where
 {
     fn render(&self, mut reply: Value) -> Result<ApiResponse, ShapeError> {
         let replayed = reply.take_replay_mark();
-        let mut response = (self.f)(&self.op, self.op.parse(reply)?);
-        if replayed {
-            // The stored answer of an earlier request with the same Idempotency-Key.
-            response.headers.push(("Idempotent-Replayed", "true".to_owned()));
-        }
-        Ok(response)
+        Ok(replay_marked((self.f)(&self.op, self.op.parse(reply)?), replayed))
     }
+}
+
+/// `response`, marked as the stored answer of an earlier request with the same
+/// Idempotency-Key when `replayed` (apart from [`With::render`], so its copies per route
+/// do not each carry this).
+#[inline(never)]
+fn replay_marked(mut response: ApiResponse, replayed: bool) -> ApiResponse {
+    if replayed {
+        response.headers.push(("Idempotent-Replayed", "true".to_owned()));
+    }
+    response
 }
 
 /// One pending REST round trip and how to finish it.
@@ -564,18 +570,17 @@ impl Exchange {
         O: redcount_core::Operation + Send + 'static,
         F: Fn(&O, O::Outcome) -> ApiResponse + Send + 'static,
     {
-        let call = Call::new(op.request());
+        let request = op.request();
+        Exchange::of(request, Box::new(With { op, f }))
+    }
+
+    /// [`Exchange::new`]'s part that does not depend on the operation (one copy of it, not
+    /// one per route).
+    #[inline(never)]
+    fn of(request: redcount_core::script::Request, render: Box<dyn Render + Send>) -> Exchange {
+        let call = Call::new(request);
         let body = call.command().to_rest_body();
-        Exchange {
-            call,
-            body,
-            render: Box::new(With { op, f }),
-            cors: Vec::new(),
-            degrade: None,
-            timeout_ms: None,
-            plan: None,
-            writes: false,
-        }
+        Exchange { call, body, render, cors: Vec::new(), degrade: None, timeout_ms: None, plan: None, writes: false }
     }
 
     /// A borrow in this take's place ([`Local`]): the same bounds, failure mode and CORS, the

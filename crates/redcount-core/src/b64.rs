@@ -53,7 +53,7 @@ fn decode(symbols: &[u8], url: bool) -> Option<Vec<u8>> {
 
 /// Decodes standard base64 with its padding (`=` to a multiple of 4, as many as needed).
 pub fn decode_standard(text: &[u8]) -> Option<Vec<u8>> {
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     // Within a multiple of 4, at most two `=` are as many as the last group needs.

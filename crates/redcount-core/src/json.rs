@@ -286,6 +286,7 @@ struct Parser<'a> {
 impl Parser<'_> {
     /// An error at byte `at` (serde_json's position: the line, and the bytes from its start).
     #[cold]
+    #[inline(never)]
     fn at(&self, at: usize, code: Code) -> Error {
         let before = &self.s[..at];
         let start = before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
