@@ -122,6 +122,8 @@ pub fn build() -> Result<(u64, u64), String> {
         // the same size.
         .env("RUSTC_BOOTSTRAP", "1")
         .env("CARGO_UNSTABLE_BUILD_STD", "core,alloc")
+        // Their size-minded implementations where the libraries have two (1.3 KB gzipped off).
+        .env("CARGO_UNSTABLE_BUILD_STD_FEATURES", "optimize_for_size")
         .env("CARGO_ENCODED_RUSTFLAGS", "-Zunstable-options\x1f-Cpanic=immediate-abort");
     if let Toolchain::DebianBuildStd = toolchain {
         // rustc links wasm with `rust-lld`, which Debian's rustc-web does not always provide:

@@ -698,7 +698,9 @@ impl Exchange {
             // A script refused the call as clashing with what it keeps (a reservation's id in
             // use, a settle naming other parts): the client's to resolve, nothing written.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Conflict => {
-                let why = e.message.split_once(": ").map_or(e.message.as_str(), |(_, m)| m);
+                // A byte-window search (a `&str` pattern would link the two-way searcher in).
+                let after = e.message.as_bytes().windows(2).position(|w| w == b": ").map(|i| i + 2);
+                let why = after.map_or(e.message.as_str(), |i| &e.message[i..]);
                 ApiResponse::error(409, why, None)
             }
             // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS: retryable, so 503 rather than 502.
