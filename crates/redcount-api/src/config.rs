@@ -10,7 +10,7 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
-use serde_json::{Map, Value as Json};
+use redcount_core::json::{self, Json, Map};
 
 use redcount_core::keys::Namespace;
 use redcount_core::ops::counter::{self, Bounds, Mode, Storage};
@@ -113,10 +113,11 @@ impl Policy {
     }
 
     /// The policy as public JSON (it holds no secret).
-    pub fn to_json(&self) -> Json {
+    #[cfg(feature = "std")]
+    pub fn to_json(&self) -> serde_json::Value {
         let mut text = String::new();
         self.write_json(&mut text);
-        serde_json::from_str(&text).unwrap_or(Json::Null)
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
     }
 
     /// Writes the policy as public JSON (the text serde_json makes of [`Policy::to_json`]).
@@ -462,7 +463,7 @@ fn parse_policies(
     text: &str,
 ) -> Result<(Vec<(String, Policy)>, Vec<(String, FailureMode)>, Vec<(String, LocalMode)>), ConfigError> {
     const VAR: &str = "REDCOUNT_POLICIES";
-    let json: Json = serde_json::from_str(text).map_err(|e| err(VAR, format!("is not valid JSON: {e}")))?;
+    let (json, repeated) = json::read(text.as_bytes()).map_err(|e| err(VAR, format!("is not valid JSON: {e}")))?;
     let Json::Object(map) = json else {
         return Err(err(VAR, "must be a JSON object of policy name -> settings"));
     };
@@ -470,7 +471,7 @@ fn parse_policies(
         return Err(err(VAR, "defines no policy"));
     }
     // A map keeps the last of repeated names: a policy defined twice must not pass as one.
-    if let Some(path) = crate::routes::repeated_path(text.as_bytes()) {
+    if let Some(path) = repeated {
         // Joined by hand: `[String]::join` is a generic copy of its own in the bundle.
         let at = path.iter().fold(String::from(VAR), |at, key| at + "." + key);
         return Err(err(at, "is defined more than once"));
@@ -567,7 +568,7 @@ fn local_mode(
     Ok(Some(mode))
 }
 
-fn parse_policy(at: &str, s: &Map<String, Json>) -> Result<Policy, ConfigError> {
+fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
     let int = |field: &'static str, min: i64, max: i64, default: Option<i64>| -> Result<i64, ConfigError> {
         match s.get(field) {
             None | Some(Json::Null) => default.ok_or_else(|| err(format!("{at}.{field}"), "is required")),

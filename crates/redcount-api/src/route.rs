@@ -177,18 +177,21 @@ macro_rules! routes {
 
             /// The route `id` with `params` (in path order; missing ones are empty).
             pub fn with_params(id: RouteId, params: Vec<String>) -> Route {
-                let mut p: [String; MAX_PARAMS] = Default::default();
-                for (slot, param) in p.iter_mut().zip(params) {
-                    *slot = param;
-                }
                 #[allow(unused_mut, unused_variables)]
-                let mut p = p.iter_mut().map(core::mem::take);
+                let mut p = params.into_iter();
                 match id {
-                    $( RouteId::$name => Route::$name { $($param: p.next().unwrap_or_default()),* }, )*
+                    $( RouteId::$name => Route::$name { $($param: next_param(&mut p)),* }, )*
                 }
             }
         }
     };
+}
+
+/// The next path parameter (empty when none is left): one call per field of
+/// [`Route::with_params`], not a copy of the iterator's code in each.
+#[inline(never)]
+fn next_param(params: &mut alloc::vec::IntoIter<String>) -> String {
+    params.next().unwrap_or_default()
 }
 
 routes! {

@@ -7,7 +7,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use rand_core::RngCore;
-use serde_json::{Map, Value as Json};
+use redcount_core::json::{self, Json, Map};
 
 use super::{
     ApiError, ApiRequest, ApiResponse, Caller, Config, Exchange, Field, Input, Local, MAX_BODY, Policy, Route, Step,
@@ -239,7 +239,7 @@ impl<'a> Cx<'a> {
         // request (objects are re-serialised with sorted keys). No body is the empty object:
         // routes whose body is optional read it so.
         let body = self.input.body();
-        let canonical = match serde_json::from_slice::<Json>(body) {
+        let canonical = match json::from_slice(body) {
             Ok(json) => {
                 let mut text = String::with_capacity(body.len());
                 if crate::canonical(&mut text, &json) { text.into_bytes() } else { body.to_vec() }
@@ -589,7 +589,7 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
 }
 
 /// A body's `parts`: an array of 1 to [`decision::MAX_PARTS`] items.
-fn parts_list(b: &Map<String, Json>) -> Result<&Vec<Json>, ApiError> {
+fn parts_list(b: &Map) -> Result<&Vec<Json>, ApiError> {
     let list = match b.get("parts") {
         Some(Json::Array(list)) => list,
         None => return Err(ApiError::new(400, "parts is required").at("parts")),
@@ -990,22 +990,22 @@ fn grabs(cx: &Cx<'_>, id: &str) -> Routed {
 /// A route's input fields, known names only: a JSON object's, or a query string's (where
 /// integers are decimal text).
 enum Fields {
-    Json(Map<String, Json>),
+    Json(Map),
     Query(Vec<(String, String)>),
 }
 
 /// The fields of a JSON object body (empty: no fields), known names only.
-fn body(bytes: &[u8], known: &[&str]) -> Result<Map<String, Json>, ApiError> {
+fn body(bytes: &[u8], known: &[&str]) -> Result<Map, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    let json: Json = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::new(400, format!("body is not valid JSON: {e}")).at("body"))?;
+    let (json, repeated) =
+        json::read(bytes).map_err(|e| ApiError::new(400, format!("body is not valid JSON: {e}")).at("body"))?;
     let Json::Object(map) = json else {
         return Err(ApiError::new(400, "body must be a JSON object").at("body"));
     };
-    // A map keeps the last of repeated keys: `{"delta":1,"delta":5}` must not pass as either.
-    if let Some(k) = repeated_key(bytes) {
+    // An object keeps the last of repeated keys: `{"delta":1,"delta":5}` must not pass as either.
+    if let Some(k) = repeated.and_then(|mut path| path.pop()) {
         return Err(ApiError::new(400, format!("field `{k}` appears more than once")).at("body"));
     }
     known_fields(&map, known)?;
@@ -1013,7 +1013,7 @@ fn body(bytes: &[u8], known: &[&str]) -> Result<Map<String, Json>, ApiError> {
 }
 
 /// Refuses a field outside `fields`.
-fn known_fields(map: &Map<String, Json>, fields: &[&str]) -> Result<(), ApiError> {
+fn known_fields(map: &Map, fields: &[&str]) -> Result<(), ApiError> {
     match map.keys().find(|k| !fields.contains(&k.as_str())) {
         Some(k) => {
             let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
@@ -1083,76 +1083,6 @@ impl Fields {
     fn opt_string(&self, field: &'static str) -> Result<Option<String>, ApiError> {
         if self.has(field) { self.string(field).map(Some) } else { Ok(None) }
     }
-}
-
-/// The first key repeated in any JSON object within `bytes` (the body, or a decision's parts),
-/// if any.
-fn repeated_key(bytes: &[u8]) -> Option<String> {
-    repeated_path(bytes).and_then(|mut path| path.pop())
-}
-
-/// Where the first key repeated in any JSON object within `bytes` is: the keys of the objects
-/// leading to it (arrays are passed through unnamed), then the key itself. A map keeps the last of repeated keys, so
-/// `{"delta":1,"delta":5}` would otherwise pass as one of them.
-pub(crate) fn repeated_path(bytes: &[u8]) -> Option<Vec<String>> {
-    /// Any JSON value, remembering the path of the first key an object in it repeats.
-    struct Keys(Option<Vec<String>>);
-    impl<'de> serde::Deserialize<'de> for Keys {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Keys;
-                fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.write_str("JSON")
-                }
-                fn visit_bool<E>(self, _: bool) -> Result<Keys, E> {
-                    Ok(Keys(None))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<Keys, E> {
-                    Ok(Keys(None))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<Keys, E> {
-                    Ok(Keys(None))
-                }
-                fn visit_f64<E>(self, _: f64) -> Result<Keys, E> {
-                    Ok(Keys(None))
-                }
-                fn visit_str<E>(self, _: &str) -> Result<Keys, E> {
-                    Ok(Keys(None))
-                }
-                fn visit_unit<E>(self) -> Result<Keys, E> {
-                    Ok(Keys(None))
-                }
-                fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Keys, A::Error> {
-                    let mut repeated = None;
-                    while let Some(Keys(inner)) = s.next_element::<Keys>()? {
-                        repeated = repeated.or(inner);
-                    }
-                    Ok(Keys(repeated))
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Keys, A::Error> {
-                    // A set: a 16 KiB body can hold thousands of keys.
-                    let mut seen = alloc::collections::BTreeSet::new();
-                    let mut repeated = None;
-                    while let Some(k) = m.next_key::<String>()? {
-                        let Keys(inner) = m.next_value::<Keys>()?;
-                        if repeated.is_none() {
-                            if seen.contains(&k) {
-                                repeated = Some(alloc::vec![k.clone()]);
-                            } else if let Some(mut p) = inner {
-                                p.insert(0, k.clone());
-                                repeated = Some(p);
-                            }
-                        }
-                        seen.insert(k);
-                    }
-                    Ok(Keys(repeated))
-                }
-            }
-            d.deserialize_any(V)
-        }
-    }
-    serde_json::from_slice::<Keys>(bytes).ok().and_then(|k| k.0)
 }
 
 /// `PING`: the health check's one round trip.

@@ -29,7 +29,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use rand_core::RngCore;
-use serde_json::Value as Json;
+use redcount_core::json::{self, Json};
 
 use crate::{
     ApiError, ApiResponse, Caller, Config, Input, Local, ROUTES, Route, RouteId, RouteSpec, Scope, Step, Wait,
@@ -55,12 +55,12 @@ pub fn caller(props: &[u8]) -> Result<Caller, ApiError> {
     if props.iter().all(u8::is_ascii_whitespace) {
         return Ok(Caller::public());
     }
-    let map = match serde_json::from_slice::<Json>(props) {
-        Ok(Json::Null) => return Ok(Caller::public()),
-        Ok(Json::Object(map)) => map,
+    let (map, repeated) = match json::read(props) {
+        Ok((Json::Null, _)) => return Ok(Caller::public()),
+        Ok((Json::Object(map), repeated)) => (map, repeated),
         _ => return Err(bad("not a JSON object".into())),
     };
-    if crate::routes::repeated_path(props).is_some() {
+    if repeated.is_some() {
         return Err(bad("a prop is given twice".into()));
     }
     let mut caller = Caller::public();
@@ -140,7 +140,7 @@ fn parse<'a>(
 }
 
 fn parse_params(spec: &RouteSpec, params: &[u8]) -> Result<Vec<String>, ApiError> {
-    let list = match serde_json::from_slice::<Json>(params) {
+    let list = match json::from_slice(params) {
         Ok(Json::Array(list)) => list,
         _ => return Err(ApiError::new(400, "the arguments are not JSON").at("arguments")),
     };
@@ -160,7 +160,7 @@ fn parse_params(spec: &RouteSpec, params: &[u8]) -> Result<Vec<String>, ApiError
 }
 
 fn parse_options(options: &[u8]) -> Result<Option<String>, ApiError> {
-    let map = match serde_json::from_slice::<Json>(options) {
+    let map = match json::from_slice(options) {
         Ok(Json::Null) => return Ok(None),
         Ok(Json::Object(map)) => map,
         _ => return Err(ApiError::new(400, "the call options must be an object").at("options")),

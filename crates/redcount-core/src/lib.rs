@@ -36,8 +36,10 @@
 
 extern crate alloc;
 
+pub mod b64;
 pub mod command;
 pub mod error;
+pub mod json;
 pub mod keys;
 pub mod ops;
 pub mod ratelimit;

@@ -6,11 +6,10 @@
 //! X is base64 (errors are not). redcount always asks for base64, because replies can be
 //! binary (an inbox member starts with 4 raw bytes of time).
 
+use crate::json::{self, Json};
 use alloc::string::String;
 use alloc::vec::Vec;
-use base64::Engine as _;
 use core::fmt;
-use serde_json::Value as Json;
 
 use crate::command::Command;
 use crate::error::ErrorReply;
@@ -156,7 +155,7 @@ fn envelope(status: u16, body: &[u8]) -> Result<Json, RestError> {
     if status == 401 || status == 403 {
         return Err(RestError::Unauthorized(error_text(body)));
     }
-    match serde_json::from_slice(body) {
+    match json::from_slice(body) {
         Ok(j) => Ok(j),
         Err(_) if status >= 500 => Err(RestError::Unavailable(status, error_text(body))),
         Err(_) => Err(RestError::Malformed("body is not JSON")),
@@ -170,7 +169,7 @@ pub fn decode_reply(status: u16, body: &[u8], encoding: Encoding) -> Result<Valu
     // the key is one JSON value, the body is that object and nothing else.
     if status != 401 && status != 403 {
         let inner = body.strip_prefix(b"{\"result\":").and_then(|b| b.strip_suffix(b"}"));
-        if let Some(Ok(json)) = inner.map(serde_json::from_slice::<Json>) {
+        if let Some(Ok(json)) = inner.map(json::from_slice) {
             return value(json, encoding, 0);
         }
     }
@@ -235,11 +234,11 @@ fn value(json: Json, encoding: Encoding, depth: usize) -> Result<Value, RestErro
         Json::Number(n) => Value::Int(n.as_i64().ok_or(RestError::Malformed("number is not a 64-bit integer"))?),
         Json::String(s) => Value::Bytes(match encoding {
             Encoding::Plain => s.into_bytes(),
-            Encoding::Base64 => match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
-                Ok(b) => b,
+            Encoding::Base64 => match crate::b64::decode_standard(s.as_bytes()) {
+                Some(b) => b,
                 // Upstash leaves a literal OK status unencoded.
-                Err(_) if s == "OK" => s.into_bytes(),
-                Err(_) => return Err(RestError::Malformed("string is not base64")),
+                None if s == "OK" => s.into_bytes(),
+                None => return Err(RestError::Malformed("string is not base64")),
             },
         }),
         Json::Array(items) => {
@@ -250,7 +249,7 @@ fn value(json: Json, encoding: Encoding, depth: usize) -> Result<Value, RestErro
 }
 
 fn error_text(body: &[u8]) -> String {
-    if let Ok(Json::Object(map)) = serde_json::from_slice::<Json>(body)
+    if let Ok(Json::Object(map)) = json::from_slice(body)
         && let Some(Json::String(s)) = map.get("error")
     {
         return s.clone();

@@ -4,7 +4,7 @@
 //! doubles (exact only to 2^53), so nothing reaches a script unless it passed here.
 //! The scripts check again, so a caller that skips the core still cannot corrupt state.
 
-use serde_json::Value as Json;
+use crate::json::Json;
 
 use crate::error::{InputError, Problem};
 

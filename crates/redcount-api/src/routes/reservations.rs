@@ -15,10 +15,9 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use rand_core::RngCore;
-use serde_json::{Map, Value as Json};
+use redcount_core::b64;
+use redcount_core::json::{Json, Map};
 
 use super::{
     ApiError, ApiResponse, Cx, Exchange, Field, Fields, Held, Policy, Routed, Verdict, beyond, body, part_object, send,
@@ -117,7 +116,7 @@ fn seal(config: &Config, subject: &str, nonce: &[u8; NONCE], parts: &[Named<'_>]
     }
     let m = mac(config, subject, &bytes);
     bytes.extend_from_slice(&m[..MAC]);
-    B64.encode(bytes)
+    b64::encode_url(&bytes)
 }
 
 /// The script's id of the reservation `id` of `subject` (the nonce, base64url) and its parts,
@@ -129,7 +128,7 @@ fn open<'c>(config: &'c Config, subject: &str, id: &str) -> Result<(String, Vec<
     if id.len() > 4 * (1 + NONCE + PART * MAX_PARTS + MAC).div_ceil(3) {
         return Err(unknown());
     }
-    let bytes = B64.decode(id).map_err(|_| unknown())?;
+    let bytes = b64::decode_url(id.as_bytes()).ok_or_else(unknown)?;
     let body = bytes.len().checked_sub(1 + NONCE + MAC).ok_or_else(unknown)?;
     if bytes[0] != VERSION || body == 0 || body % PART != 0 || body / PART > MAX_PARTS {
         return Err(unknown());
@@ -153,11 +152,11 @@ fn open<'c>(config: &'c Config, subject: &str, id: &str) -> Result<(String, Vec<
             }
         }
     }
-    Ok((B64.encode(&sealed[1..1 + NONCE]), parts))
+    Ok((b64::encode_url(&sealed[1..1 + NONCE]), parts))
 }
 
 /// A level field: `"user"` (the default) or `"tenant"` (only for a `TENANT/USER` subject).
-pub(super) fn level(map: &Map<String, Json>, subject: &str) -> Result<Level, ApiError> {
+pub(super) fn level(map: &Map, subject: &str) -> Result<Level, ApiError> {
     match map.get("level") {
         None => Ok(Level::User),
         Some(Json::String(s)) if s == "user" => Ok(Level::User),
@@ -248,7 +247,7 @@ pub(super) fn reserve<R: RngCore + ?Sized>(cx: &Cx<'_>, subject: &str, rng: &mut
         }
         None => rng.fill_bytes(&mut nonce),
     }
-    let rid = B64.encode(nonce);
+    let rid = b64::encode_url(&nonce);
     let op = match peek {
         // A peek writes nothing, not even a stored reply.
         true => ops::Idempotent::new(Reserve::peek(subject, &rid, parts, lease_ms, mode)?, None),
