@@ -419,8 +419,12 @@ fn quota_policy(cx: &Cx<'_>, policy: &str) -> Result<(Algorithm, i64), ApiError>
 fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
     let (algorithm, max_cost) = quota_policy(cx, policy)?;
     let name = policy.to_owned();
-    let render =
-        move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| quota_answer(&name, &algorithm, o, false);
+    // A take with an Idempotency-Key may be answered from its stored reply: never repeated.
+    let repeat_ms = if peek || cx.key.is_none() { cx.config.local_mode(policy).cache_denials_ms } else { 0 };
+    let render = move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
+        let cache_ms = if o.allowed { 0 } else { o.retry_after_ms.min(i64::from(repeat_ms)) };
+        quota_answer(&name, &algorithm, o, false, cache_ms)
+    };
     let (op, cost) = if peek {
         let cost = cx.query(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
         // A peek writes nothing, not even a stored reply.
@@ -441,12 +445,14 @@ fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
     send(ex)
 }
 
-/// A quota take's or peek's answer (`cached`: repeated from memory, see [`Local`]).
+/// A quota take's or peek's answer (`cached`: repeated from memory, see [`Local`];
+/// `cache_ms`: how long from now a client may repeat this denial without asking, 0 for never).
 pub(crate) fn quota_answer(
     name: &str,
     algorithm: &Algorithm,
     o: ops::quota::QuotaOutcome,
     cached: bool,
+    cache_ms: i64,
 ) -> ApiResponse {
     let mut fields = [
         ("allowed", Field::Bool(o.allowed)),
@@ -455,14 +461,26 @@ pub(crate) fn quota_answer(
         ("reset_ms", Field::Int(o.reset_ms)),
         ("retry_after_ms", Field::Int(o.retry_after_ms)),
         ("cached", Field::Bool(true)),
+        ("cache_ms", Field::Int(cache_ms)),
     ];
-    let n = if cached { 6 } else { 5 };
+    let n = repeatable(&mut fields, 5, cached, cache_ms);
     let mut r = ApiResponse::flat(&mut fields[..n]).decided(
         &[Limit::quota(name, algorithm, &o)],
         Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms },
     );
     r.seen = Some(local::Seen::Quota(o));
     r
+}
+
+/// How many of `fields` an answer writes: the first `n`, then `cached` and `cache_ms` (the
+/// last two, in that order) when they apply.
+fn repeatable(fields: &mut [(&str, Field<'_>)], n: usize, cached: bool, cache_ms: i64) -> usize {
+    let mut n = n + usize::from(cached);
+    if cache_ms > 0 {
+        fields.swap(n, fields.len() - 1);
+        n += 1;
+    }
+    n
 }
 
 /// `DELETE /api/quotas/{policy}/{subject}` (admin).
@@ -581,7 +599,24 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     };
     let plan = (cx.planned && !keyed)
         .then(|| Local::decision_plan(cx.config, cx.caller, subject, kinds.clone(), &costs, peek));
-    let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek, false));
+    // Each quota part's cache_denials_ms; none repeated with a lease part (its state is live)
+    // or an Idempotency-Key (a stored reply).
+    let repeat_ms: Vec<u32> = match keyed || kinds.iter().any(|(_, a)| a.is_none()) {
+        true => Vec::new(),
+        false => kinds.iter().map(|(name, _)| cx.config.local_mode(name).cache_denials_ms).collect(),
+    };
+    let mut ex = Exchange::new(op, move |_, d| {
+        // Repeated for as long as one of the parts that denied may be, never past its wait.
+        let life = (repeat_ms.iter().zip(&d.parts))
+            .filter_map(|(ms, p)| match p {
+                PartOutcome::Quota(q) if !q.allowed => Some(q.retry_after_ms.min(i64::from(*ms))),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let cache_ms = if d.allowed { 0 } else { life.min(d.retry_after_ms) };
+        decision_response(&kinds, d, peek, false, cache_ms)
+    });
     ex.degrade = Some(("allowed", allow_all));
     ex.timeout_ms = timeout_ms;
     ex.plan = plan.map(|p| Box::new(local::Plan::Decision(p)));
@@ -634,12 +669,13 @@ fn decision_part(cx: &Cx<'_>, subject: &str, item: &Json) -> Result<(Part, Strin
     Ok((built?.at(level), name, algorithm, cost))
 }
 
-/// A decision's answer (`cached`: repeated from memory, see [`Local`]).
+/// A decision's answer (`cached`, `cache_ms`: as a quota's, see [`quota_answer`]).
 pub(crate) fn decision_response(
     kinds: &[(String, Option<Algorithm>)],
     d: decision::Decision,
     peek: bool,
     cached: bool,
+    cache_ms: i64,
 ) -> ApiResponse {
     let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| part_object(out, name, p, None));
     let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map_or(Field::Null, |(n, _)| Field::Text(n));
@@ -652,8 +688,9 @@ pub(crate) fn decision_response(
         ("peek", Field::Bool(peek)),
         ("parts", Field::Raw(&parts)),
         ("cached", Field::Bool(true)),
+        ("cache_ms", Field::Int(cache_ms)),
     ];
-    let n = if cached { 6 } else { 5 };
+    let n = repeatable(&mut fields, 5, cached, cache_ms);
     let mut r = ApiResponse::flat(&mut fields[..n])
         .decided(&limits, Verdict { allowed: d.allowed, retry_after_ms: d.retry_after_ms });
     drop(limits);
