@@ -80,8 +80,9 @@ function now(): number {
   return t;
 }
 
-/** A number for an object (a binding, a fetch), the same for as long as it lives. */
-export function idOf(o: object): number {
+/** A number for an object (a binding, a fetch), the same for as long as it lives (0 for none). */
+export function idOf(o: unknown): number {
+  if ((typeof o !== "object" && typeof o !== "function") || o === null) return 0;
   let id = ids.get(o);
   if (id === undefined) {
     id = ++made;
