@@ -163,9 +163,18 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
     ];
     let allowed_runs = measure(parts, &allowed, false, &pids)?;
     let exhausted_runs = measure(parts, &exhausted, true, &pids)?;
+    // When, and of which commit (`+` when the tree had changes besides).
+    let date = super::version("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let commit = super::version("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = std::process::Command::new("git")
+        .args(["diff", "--quiet", "HEAD"])
+        .current_dir(root())
+        .status()
+        .is_ok_and(|s| !s.success());
+    let commit = if dirty { format!("{commit}+") } else { commit };
     Ok(format!(
         "{HEADING}\n\n\
-         `cargo xtask bench binding` (and `cargo xtask bench`). Under workerd, each load from\n\
+         `cargo xtask bench binding` (and `cargo xtask bench`), last run {date} at {commit}. Under workerd, each load from\n\
          `bench/cpu-profile.mjs` (outside workerd) for {SECONDS} s a run; {ROUNDS} rounds, each running every\n\
          caller at every connection count, the callers' order turning each round; medians, and each run.\n\n\
          - **caller → RPC binding**: `bench/caller-worker` calling\n  \
