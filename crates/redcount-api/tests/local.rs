@@ -328,6 +328,12 @@ fn a_decision_denied_by_its_quotas_is_repeated_but_not_one_with_a_lease_part() {
     assert_eq!(header(&again, "Retry-After"), Some("50"));
     // Its denying part is a quota denial of its own: a plain take of it is answered too.
     s.answers(req("POST", &take("daily", "gus"), "", false), 300);
+    // With a part of cache_denials_ms 0 (here one that admits), a client may not repeat it.
+    let strict = r#"{"parts": [{"policy": "daily", "cost": 1}, {"policy": "raw", "cost": 1}]}"#;
+    let reply = json!([0, 1, 50_000, 2, 0, 3, 0, 50_000, 50_000, 0, 1, 3, 2, 60_000, 0, 0, 0, 0]);
+    let r = s.through(req("POST", "/api/decisions/gil", strict, false), reply, 300);
+    assert_eq!(json_of(&r)["denied_by"], "daily", "{}", r.body);
+    assert!(json_of(&r).get("cache_ms").is_none(), "{}", r.body);
     // Another list of parts is another decision.
     s.sends(req("POST", "/api/decisions/gus", r#"{"parts": [{"policy": "daily", "cost": 1}]}"#, false), 300);
     // With a lease part, the lease's state is live: asked again every time (its quota part's
