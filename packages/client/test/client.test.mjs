@@ -113,6 +113,10 @@ test("a denial is repeated from the caller's memory for what redcount allows, it
   at = sent;
   assert.equal((await client().take("one-a-day", s)).allowed, true);
   assert.equal(sent - at, 1);
+  // An admission, a peek's included, is never kept.
+  const fresh = `${s}-3`;
+  for (let i = 0; i < 2; i++) assert.equal((await client().peek("one-a-day", fresh, { cost: 1 })).allowed, true);
+  assert.equal(sent - at, 3);
   // So does a tenant's: its users' denials go.
   const t = `t-${run}`;
   assert.equal((await client().takeTenant("one-a-day", t, "u1")).allowed, true);
