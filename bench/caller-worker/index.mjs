@@ -1,14 +1,18 @@
 // The benchmark's caller worker (`cargo xtask bench`), in one workerd with the redcount worker:
-// one quota take per request (POST /<how>/<policy>/<subject>), through its RPC entrypoint
-// (`rpc`, the stub as a user's worker calls it), as an HTTP request to the same worker through
-// a plain Service binding (`http`), or over the network to the redcount worker served on its
-// own (`public`, at REDCOUNT_URL), so the three differ in the call's path only.
+// one quota take per request (POST /<how>/<policy>/<subject>), through its RPC entrypoint with
+// the typed client as a user's worker calls it (`rpc`: a client made per request, its denial
+// cache on as by default), as an HTTP request to the same worker through a plain Service
+// binding (`http`), or over the network to the redcount worker served on its own (`public`, at
+// REDCOUNT_URL), the last two with plain fetches: the call's path and nothing else.
+// The client is packages/client as built (`cargo xtask build-client`), what its package holds.
+import { Redcount } from "../../packages/client/dist/index.js";
+
 export default {
   async fetch(request, env) {
     const [, how, policy, subject] = new URL(request.url).pathname.split("/");
     if (how === "rpc") {
       // The same answer as bench/ratelimit-worker's, as a caller would build its own.
-      const r = await env.REDCOUNT.take(policy, subject);
+      const r = await new Redcount({ binding: env.REDCOUNT }).take(policy, subject);
       return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
     }
     const path = `/api/quotas/${policy}/${subject}`;

@@ -270,6 +270,10 @@ pub fn all(part: Part) -> Result<(), String> {
     let bins =
         if part == Part::Binding { setup::build_bins(true)? } else { setup::build_bench_bins(part != Part::Local)? };
     let (_, bundle_gz) = crate::worker::build()?;
+    if part != Part::Local {
+        // The callers' typed client (bench/caller-worker imports its build).
+        crate::client::build()?;
+    }
     let work = setup::target_dir().join("bench");
     let (redis, redis_port) = procs::redis_server(&work.join("redis"))?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");

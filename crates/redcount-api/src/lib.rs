@@ -594,7 +594,8 @@ impl Exchange {
         let name = policy.to_owned();
         let mut ex = Exchange::new(op, move |_, b: redcount_core::ops::quota::Borrowed| {
             let o = redcount_core::ops::quota::QuotaOutcome { remaining: b.outcome.remaining + b.lent, ..b.outcome };
-            let mut r = routes::quota_answer(&name, &algorithm, o, false);
+            // (Its denial says no `cache_ms`: the shell's repeat of it, the next take's, does.)
+            let mut r = routes::quota_answer(&name, &algorithm, o, false, 0);
             r.seen = Some(local::Seen::Borrowed(b));
             r
         });

@@ -46,7 +46,7 @@
 //! assert_eq!(r.status, 200);
 //! // 300 ms later the same take is answered from memory, its wait shorter by as much.
 //! let Ok(Step::Respond(r)) = local.handle(&config, &take, 1_300, true, &mut rand::rng()) else { panic!() };
-//! assert_eq!(r.body, r#"{"allowed":false,"cached":true,"limit":1,"remaining":0,"reset_ms":49700,"retry_after_ms":49700}"#);
+//! assert_eq!(r.body, r#"{"allowed":false,"cache_ms":700,"cached":true,"limit":1,"remaining":0,"reset_ms":49700,"retry_after_ms":49700}"#);
 //! // Past cache_denials_ms (1000 by default) it asks Redis again.
 //! assert!(matches!(local.handle(&config, &take, 2_001, true, &mut rand::rng()), Ok(Step::Send(_))));
 //! ```
@@ -577,7 +577,7 @@ impl Local {
                         retry_after_ms: 0,
                         ..l.outcome
                     };
-                    return Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false)));
+                    return Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false, 0)));
                 }
             }
         }
@@ -621,7 +621,8 @@ impl Local {
             retry_after_ms: o.retry_after_ms.saturating_sub(gone).max(1),
             ..o
         };
-        Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true)))
+        let left = elapsed(d.until, now);
+        Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true, left)))
     }
 
     /// The borrow replacing a take: the take's cost and up to `b.units` more.
@@ -794,7 +795,8 @@ impl Local {
                         q.retry_after_ms = if q.allowed { 0 } else { q.retry_after_ms.saturating_sub(gone).max(0) };
                     }
                 }
-                return Step::Respond(crate::routes::decision_response(&plan.kinds, decision, plan.peek, true));
+                let left = elapsed(d.until, now);
+                return Step::Respond(crate::routes::decision_response(&plan.kinds, decision, plan.peek, true, left));
             }
         }
         ex.plan = Some(Box::new(Plan::Decision(plan)));

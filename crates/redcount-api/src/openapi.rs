@@ -121,9 +121,16 @@ fn quota_answer() -> Json {
             ("reset_ms", int()),
             ("retry_after_ms", int()),
             ("cached", cached()),
+            ("cache_ms", cache_ms()),
         ],
         &["allowed", "limit", "remaining", "reset_ms", "retry_after_ms"],
     )
+}
+
+/// `"cache_ms"`: how long a client may repeat a denial without asking (the typed client's
+/// denial cache, in the caller's own isolate).
+fn cache_ms() -> Json {
+    json!({"type": "integer", "minimum": 1, "description": "on a denial that may be repeated: how long from now, in ms, a client may answer the same call with this denial without asking (the least of what is left of the policy's cache_denials_ms, a decision's the least of its parts', and of retry_after_ms); absent when it may not (cache_denials_ms 0, a semaphore part, an Idempotency-Key)"})
 }
 
 /// `"cached": true`: a denial repeated from the shell's memory (its times shrunk by the time
@@ -700,6 +707,7 @@ fn components() -> Json {
                     ("peek", boolean()),
                     ("parts", json!({"type": "array", "items": {"oneOf": [part_quota, part_lease]}})),
                     ("cached", cached()),
+                    ("cache_ms", cache_ms()),
                 ],
                 &["allowed", "denied_by", "retry_after_ms", "peek", "parts"],
             ),

@@ -419,8 +419,11 @@ fn quota_policy(cx: &Cx<'_>, policy: &str) -> Result<(Algorithm, i64), ApiError>
 fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
     let (algorithm, max_cost) = quota_policy(cx, policy)?;
     let name = policy.to_owned();
-    let render =
-        move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| quota_answer(&name, &algorithm, o, false);
+    // A take with an Idempotency-Key may be answered from its stored reply: never repeated.
+    let repeat_ms = if peek || cx.key.is_none() { cx.config.local_mode(policy).cache_denials_ms } else { 0 };
+    let render = move |_: &ops::Idempotent<TakeQuota>, o: ops::quota::QuotaOutcome| {
+        quota_answer(&name, &algorithm, o, false, i64::from(repeat_ms))
+    };
     let (op, cost) = if peek {
         let cost = cx.query(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
         // A peek writes nothing, not even a stored reply.
@@ -441,22 +444,28 @@ fn quota_take(cx: &Cx<'_>, policy: &str, subject: &str, peek: bool) -> Routed {
     send(ex)
 }
 
-/// A quota take's or peek's answer (`cached`: repeated from memory, see [`Local`]).
+/// A quota take's or peek's answer (`cached`: repeated from memory, see [`Local`]). A denial
+/// says `cache_ms`, how long from now a client may repeat it without asking: `repeat_ms` (0 for
+/// never), and never past its wait.
 pub(crate) fn quota_answer(
     name: &str,
     algorithm: &Algorithm,
     o: ops::quota::QuotaOutcome,
     cached: bool,
+    repeat_ms: i64,
 ) -> ApiResponse {
+    let cache_ms = if o.allowed { 0 } else { o.retry_after_ms.min(repeat_ms) };
     let mut fields = [
         ("allowed", Field::Bool(o.allowed)),
         ("limit", Field::Int(o.limit)),
         ("remaining", Field::Int(o.remaining)),
         ("reset_ms", Field::Int(o.reset_ms)),
         ("retry_after_ms", Field::Int(o.retry_after_ms)),
+        ("cache_ms", Field::Int(cache_ms)),
         ("cached", Field::Bool(true)),
     ];
-    let n = if cached { 6 } else { 5 };
+    // (What is repeated from memory may be repeated again: `cached` comes with `cache_ms`.)
+    let n = 5 + usize::from(cache_ms > 0) + usize::from(cached);
     let mut r = ApiResponse::flat(&mut fields[..n]).decided(
         &[Limit::quota(name, algorithm, &o)],
         Verdict { allowed: o.allowed, retry_after_ms: o.retry_after_ms },
@@ -559,9 +568,13 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     // The declared failure mode of the whole: allow only when every part declares it (a
     // lease never degrades to a pass), and the shortest time budget of the parts.
     let (mut allow_all, mut timeout_ms) = (true, None::<u32>);
+    // A denial is repeated by a client for the least cache_denials_ms of the parts (never with
+    // a lease part, whose state is live): at most each denying part's.
+    let mut repeat_ms = u32::MAX;
     for (i, item) in list.iter().enumerate() {
         let (part, name, algorithm, cost) = decision_part(cx, subject, item).map_err(|e| e.in_part(i))?;
         costs.push((cost, part.level()));
+        repeat_ms = repeat_ms.min(algorithm.map_or(0, |_| cx.config.local_mode(&name).cache_denials_ms));
         let mode = cx.config.failure_mode(&name);
         allow_all &= mode.allow && algorithm.is_some();
         timeout_ms = match (timeout_ms, mode.timeout_ms) {
@@ -581,7 +594,9 @@ fn decide(cx: &Cx<'_>, subject: &str) -> Routed {
     };
     let plan = (cx.planned && !keyed)
         .then(|| Local::decision_plan(cx.config, cx.caller, subject, kinds.clone(), &costs, peek));
-    let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek, false));
+    // (Nor with an Idempotency-Key: its answer may be a stored one.)
+    let repeat_ms = if keyed { 0 } else { i64::from(repeat_ms) };
+    let mut ex = Exchange::new(op, move |_, d| decision_response(&kinds, d, peek, false, repeat_ms));
     ex.degrade = Some(("allowed", allow_all));
     ex.timeout_ms = timeout_ms;
     ex.plan = plan.map(|p| Box::new(local::Plan::Decision(p)));
@@ -634,13 +649,15 @@ fn decision_part(cx: &Cx<'_>, subject: &str, item: &Json) -> Result<(Part, Strin
     Ok((built?.at(level), name, algorithm, cost))
 }
 
-/// A decision's answer (`cached`: repeated from memory, see [`Local`]).
+/// A decision's answer (`cached` and `repeat_ms`: as a quota's, see [`quota_answer`]).
 pub(crate) fn decision_response(
     kinds: &[(String, Option<Algorithm>)],
     d: decision::Decision,
     peek: bool,
     cached: bool,
+    repeat_ms: i64,
 ) -> ApiResponse {
+    let cache_ms = if d.allowed { 0 } else { d.retry_after_ms.min(repeat_ms) };
     let parts = list(kinds.iter().zip(&d.parts), |out, ((name, _), p)| part_object(out, name, p, None));
     let denied_by = d.denied_by.and_then(|i| kinds.get(i)).map_or(Field::Null, |(n, _)| Field::Text(n));
     let limits: Vec<Limit<'_>> =
@@ -651,9 +668,10 @@ pub(crate) fn decision_response(
         ("retry_after_ms", Field::Int(d.retry_after_ms)),
         ("peek", Field::Bool(peek)),
         ("parts", Field::Raw(&parts)),
+        ("cache_ms", Field::Int(cache_ms)),
         ("cached", Field::Bool(true)),
     ];
-    let n = if cached { 6 } else { 5 };
+    let n = 5 + usize::from(cache_ms > 0) + usize::from(cached);
     let mut r = ApiResponse::flat(&mut fields[..n])
         .decided(&limits, Verdict { allowed: d.allowed, retry_after_ms: d.retry_after_ms });
     drop(limits);

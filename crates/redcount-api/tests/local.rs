@@ -110,11 +110,14 @@ fn a_denial_is_repeated_with_its_wait_shrinking_for_at_most_cache_denials_ms() {
     let first = s.through(req("POST", &path, "", false), json!([0, 3, 0, 50_000, 50_000]), 1_000);
     assert_eq!(json_of(&first)["allowed"], false);
     assert!(json_of(&first).get("cached").is_none(), "Redis's own answer is not marked");
-    // Repeated from memory: its times shrink from when the call was sent (1,000).
+    // A client may repeat it for cache_denials_ms (less than its wait).
+    assert_eq!(json_of(&first)["cache_ms"], 1_000);
+    // Repeated from memory: its times shrink from when the call was sent (1,000), and what a
+    // client may repeat of it is what is left here.
     let again = s.answers(req("POST", &path, "", false), 1_400);
     assert_eq!(
         json_of(&again),
-        json!({"allowed": false, "cached": true, "limit": 3, "remaining": 0, "reset_ms": 49_600, "retry_after_ms": 49_600})
+        json!({"allowed": false, "cache_ms": 600, "cached": true, "limit": 3, "remaining": 0, "reset_ms": 49_600, "retry_after_ms": 49_600})
     );
     assert_eq!(again.status, 200);
     assert_eq!(header(&again, "Retry-After"), Some("50"));
@@ -163,6 +166,7 @@ fn a_denial_is_never_repeated_past_its_own_retry_after() {
     s.through(req("POST", &path, r#"{"cost": 2}"#, false), json!([0, 10, 1, 50, 120]), 10_000);
     let r = s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10_059);
     assert_eq!(json_of(&r)["retry_after_ms"], 61);
+    assert_eq!(json_of(&r)["cache_ms"], 61, "a client may repeat it no longer than its wait");
     assert_eq!(json_of(&r)["reset_ms"], 0);
     let refresh = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 10_105);
     // Past its retry_after_ms while the refresh is under way: never answered from memory.
@@ -207,7 +211,8 @@ fn only_the_same_subject_policy_cost_and_scope_are_denied_from_memory() {
 fn admissions_peeks_that_admit_and_other_primitives_are_never_repeated() {
     let mut s = shell();
     let path = take("daily", "carol");
-    s.through(req("POST", &path, "", false), json!([1, 3, 2, 50_000, 0]), 0);
+    let admitted = s.through(req("POST", &path, "", false), json!([1, 3, 2, 50_000, 0]), 0);
+    assert!(json_of(&admitted).get("cache_ms").is_none(), "{}", admitted.body);
     s.sends(req("POST", &path, "", false), 10);
     s.through(req("GET", &path, "", false), json!([1, 3, 2, 50_000, 0]), 20);
     s.sends(req("GET", &path, "", false), 30);
@@ -219,7 +224,8 @@ fn admissions_peeks_that_admit_and_other_primitives_are_never_repeated() {
     s.through(req("POST", acquire, r#"{"holder": "h2"}"#, false), json!([0, 1, 1, 30_000, 0, 0, 0]), 60);
     s.sends(req("POST", acquire, r#"{"holder": "h2"}"#, false), 70);
     // A policy that says 0 keeps nothing.
-    s.through(req("POST", &take("raw", "carol"), "", false), json!([0, 3, 0, 5_000, 5_000]), 80);
+    let raw = s.through(req("POST", &take("raw", "carol"), "", false), json!([0, 3, 0, 5_000, 5_000]), 80);
+    assert!(json_of(&raw).get("cache_ms").is_none(), "a client may not repeat it: {}", raw.body);
     s.sends(req("POST", &take("raw", "carol"), "", false), 90);
 }
 
@@ -233,6 +239,9 @@ fn a_take_with_an_idempotency_key_always_asks_redis() {
     // Its stored answer may be an admission: replayed by Redis, never denied from memory.
     let ex = s.sends(keyed, 10);
     assert!(rest(&ex).as_array().unwrap().iter().any(|v| v.as_str().is_some_and(|k| k.contains(":idem:"))));
+    // Nor may a client repeat its answer.
+    let r = s.reply(ex, json!([0, 3, 0, 50_000, 50_000]), 11);
+    assert!(json_of(&r).get("cache_ms").is_none(), "{}", r.body);
     s.answers(req("POST", &path, "", false), 20);
 }
 
@@ -309,21 +318,30 @@ fn a_decision_denied_by_its_quotas_is_repeated_but_not_one_with_a_lease_part() {
     let reply = json!([0, 1, 50_000, 2, 0, 3, 0, 50_000, 50_000, 0, 0, 1, 10, 8, 200, 0, 0, 0]);
     let first = s.through(req("POST", "/api/decisions/gus", quotas, false), reply.clone(), 0);
     assert_eq!(json_of(&first)["denied_by"], "daily");
+    assert_eq!(json_of(&first)["cache_ms"], 1_000);
     let again = s.answers(req("POST", "/api/decisions/gus", quotas, false), 300);
     let j = json_of(&again);
     assert_eq!((j["cached"].clone(), j["retry_after_ms"].clone()), (json!(true), json!(49_700)));
+    assert_eq!(j["cache_ms"], 700);
     assert_eq!(j["parts"][0]["reset_ms"], 49_700);
     assert_eq!(j["parts"][1]["reset_ms"], 0, "a part's times shrink, never below 0");
     assert_eq!(header(&again, "Retry-After"), Some("50"));
     // Its denying part is a quota denial of its own: a plain take of it is answered too.
     s.answers(req("POST", &take("daily", "gus"), "", false), 300);
+    // With a part of cache_denials_ms 0 (here one that admits), a client may not repeat it.
+    let strict = r#"{"parts": [{"policy": "daily", "cost": 1}, {"policy": "raw", "cost": 1}]}"#;
+    let reply = json!([0, 1, 50_000, 2, 0, 3, 0, 50_000, 50_000, 0, 1, 3, 2, 60_000, 0, 0, 0, 0]);
+    let r = s.through(req("POST", "/api/decisions/gil", strict, false), reply, 300);
+    assert_eq!(json_of(&r)["denied_by"], "daily", "{}", r.body);
+    assert!(json_of(&r).get("cache_ms").is_none(), "{}", r.body);
     // Another list of parts is another decision.
     s.sends(req("POST", "/api/decisions/gus", r#"{"parts": [{"policy": "daily", "cost": 1}]}"#, false), 300);
     // With a lease part, the lease's state is live: asked again every time (its quota part's
     // denial is still learnt).
     let mixed = r#"{"parts": [{"policy": "daily", "cost": 1}, {"policy": "slots", "holder": "h"}]}"#;
     let reply = json!([0, 1, 50_000, 2, 0, 3, 0, 50_000, 50_000, 0, 0, 1, 1, 0, 0, 0, 60_000, 0]);
-    s.through(req("POST", "/api/decisions/hal", mixed, false), reply, 400);
+    let r = s.through(req("POST", "/api/decisions/hal", mixed, false), reply, 400);
+    assert!(json_of(&r).get("cache_ms").is_none(), "a client may not repeat it: {}", r.body);
     s.sends(req("POST", "/api/decisions/hal", mixed, false), 500);
     s.answers(req("POST", &take("daily", "hal"), "", false), 500);
     // A decision denied by its lease part alone teaches nothing.

@@ -820,7 +820,7 @@ mod tests {
         // 300 ms later the same take over the binding, then over HTTP, is answered from the
         // isolate's one cache, nothing sent.
         let again = value(&rpc_call(&call, 1_300, true));
-        assert!(again.starts_with(r#"{"allowed":false,"cached":true,"#), "{again}");
+        assert!(again.starts_with(r#"{"allowed":false,"cache_ms":700,"cached":true,"#), "{again}");
         assert!(again.contains(r#""retry_after_ms":49700"#), "{again}");
         let http = handle_request("POST\0http://h/api/quotas/day/alice\0-\0-\0-\0-", b"", None, 1_400, true);
         let (status, _, body) = parse(&http);

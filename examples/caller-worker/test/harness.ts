@@ -30,6 +30,37 @@ test.post("/test/call/:binding/:method", async (c) => {
   }
 });
 
+// One call as `/test/call` makes it, through a wrapper of the binding that counts the calls
+// that cross it (one wrapper per binding for the isolate's life, as the binding is one object:
+// the client's denial cache, in module scope, tells targets apart by that object).
+const counted = new WeakMap<object, { stub: object; crossed: number }>();
+test.post("/test/counted/:binding/:method", async (c) => {
+  const b = c.env[c.req.param("binding")];
+  let w = counted.get(b);
+  if (w === undefined) {
+    const entry = { stub: {}, crossed: 0 };
+    entry.stub = new Proxy(b, {
+      get: (t, name) =>
+        typeof t[name] === "function"
+          ? (...args: unknown[]) => {
+              entry.crossed++;
+              return t[name](...args);
+            }
+          : t[name],
+    });
+    counted.set(b, entry);
+    w = entry;
+  }
+  const client = new lib.Redcount({ binding: w.stub as lib.Binding });
+  try {
+    const value = await client.call(c.req.param("method") as lib.MethodName, await c.req.json());
+    return c.json({ value, crossed: w.crossed, held: lib.denialsHeld() });
+  } catch (e) {
+    if (e instanceof lib.RedcountError) return c.json({ error: { status: e.status, message: e.message, field: e.field } });
+    return c.json({ thrown: String(e) }, 500);
+  }
+});
+
 // `n` calls at once through the binding (`args`: the JSON body, `{i}` in a string replaced by
 // the call's number): the answers, in order.
 test.post("/test/storm/:method/:n", async (c) => {

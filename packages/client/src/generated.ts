@@ -3,6 +3,8 @@
 /** The `Decision` schema of the API. */
 export type Decision = {
   allowed: boolean;
+  /** on a denial that may be repeated: how long from now, in ms, a client may answer the same call with this denial without asking (the least of what is left of the policy's cache_denials_ms, a decision's the least of its parts', and of retry_after_ms); absent when it may not (cache_denials_ms 0, a semaphore part, an Idempotency-Key) */
+  cache_ms?: number;
   /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
   cached?: true;
   denied_by: string | null;
@@ -266,6 +268,8 @@ export type QuotaPeekInput = {
 /** What `peek` answers. */
 export type QuotaPeekAnswer = {
   allowed: boolean;
+  /** on a denial that may be repeated: how long from now, in ms, a client may answer the same call with this denial without asking (the least of what is left of the policy's cache_denials_ms, a decision's the least of its parts', and of retry_after_ms); absent when it may not (cache_denials_ms 0, a semaphore part, an Idempotency-Key) */
+  cache_ms?: number;
   /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
   cached?: true;
   limit: number;
@@ -281,6 +285,8 @@ export type QuotaTakeInput = {
 /** What `take` answers. */
 export type QuotaTakeAnswer = {
   allowed: boolean;
+  /** on a denial that may be repeated: how long from now, in ms, a client may answer the same call with this denial without asking (the least of what is left of the policy's cache_denials_ms, a decision's the least of its parts', and of retry_after_ms); absent when it may not (cache_denials_ms 0, a semaphore part, an Idempotency-Key) */
+  cache_ms?: number;
   /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
   cached?: true;
   limit: number;
@@ -312,6 +318,8 @@ export type QuotaPeekTenantInput = {
 /** What `peekTenant` answers. */
 export type QuotaPeekTenantAnswer = {
   allowed: boolean;
+  /** on a denial that may be repeated: how long from now, in ms, a client may answer the same call with this denial without asking (the least of what is left of the policy's cache_denials_ms, a decision's the least of its parts', and of retry_after_ms); absent when it may not (cache_denials_ms 0, a semaphore part, an Idempotency-Key) */
+  cache_ms?: number;
   /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
   cached?: true;
   limit: number;
@@ -327,6 +335,8 @@ export type QuotaTakeTenantInput = {
 /** What `takeTenant` answers. */
 export type QuotaTakeTenantAnswer = {
   allowed: boolean;
+  /** on a denial that may be repeated: how long from now, in ms, a client may answer the same call with this denial without asking (the least of what is left of the policy's cache_denials_ms, a decision's the least of its parts', and of retry_after_ms); absent when it may not (cache_denials_ms 0, a semaphore part, an Idempotency-Key) */
+  cache_ms?: number;
   /** a denial repeated from the serving shell's memory, for at most the policy's cache_denials_ms and never past its retry_after_ms */
   cached?: true;
   limit: number;

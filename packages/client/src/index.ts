@@ -2,9 +2,11 @@
 // redcount worker through a Cloudflare Service binding (RPC, no network hop) or the HTTP API
 // (the worker's or `redcount serve`'s). Its methods come from the route table through
 // openapi.json (src/generated.ts).
+import { idOf, through } from "./cache.js";
 import { type MethodName, type Methods, routes } from "./generated.js";
 
 export * from "./generated.js";
+export { MAX_DENIALS, denialsHeld } from "./cache.js";
 
 /** A refused call: its HTTP status, the message, and the input field at fault (if one is). */
 export class RedcountError extends Error {
@@ -44,7 +46,7 @@ export class RedcountError extends Error {
 export type Binding = { [name: string]: ((...args: never[]) => Promise<unknown>) | unknown };
 
 /** How to reach redcount. */
-export type Options =
+export type Options = (
   | {
       /** The Service binding to the redcount worker's `Redcount` entrypoint. */
       binding: Binding;
@@ -56,7 +58,15 @@ export type Options =
       adminToken?: string;
       /** The fetch to use (default: the global one). */
       fetch?: typeof fetch;
-    };
+    }
+) & {
+  /**
+   * Answer a denied take, peek or decision again from this isolate's memory, without a call,
+   * for as long as redcount says it may be repeated (at most the policy's `cache_denials_ms`,
+   * never past its `retry_after_ms`), as `"cached": true`. Default: true.
+   */
+  cacheDenials?: boolean;
+};
 
 /** The headers of an HTTP answer that are part of the answer (as the binding gives them). */
 const ANSWER_HEADERS = ["RateLimit-Policy", "RateLimit", "Retry-After", "Idempotent-Replayed"];
@@ -75,16 +85,30 @@ const ANSWER_HEADERS = ["RateLimit-Policy", "RateLimit", "Retry-After", "Idempot
  */
 export class Redcount {
   readonly #options: Options;
+  /** Where its calls go, as the denial cache tells targets apart. */
+  readonly #target: string;
 
   constructor(options: Options) {
     if (!options || (!("binding" in options) && !("url" in options))) {
       throw new TypeError("new Redcount({ binding }) or new Redcount({ url, adminToken })");
     }
     this.#options = options;
+    // A binding is its object (its props, which scope it, cannot be read); a URL is itself and
+    // the fetch that reaches it (a Service binding's fetch may carry props of its own).
+    this.#target =
+      "binding" in options
+        ? `b${idOf(options.binding)}`
+        : `u${options.fetch ? idOf(options.fetch) : 0}\0${options.url.replace(/\/+$/, "")}`;
   }
 
   /** Calls the method `name` with `args` (what each typed method does). */
   async call(name: MethodName, args: unknown[]): Promise<unknown> {
+    const params = routes[name]?.params.length ?? 0;
+    const use = this.#options.cacheDenials !== false;
+    return through(this.#target, name, params, args, use, () => this.#send(name, args));
+  }
+
+  async #send(name: MethodName, args: unknown[]): Promise<unknown> {
     const o = this.#options;
     if ("binding" in o) {
       const binding = o.binding as { [name: string]: (...args: unknown[]) => Promise<unknown> };

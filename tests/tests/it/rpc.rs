@@ -15,6 +15,18 @@ use redcount_procs::{Proc, free_port, scratch_dir, wait_port};
 use redcount_tests::{Api, NativeServer, RedisServer, Reply, RestFront, TEST_POLICIES, root, secret};
 use serde_json::{Value, json};
 
+/// The test suite's policies, and two of one take a day: `one-a-day` with the default
+/// `cache_denials_ms`, `uncached` with 0 (its denials never repeated from memory).
+fn policies() -> String {
+    TEST_POLICIES.replacen(
+        '{',
+        r#"{
+  "one-a-day": { "kind": "quota", "algorithm": "fixed", "limit": 1, "window_ms": 86400000 },
+  "uncached": { "kind": "quota", "algorithm": "fixed", "limit": 1, "window_ms": 86400000, "cache_denials_ms": 0 },"#,
+        1,
+    )
+}
+
 /// The bindings the caller gets: name and props (all to the `Redcount` entrypoint).
 const BINDINGS: &[(&str, Option<&str>)] = &[
     ("REDCOUNT", None),
@@ -114,7 +126,7 @@ fn stack() -> Stack {
         BINDINGS.iter().map(|(name, props)| Binding::service(name, "redcount", Some("Redcount"), *props)).collect();
     bindings.extend(HTTP_BINDINGS.iter().map(|(name, props)| Binding::service(name, "redcount", None, *props)));
     bindings.push(Binding::service("SELF", "caller", None, None));
-    own_worker("rpc", TEST_POLICIES, &root().join("examples/caller-worker/test/harness.ts"), &[], bindings)
+    own_worker("rpc", &policies(), &root().join("examples/caller-worker/test/harness.ts"), &[], bindings)
 }
 
 impl Stack {
@@ -128,6 +140,24 @@ impl Stack {
             (None, Some(e)) => Err(e.clone()),
             _ => panic!("{binding}.{method}({args}): not a value nor a RedcountError: {}", r.json),
         }
+    }
+
+    /// `method(...args)` through `binding` wrapped to count the calls that cross it (the
+    /// client's denial cache in front, made per request): the answer, and the calls so far.
+    async fn counted(&self, binding: &str, method: &str, args: &Value) -> (Result<Value, Value>, u64) {
+        let r = self.api.post(&format!("/test/counted/{binding}/{method}"), &args.to_string()).await;
+        assert_eq!(r.status, 200, "{binding}.{method}({args}): {}\n{}", r.json, self.log());
+        let crossed = r.json["crossed"].as_u64().unwrap_or(0);
+        match (r.json.get("value"), r.json.get("error")) {
+            (Some(v), None) => (Ok(v.clone()), crossed),
+            (None, Some(e)) => (Err(e.clone()), crossed),
+            _ => panic!("{binding}.{method}({args}): not a value nor a RedcountError: {}", r.json),
+        }
+    }
+
+    /// Script calls Redis has run (EVALSHA and EVAL round trips).
+    fn script_calls(&self) -> u64 {
+        self.redis.calls("evalsha") + self.redis.calls("eval")
     }
 
     fn keys(&self) -> Vec<String> {
@@ -194,6 +224,8 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
         }
     }
     assert_eq!(send(&s, "GET", "/hello/you", &format!("m2-{run}")).await.status, 200);
+
+    client_denial_cache(&s, run).await;
 
     // Scopes: each tenant's keys under its own namespace, and a subject exhausted in one
     // scope untouched in the others.
@@ -365,6 +397,77 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
     drop(s.workerd);
 }
 
+/// The client's denial cache, in the caller's isolate in front of the binding: a flood of one
+/// exhausted subject (as separate requests, each making its client, as a Worker does) crosses
+/// the binding and reaches Redis a handful of times; never another subject or namespace, never
+/// a policy with `cache_denials_ms` 0; a refund through the client drops the denial at once.
+async fn client_denial_cache(s: &Stack, run: &str) {
+    let q = json!(["one-a-day", format!("f-{run}")]);
+    assert!(s.counted("REDCOUNT", "take", &q).await.0.unwrap()["allowed"] == true);
+    let (first, mut crossed) = s.counted("REDCOUNT", "take", &q).await;
+    let first = first.unwrap();
+    assert_eq!((&first["allowed"], &first["cached"]), (&json!(false), &Value::Null), "{first}");
+    assert!(first["cache_ms"].as_u64().is_some_and(|ms| (1..=1000).contains(&ms)), "{first}");
+    let (scripts, started) = (s.script_calls(), Instant::now());
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let (api, body) = (Api::new(s.api.base.clone(), ""), q.to_string());
+        tasks.spawn(async move {
+            let mut answers = Vec::new();
+            for _ in 0..40 {
+                answers.push(api.post("/test/counted/REDCOUNT/take", &body).await.json);
+            }
+            answers
+        });
+    }
+    let flood: Vec<Value> = tasks.join_all().await.into_iter().flatten().collect();
+    let seconds = started.elapsed().as_secs_f64().ceil() as u64;
+    let most = flood.iter().filter_map(|a| a["crossed"].as_u64()).max().unwrap();
+    let (over, redis) = (most - crossed, s.script_calls() - scripts);
+    eprintln!("a flood of 400 denied takes in {seconds} s: {over} calls across the binding, {redis} script calls");
+    assert!(over <= 2 + 2 * seconds, "{over} calls across the binding for 400 takes in {seconds} s");
+    assert!(redis <= 2 + 2 * seconds, "{redis} script calls for 400 takes in {seconds} s");
+    for a in &flood {
+        let v = &a["value"];
+        assert_eq!(v["allowed"], false, "{a}");
+        assert!(
+            v["retry_after_ms"].as_i64().is_some_and(|ms| ms >= 1 && ms <= first["retry_after_ms"].as_i64().unwrap())
+        );
+        assert!(v["headers"]["Retry-After"].as_str().is_some_and(|h| h.parse::<u64>().unwrap() > 0), "{a}");
+    }
+    assert!(flood.iter().filter(|a| a["value"]["cached"] == true).count() as u64 >= 400 - over);
+    crossed = most;
+
+    // Another subject through the same binding, the same subject in another namespace: asked.
+    let other = json!(["one-a-day", format!("f2-{run}")]);
+    let (r, now) = s.counted("REDCOUNT", "take", &other).await;
+    assert_eq!((r.unwrap()["allowed"].clone(), now), (json!(true), crossed + 1));
+    crossed = now;
+    let (r, _) = s.counted("GLOBEX", "take", &q).await;
+    assert_eq!(r.unwrap()["allowed"], true, "a denial of the unscoped binding answered a scoped one");
+
+    // A policy with cache_denials_ms 0: every call crosses, none is repeated.
+    let z = json!(["uncached", format!("f-{run}")]);
+    assert_eq!(s.counted("REDCOUNT", "take", &z).await.0.unwrap()["allowed"], true);
+    crossed += 1;
+    let scripts = s.script_calls();
+    for _ in 0..10 {
+        let (r, now) = s.counted("REDCOUNT", "take", &z).await;
+        let r = r.unwrap();
+        crossed += 1;
+        assert_eq!(now, crossed, "a denial of cache_denials_ms 0 was repeated: {r}");
+        assert!(r["allowed"] == false && r.get("cache_ms").is_none() && r.get("cached").is_none(), "{r}");
+    }
+    assert_eq!(s.script_calls() - scripts, 10);
+
+    // A refund through the client (an admin binding's, another binding object) drops the
+    // subject's denial at once: the next take crosses and is allowed.
+    let refund = json!(["one-a-day", format!("f-{run}"), {"cost": 1}]);
+    assert_eq!(s.counted("REDCOUNT_ADMIN", "refund", &refund).await.0.unwrap()["refunded"], 1);
+    let (r, now) = s.counted("REDCOUNT", "take", &q).await;
+    assert_eq!((r.unwrap()["allowed"].clone(), now), (json!(true), crossed + 1), "the refund did not drop the denial");
+}
+
 /// A request to the example's own routes as `user` (`x-user`).
 async fn send(s: &Stack, method: &str, path: &str, user: &str) -> Reply {
     let url = format!("{}{path}", s.api.base);
@@ -385,7 +488,7 @@ fn the_clients_own_tests_over_http() {
     assert!(dist.exists(), "{} is missing: run `cargo xtask test` (or build-client)", dist.display());
     let redis = RedisServer::start();
     let admin = secret("admin");
-    let serve = NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, TEST_POLICIES);
+    let serve = NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, &policies());
     let out = std::process::Command::new("node")
         .args(["--test", "--test-reporter=tap"])
         .arg(root.join("packages/client/test/client.test.mjs"))
@@ -397,7 +500,7 @@ fn the_clients_own_tests_over_http() {
     let tap = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{tap}\n{}\n{}", String::from_utf8_lossy(&out.stderr), serve.log());
     // Every test ran (none skipped for want of a server).
-    assert!(tap.contains("# pass 4") && tap.contains("# skipped 0"), "{tap}");
+    assert!(tap.contains("# pass 7") && tap.contains("# skipped 0"), "{tap}");
 }
 
 /// README.md's "From your Worker" is the example's code and binding.

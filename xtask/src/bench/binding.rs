@@ -163,17 +163,29 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
     ];
     let allowed_runs = measure(parts, &allowed, false, &pids)?;
     let exhausted_runs = measure(parts, &exhausted, true, &pids)?;
+    // When, and of which commit (`+` when the tree had changes besides).
+    let date = super::version("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let commit = super::version("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = std::process::Command::new("git")
+        .args(["diff", "--quiet", "HEAD"])
+        .current_dir(root())
+        .status()
+        .is_ok_and(|s| !s.success());
+    let commit = if dirty { format!("{commit}+") } else { commit };
     Ok(format!(
         "{HEADING}\n\n\
-         `cargo xtask bench binding` (and `cargo xtask bench`). Under workerd, each load from\n\
+         `cargo xtask bench binding` (and `cargo xtask bench`), last run {date} at {commit}. Under workerd, each load from\n\
          `bench/cpu-profile.mjs` (outside workerd) for {SECONDS} s a run; {ROUNDS} rounds, each running every\n\
          caller at every connection count, the callers' order turning each round; medians, and each run.\n\n\
-         - **caller → RPC binding**: `bench/caller-worker` calling `env.REDCOUNT.take(policy, subject)` through\n  \
-         a Service binding to the redcount worker's `Redcount` entrypoint (both in one workerd).\n\
+         - **caller → RPC binding**: `bench/caller-worker` calling\n  \
+         `new Redcount({{ binding: env.REDCOUNT }}).take(policy, subject)` (the typed client, made per\n  \
+         request, its denial cache in the caller's isolate on as by default) through a Service\n  \
+         binding to the redcount worker's `Redcount` entrypoint (both in one workerd).\n\
          - **@upstash/ratelimit inline**: `bench/ratelimit-worker`, the library in the worker itself, with\n  \
          its default ephemeral cache, fixed window.\n\
          - **caller → public HTTP**: the same caller `fetch`ing the redcount worker's\n  \
-         `POST /api/quotas/…`, served by a second workerd on its own port: the path without a binding.\n\n\
+         `POST /api/quotas/…` (a plain fetch, no client), served by a second workerd on its own\n  \
+         port: the path without a binding.\n\n\
          Both sides use redcount-rest (one worker thread, a release build) and one Redis, and the same\n\
          policy: a fixed window of 500 an hour (`bench-quota`) for allowed traffic over fresh subjects\n\
          (1,000 per connection), a limit of 1 (`storm`) for the flood of one exhausted subject; each\n\
