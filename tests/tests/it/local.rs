@@ -239,9 +239,12 @@ impl Run {
                     && retry == (d.retry - gone).max(1)
             });
             if from.is_none() {
+                let recent: Vec<_> = denials.iter().rev().take(4).collect();
                 self.fail(format!(
-                    "shell {i}: {} repeated from memory at {now_shell} (real {now_real}) comes from no denial of Redis's within cache_denials_ms {cache_ms} and its retry_after_ms, after the last forget (#{forgot}): {denials:?}",
-                    r.body
+                    "shell {i}: {} repeated from memory at {now_shell} (real {now_real}) comes from no denial of Redis's within cache_denials_ms {cache_ms} and its retry_after_ms, after the last forget (#{forgot}): the last {} of {}: {recent:?}",
+                    r.body,
+                    recent.len(),
+                    denials.len()
                 ));
             }
             return;
