@@ -232,9 +232,11 @@ impl Run {
             let from = denials.iter().find(|d| {
                 let life = cache_ms.min(d.retry);
                 let gone = now_shell as i64 - d.sent_shell as i64;
+                // (The shell's clock and the real one are read apart and each cut to whole
+                // ms: they may differ by 1.)
                 d.seq > forgot
                     && d.sent_real <= now_real
-                    && now_real < d.sent_real + life
+                    && now_real < d.sent_real + life + 1
                     && gone < life
                     && retry == (d.retry - gone).max(1)
             });
