@@ -35,6 +35,8 @@ impl fmt::Display for ConfigError {
 
 impl core::error::Error for ConfigError {}
 
+// Out of line: configure makes one at each of some forty places.
+#[inline(never)]
 fn err(variable: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError { variable: variable.into(), problem: problem.into() }
 }
