@@ -35,8 +35,20 @@ impl fmt::Display for ConfigError {
 
 impl core::error::Error for ConfigError {}
 
+// Out of line: configure makes one at each of some forty places.
+#[inline(never)]
 fn err(variable: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError { variable: variable.into(), problem: problem.into() }
+}
+
+/// `at.field`, a setting's place in the configuration (one copy, not one per setting).
+#[inline(never)]
+fn path(at: &str, field: &str) -> String {
+    let mut out = String::with_capacity(at.len() + 1 + field.len());
+    out.push_str(at);
+    out.push('.');
+    out.push_str(field);
+    out
 }
 
 /// One named policy.
@@ -480,7 +492,7 @@ fn parse_policies(
     let mut failure = Vec::new();
     let mut local = Vec::new();
     for (name, settings) in &map {
-        let at = format!("{VAR}.{name}");
+        let at = path(VAR, name);
         validate::id("policy", name).map_err(|_| err(&at, "policy names must be 1-64 of A-Z a-z 0-9 _ -"))?;
         let Json::Object(s) = settings else {
             return Err(err(&at, "must be an object with a \"kind\""));
@@ -497,18 +509,18 @@ fn parse_policies(
             Some(Some("allow")) if matches!(policy, Policy::Quota { .. } | Policy::Claim { .. }) => true,
             Some(Some("allow")) => {
                 return Err(err(
-                    format!("{at}.on_unavailable"),
+                    path(&at, "on_unavailable"),
                     "only quotas and claims may allow when Redis does not answer (money and leases always deny)",
                 ));
             }
-            _ => return Err(err(format!("{at}.on_unavailable"), "must be \"deny\" or \"allow\"")),
+            _ => return Err(err(path(&at, "on_unavailable"), "must be \"deny\" or \"allow\"")),
         };
         let timeout_ms = match &timeout {
             None => None,
             Some(v) => Some(
                 u32::try_from(
                     validate::int_json("timeout_ms", v, 1, 60_000)
-                        .map_err(|e| err(format!("{at}.timeout_ms"), e.to_string()))?,
+                        .map_err(|e| err(path(&at, "timeout_ms"), e.to_string()))?,
                 )
                 .unwrap_or(60_000),
             ),
@@ -534,13 +546,10 @@ fn local_mode(
     }
     let field = if cache.is_some() { "cache_denials_ms" } else { "borrow" };
     let Policy::Quota { algorithm, .. } = policy else {
-        return Err(err(
-            format!("{at}.{field}"),
-            format!("is not a setting of a {} policy (quotas only)", policy.kind()),
-        ));
+        return Err(err(path(at, field), format!("is not a setting of a {} policy (quotas only)", policy.kind())));
     };
-    let int = |path: &str, v: &Json, lo: i64, hi: i64| {
-        validate::int_json("value", v, lo, hi).map_err(|e| err(format!("{at}.{path}"), e.to_string()))
+    let int = |name: &str, v: &Json, lo: i64, hi: i64| {
+        validate::int_json("value", v, lo, hi).map_err(|e| err(path(at, name), e.to_string()))
     };
     let mut mode = LocalMode::default();
     if let Some(v) = cache {
@@ -549,17 +558,17 @@ fn local_mode(
     if let Some(v) = borrow {
         let redcount_core::ops::quota::Algorithm::FixedWindow { limit, .. } = algorithm else {
             return Err(err(
-                format!("{at}.borrow"),
+                path(at, "borrow"),
                 "is for fixed windows only: in a sliding window, a bucket or GCRA a unit counts when it is charged, so units used later than they were borrowed could pass the limit",
             ));
         };
         let Json::Object(b) = v else {
-            return Err(err(format!("{at}.borrow"), "must be an object {\"units\": N, \"ms\": N}"));
+            return Err(err(path(at, "borrow"), "must be an object {\"units\": N, \"ms\": N}"));
         };
         if let Some(k) = b.keys().find(|k| *k != "units" && *k != "ms") {
-            return Err(err(format!("{at}.borrow.{k}"), "is not a setting of borrow (units, ms)"));
+            return Err(err(path(&path(at, "borrow"), k), "is not a setting of borrow (units, ms)"));
         }
-        let need = |k: &str| b.get(k).ok_or_else(|| err(format!("{at}.borrow.{k}"), "is required"));
+        let need = |k: &str| b.get(k).ok_or_else(|| err(path(&path(at, "borrow"), k), "is required"));
         mode.borrow = Some(Borrow {
             units: int("borrow.units", need("units")?, 1, *limit)?,
             ms: int("borrow.ms", need("ms")?, 1, MAX_BORROW_MS)? as u32,
@@ -568,27 +577,37 @@ fn local_mode(
     Ok(Some(mode))
 }
 
+/// The integer setting `field` of the settings `s` (at `at`), within `min..=max`, or
+/// `default` when absent (required when `None`). Out of line: parse_policy reads a dozen.
+#[inline(never)]
+fn int_setting(
+    s: &Map,
+    at: &str,
+    field: &'static str,
+    min: i64,
+    max: i64,
+    default: Option<i64>,
+) -> Result<i64, ConfigError> {
+    match s.get(field) {
+        None | Some(Json::Null) => default.ok_or_else(|| err(path(at, field), "is required")),
+        Some(v) => validate::int_json(field, v, min, max).map_err(|e| err(path(at, field), e.to_string())),
+    }
+}
+
 fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
-    let int = |field: &'static str, min: i64, max: i64, default: Option<i64>| -> Result<i64, ConfigError> {
-        match s.get(field) {
-            None | Some(Json::Null) => default.ok_or_else(|| err(format!("{at}.{field}"), "is required")),
-            Some(v) => validate::int_json(field, v, min, max).map_err(|e| err(format!("{at}.{field}"), e.to_string())),
-        }
-    };
+    let int =
+        |field: &'static str, min: i64, max: i64, default: Option<i64>| int_setting(s, at, field, min, max, default);
     let word = |field: &str, default: &'static str| -> Result<String, ConfigError> {
         match s.get(field) {
             None => Ok(default.to_owned()),
             Some(Json::String(w)) => Ok(w.clone()),
-            Some(_) => Err(err(format!("{at}.{field}"), "must be a string")),
+            Some(_) => Err(err(path(at, field), "must be a string")),
         }
     };
     let kind = match s.get("kind") {
         Some(Json::String(k)) => k.as_str(),
         _ => {
-            return Err(err(
-                format!("{at}.kind"),
-                "must be one of quota, semaphore, counter, claim, redpackets, inbox",
-            ));
+            return Err(err(path(at, "kind"), "must be one of quota, semaphore, counter, claim, redpackets, inbox"));
         }
     };
     let allowed: &[&str] = match kind {
@@ -623,14 +642,14 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
         "claim" => &["kind", "window_ms"],
         "redpackets" => &["kind", "max_shares", "max_total_cents", "min_cents", "ttl_ms"],
         "inbox" => &["kind", "ttl_ms", "max_len", "max_age_s", "public"],
-        other => return Err(err(format!("{at}.kind"), format!("unknown kind `{other}`"))),
+        other => return Err(err(path(at, "kind"), format!("unknown kind `{other}`"))),
     };
     if let Some(extra) = s.keys().find(|k| !allowed.contains(&k.as_str())) {
         let what = match (kind, s.get("algorithm").and_then(Json::as_str)) {
             ("quota", Some(a)) => format!("a {a} quota"),
             _ => format!("a {kind} policy"),
         };
-        return Err(err(format!("{at}.{extra}"), format!("is not a setting of {what}")));
+        return Err(err(path(at, extra), format!("is not a setting of {what}")));
     }
     use redcount_core::ops::{claim, inbox, quota, redpacket, semaphore};
     let policy = match kind {
@@ -663,16 +682,13 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
                     }
                 }
                 other => {
-                    return Err(err(
-                        format!("{at}.algorithm"),
-                        format!("`{other}` is not fixed, sliding, bucket or gcra"),
-                    ));
+                    return Err(err(path(at, "algorithm"), format!("`{other}` is not fixed, sliding, bucket or gcra")));
                 }
             };
             let on_expiry = match s.get("on_expiry").map(|w| w.as_str()) {
                 None | Some(Some("charge")) => OnExpiry::Charge,
                 Some(Some("refund")) => OnExpiry::Refund,
-                _ => return Err(err(format!("{at}.on_expiry"), "must be \"charge\" or \"refund\"")),
+                _ => return Err(err(path(at, "on_expiry"), "must be \"charge\" or \"refund\"")),
             };
             Policy::Quota {
                 max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?,
@@ -690,12 +706,12 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
             let mode = match word("mode", "clamp")?.as_str() {
                 "clamp" => Mode::Clamp,
                 "reject" => Mode::Reject,
-                other => return Err(err(format!("{at}.mode"), format!("`{other}` is not clamp or reject"))),
+                other => return Err(err(path(at, "mode"), format!("`{other}` is not clamp or reject"))),
             };
             let storage = match word("storage", "key")?.as_str() {
                 "key" => Storage::Key,
                 "hash" => Storage::HashField,
-                other => return Err(err(format!("{at}.storage"), format!("`{other}` is not key or hash"))),
+                other => return Err(err(path(at, "storage"), format!("`{other}` is not key or hash"))),
             };
             let max = match s.get("max") {
                 None | Some(Json::Null) => None,
@@ -707,7 +723,7 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
                 mode,
                 ttl_ms: int("ttl_ms", 0, counter::MAX_TTL_MS, Some(0))?,
             };
-            bounds.validate().map_err(|e| err(format!("{at}.{}", e.field), e.to_string()))?;
+            bounds.validate().map_err(|e| err(path(at, e.field), e.to_string()))?;
             Policy::Counter { bounds, storage, max_step: int("max_step", 1, counter::MAX_VALUE, Some(1))? }
         }
         "claim" => Policy::Claim { window_ms: int("window_ms", 1, claim::MAX_WINDOW_MS, None)? },
@@ -728,7 +744,7 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
             public: match s.get("public") {
                 None => false,
                 Some(Json::Bool(b)) => *b,
-                Some(_) => return Err(err(format!("{at}.public"), "must be true or false")),
+                Some(_) => return Err(err(path(at, "public"), "must be true or false")),
             },
         },
     };

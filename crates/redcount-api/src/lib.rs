@@ -215,11 +215,13 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with `status` and `message`, naming no field.
+    #[inline(never)]
     pub fn new(status: u16, message: impl Into<String>) -> Self {
         ApiError { status, message: message.into(), field: None, headers: Vec::new() }
     }
 
     /// The same error, naming `field`.
+    #[inline(never)]
     pub fn at(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
         self

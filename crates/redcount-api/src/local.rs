@@ -910,10 +910,11 @@ impl Local {
     }
 
     /// The plan of an override, refund or reset of `policies` for `subject` by `caller`.
-    pub(crate) fn forget_plan<'p>(caller: &Caller, policies: impl IntoIterator<Item = &'p str>, subject: &str) -> Plan {
+    /// (Out of line and not generic: one copy for every route that forgets.)
+    #[inline(never)]
+    pub(crate) fn forget_plan(caller: &Caller, policies: Vec<&str>, subject: &str) -> Plan {
         // Every definition's: the key up to the fingerprint.
         let fp_digits = itoa::Buffer::new().format(0u64).len();
-        let policies: Vec<&str> = policies.into_iter().collect();
         let prefixes_of = |subject: &str| -> Vec<String> {
             policies
                 .iter()

@@ -214,7 +214,7 @@ impl<'a> Cx<'a> {
         subject: &str,
     ) -> Exchange {
         if self.planned {
-            ex.plan = Some(Box::new(Local::forget_plan(self.caller, policies, subject)));
+            ex.plan = Some(Box::new(Local::forget_plan(self.caller, policies.into_iter().collect(), subject)));
         }
         ex
     }

@@ -61,15 +61,22 @@ impl Value {
 
     /// An array of exactly `n` integers.
     pub fn into_ints<const N: usize>(self, op: &'static str) -> Result<[i64; N], ShapeError> {
+        let mut out = [0i64; N];
+        self.fill_ints(op, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Value::into_ints`] into `out` (exactly `out.len()` integers): one copy for every `N`.
+    #[inline(never)]
+    fn fill_ints(self, op: &'static str, out: &mut [i64]) -> Result<(), ShapeError> {
         let items = self.into_array(op)?;
-        if items.len() != N {
+        if items.len() != out.len() {
             return Err(ShapeError::new(op, "unexpected array length"));
         }
-        let mut out = [0i64; N];
         for (slot, v) in out.iter_mut().zip(items.iter()) {
             *slot = v.to_int(op)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// A UTF-8 string.

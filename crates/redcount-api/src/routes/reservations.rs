@@ -385,7 +385,11 @@ pub(super) fn close(cx: &Cx<'_>, subject: &str, id: &str, act: Close) -> Routed 
         Close::Release => alloc::vec![0; named.len()],
         _ => units(map.get(list), list, &named, act == Close::Settle)?,
     };
-    let parts = named.iter().map(Named::part).collect::<Result<Vec<_>, _>>()?;
+    // A loop, not a collect into a Result: that adapter is a kilobyte of its own in the bundle.
+    let mut parts = Vec::with_capacity(named.len());
+    for n in &named {
+        parts.push(n.part()?);
+    }
     let ex = match act {
         Close::Settle => settle_exchange(cx, &named, id, cx.replayable(Settle::new(subject, &rid, parts, &units))?),
         Close::Extend => {

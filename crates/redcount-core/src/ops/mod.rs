@@ -78,6 +78,22 @@ impl Idempotency {
         self.apply_at(inv, &first);
     }
 
+    /// `request` with this applied to its script, at `base` when given (else at its first
+    /// key). Out of line: one copy, not one per replayable operation.
+    #[inline(never)]
+    fn applied(&self, request: Request, base: Option<alloc::string::String>) -> Request {
+        match request {
+            Request::Script(mut inv) => {
+                match base {
+                    Some(base) => self.apply_at(&mut inv, &base),
+                    None => self.apply(&mut inv),
+                }
+                Request::Script(inv)
+            }
+            request => request,
+        }
+    }
+
     /// As [`Idempotency::apply`], the reply key named after `base` (a key in the call's slot).
     pub fn apply_at(&self, inv: &mut crate::script::Invocation, base: &str) {
         inv.keys.push(alloc::format!("{base}:idem:{}", self.suffix));
@@ -135,15 +151,9 @@ impl<O: Replayable> Operation for Idempotent<O> {
     const NAME: &'static str = O::NAME;
 
     fn request(&self) -> Request {
-        match (self.op.request(), &self.idem) {
-            (Request::Script(mut inv), Some(i)) => {
-                match self.op.idempotency_base() {
-                    Some(base) => i.apply_at(&mut inv, &base),
-                    None => i.apply(&mut inv),
-                }
-                Request::Script(inv)
-            }
-            (request, _) => request,
+        match &self.idem {
+            Some(i) => i.applied(self.op.request(), self.op.idempotency_base()),
+            None => self.op.request(),
         }
     }
 
