@@ -29,7 +29,7 @@ pub(crate) async fn run_one(st: &State, access: &Access, mut cmd: Cmd, format: F
     let kill = (cmd.name.eq_ignore_ascii_case("SCRIPT") || cmd.name.eq_ignore_ascii_case("FUNCTION"))
         && cmd.args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"KILL"));
     let be = if kill { &st.killer } else { backend(st, access) };
-    let lane = lane_of_one(&cmd);
+    let lane = lane(&[&cmd]);
     let waits = be.waits_for(&redis_cmd);
     let wait = if waits { be.replica_wait() } else { None };
     let mut plan = One::new(Instant::now(), st.timeout, be.is_cluster(), fixup.reload(&cmd).is_some(), wait);
@@ -55,7 +55,7 @@ pub(crate) async fn run_one(st: &State, access: &Access, mut cmd: Cmd, format: F
                 let eval = fixup.reload(&cmd).expect("a reload is planned only for a rewritten script");
                 st.rules().check(&eval, access)?;
                 let eval = eval.to_redis();
-                let sent = be.query_in(&eval, lane, &mut permits);
+                let sent = be.query_in(&eval, Lane::Bounded, &mut permits);
                 Outcome::Answered(Box::pin(timed(st, sent)).await, None)
             }
         };
@@ -239,9 +239,8 @@ async fn entry(st: &State, be: &Backend, lane: Lane, cmd: &Cmd, within: Duration
 /// run id) was dropped on purpose, and with the front's output-buffer limit in force the
 /// reason is most likely that the reply passed it: say so, as the client's error. Not for
 /// `small` requests (redcount's own scripts, whose replies are a few integers): those lost
-/// their connection some other way (a kill, the network) and stay a 503. A script call on a
-/// shared connection may have lost it to another request's reply on it: the answer says so.
-pub(crate) async fn explain_lost(st: &State, f: Failure, small: bool, shared: bool) -> Failure {
+/// their connection some other way (a kill, the network) and stay a 503.
+pub(crate) async fn explain_lost(st: &State, f: Failure, small: bool) -> Failure {
     if small || f.cause != Cause::Lost || st.output_limit == 0 {
         return f;
     }
@@ -257,11 +256,10 @@ pub(crate) async fn explain_lost(st: &State, f: Failure, small: bool, shared: bo
         }
         return f;
     }
-    let whose = if shared { "this reply, or another request's on the same shared connection," } else { "the reply" };
     error(
         axum::http::StatusCode::BAD_REQUEST,
         format!(
-            "ERR Redis closed the connection instead of answering: {whose} passed its output-buffer limit for normal clients ({} bytes, --redis-output-limit-bytes); ask for less at once (a write in the same request may or may not have happened)",
+            "ERR Redis closed the connection instead of answering: the reply passed its output-buffer limit for normal clients ({} bytes, --redis-output-limit-bytes); ask for less at once (a write in the same request may or may not have happened)",
             st.output_limit
         ),
     )
@@ -362,33 +360,9 @@ fn timed_within<T, F: Future<Output = Result<T, Failed>>>(
     })
 }
 
-/// The connections for one command: the shared ones, for a reply small by construction or a
-/// script's (which may be large: bounded there reply by reply, see [`runs_a_script`]); a
-/// bounded connection of its own for anything else.
-fn lane_of_one(cmd: &Cmd) -> Lane {
-    if small_reply(cmd) {
-        Lane::Small
-    } else if runs_a_script(cmd) {
-        Lane::Shared
-    } else {
-        Lane::Bounded
-    }
-}
-
-/// True when `c` runs a script or a function.
-pub(crate) fn runs_a_script(c: &Cmd) -> bool {
-    SCRIPT_CALLS.iter().any(|n| c.name.eq_ignore_ascii_case(n))
-}
-
-/// The commands of [`runs_a_script`]. Those may share a connection whatever they
-/// answer: a script can neither block (a blocking command inside one returns at once) nor
-/// change the connection it was sent on (Redis keeps a script's SELECT to the script).
-const SCRIPT_CALLS: [&str; 6] = ["EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"];
-
 /// The shared connections for requests whose replies are small by construction (redcount's
 /// own scripts, commands that answer an integer), a bounded connection of its own for
-/// anything else: a pipeline's replies are bounded together, which only a connection of its
-/// own counts.
+/// anything else.
 fn lane(cmds: &[&Cmd]) -> Lane {
     if !cmds.is_empty() && cmds.iter().all(|c| small_reply(c)) { Lane::Small } else { Lane::Bounded }
 }

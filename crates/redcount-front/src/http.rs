@@ -189,10 +189,10 @@ async fn one(st: &State, access: &Access, cmd: Cmd, format: Format) -> Served {
     if let Err(f) = st.rules().check(&cmd, access) {
         return Err((f, what));
     }
-    let (small, shared) = (driver::small_reply(&cmd), driver::runs_a_script(&cmd));
+    let small = driver::small_reply(&cmd);
     match driver::run_one(st, access, cmd, format).await {
         Ok(r) => Ok((r, what)),
-        Err(f) => Err((Box::pin(driver::explain_lost(st, f, small, shared)).await, what)),
+        Err(f) => Err((Box::pin(driver::explain_lost(st, f, small)).await, what)),
     }
 }
 
@@ -223,7 +223,7 @@ async fn many(st: &State, access: &Access, entries: Vec<Result<Cmd, Failure>>, a
     let small = entries.iter().all(|e| e.as_ref().is_ok_and(driver::small_reply));
     match Box::pin(driver::run_many(st, access, entries, atomic, format)).await {
         Ok(r) => Ok((r, what)),
-        Err(f) => Err((Box::pin(driver::explain_lost(st, f, small, false)).await, what)),
+        Err(f) => Err((Box::pin(driver::explain_lost(st, f, small)).await, what)),
     }
 }
 

@@ -10,7 +10,6 @@
 
 mod cluster;
 mod pool;
-mod split;
 
 use std::fmt;
 use std::io;
@@ -85,8 +84,7 @@ pub enum Failed {
     /// command was sent (it may have run), or no answer within the response timeout.
     Redis(RedisError),
     /// The reply passed `bound` (`--max-response-bytes`) as it was read: the command ran, and
-    /// its connection is closed (a shared one reads the reply to its end, dropping it, and
-    /// takes no new request).
+    /// its connection is closed.
     TooLarge {
         /// The bound, in bytes.
         bound: usize,
@@ -153,12 +151,8 @@ impl Held {
 pub enum Lane {
     /// A connection of its own, reply bounded by `--max-response-bytes`.
     Bounded,
-    /// A shared connection, for replies small by construction.
+    /// A shared connection: only for replies small by construction.
     Small,
-    /// A shared connection, each reply bounded by `--max-response-bytes` as it is read: for one
-    /// command that neither blocks nor changes its connection but may answer a large reply
-    /// (a user's script).
-    Shared,
 }
 
 /// Awaits `$call` again (up to 3 times) while it fails in a way [`Backend::retry`] allows.
@@ -362,9 +356,7 @@ impl Backend {
             let info = logged_in(url.into_connection_info().map_err(Failed::Redis)?, login);
             let pool = Pool::new(info, connections, connect_timeout, timeout, max_reply);
             let waits = wait.map(|wait| Waits { wait, lanes: None });
-            // A large reply kept aside for a request that gave up (past its timeout) goes.
-            let shared = Shared::new(shared_connections(), max_reply, 2 * timeout + Duration::from_secs(1));
-            (Conns::Single(Arc::new(pool), Arc::new(shared)), waits)
+            (Conns::Single(Arc::new(pool), Arc::new(Shared::new(shared_connections()))), waits)
         };
         conns.query(&redis::cmd("PING"), Lane::Bounded, &mut Held::default()).await?;
         Ok(Backend { conns, login: login.cloned(), restore: None, waits })
@@ -375,9 +367,7 @@ impl Conns {
     async fn query(&self, cmd: &Cmd, lane: Lane, held: &mut Held) -> Result<Value, Failed> {
         match (self, lane) {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(held, async |c| cmd.query_async(c).await).await,
-            (Conns::Single(pool, shared), Lane::Small | Lane::Shared) => {
-                shared.run(pool, held, false, async |c| cmd.query_async(c).await).await
-            }
+            (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| cmd.query_async(c).await).await,
             (Conns::Cluster(c, timeout), _) => Box::pin(cluster::call(c, cmd, *timeout)).await,
         }
     }
@@ -404,9 +394,7 @@ impl Conns {
     async fn pipeline(&self, pipe: &Pipeline, lane: Lane, held: &mut Held) -> Result<Value, Failed> {
         match (self, lane) {
             (Conns::Single(pool, _), Lane::Bounded) => pool.run(held, async |c| pipe.query_async(c).await).await,
-            (Conns::Single(pool, shared), Lane::Small | Lane::Shared) => {
-                shared.run(pool, held, true, async |c| pipe.query_async(c).await).await
-            }
+            (Conns::Single(pool, shared), Lane::Small) => shared.run(pool, async |c| pipe.query_async(c).await).await,
             // Only a transaction (MULTI/EXEC: all or nothing, so an aborted one ran nothing);
             // a pipeline's entries go one by one (`Backend::is_cluster`).
             (Conns::Cluster(c, _), _) => {

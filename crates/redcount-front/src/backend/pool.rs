@@ -13,29 +13,20 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, RedisResult, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::split::{Aside, Marked, Split};
 use super::{Failed, Held};
 
 /// A few connections that many requests share at once (commands pipelined by redis-rs):
-/// fewer reads and writes for Redis, so more throughput. Each reply is bounded as it is read
-/// ([`Split`]), so they also carry commands whose reply may be large, as long as they neither
-/// block nor change their connection (a user's script).
+/// fewer reads and writes for Redis, so more throughput, but no reply bound. Only for
+/// requests whose replies are small by construction (redcount's own scripts).
 pub(super) struct Shared {
     conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
     next: AtomicUsize,
-    /// Their replies larger than 16 KiB, until their requests take them.
-    aside: Arc<Aside>,
 }
 
 impl Shared {
-    /// `n` shared connections, made on first use; replies past `bound` bytes are refused, and
-    /// a large one is kept for its request at most `keep`.
-    pub(super) fn new(n: usize, bound: usize, keep: Duration) -> Self {
-        Shared {
-            conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
-            next: AtomicUsize::new(0),
-            aside: Arc::new(Aside::new(bound, keep)),
-        }
+    /// `n` shared connections, made on first use.
+    pub(super) fn new(n: usize) -> Self {
+        Shared { conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
     }
 
     async fn get(&self, pool: &Pool) -> Result<(usize, MultiplexedConnection), Failed> {
@@ -47,64 +38,26 @@ impl Shared {
         if slot.is_none() {
             // No timer of redis-rs's own per command: every request on these connections runs
             // under the request's timeout already.
-            *slot = Some(Box::pin(pool.dial(usize::MAX, None, Some(&self.aside))).await?);
+            *slot = Some(Box::pin(pool.dial(usize::MAX, None)).await?);
         }
         Ok((i, slot.as_ref().expect("made above").conn.clone()))
     }
 
-    /// Runs `call` (a command, or a pipeline when `entries`) on a shared connection; one that
-    /// failed other than by an error reply is dropped, and made again by its next use. A reply
-    /// kept aside is taken back (what it holds of the budget goes to `held`).
-    pub(super) async fn run(
+    /// Runs `call` on a shared connection; one that failed other than by an error reply is
+    /// dropped, and made again by its next use.
+    pub(super) async fn run<T>(
         &self,
         pool: &Pool,
-        held: &mut Held,
-        entries: bool,
-        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<Value>,
-    ) -> Result<Value, Failed> {
+        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>,
+    ) -> Result<T, Failed> {
         let (i, mut conn) = self.get(pool).await?;
-        let result = match call(&mut conn).await {
-            Err(e) => match self.aside.taken(&e) {
-                Some(marked) => self.taken(marked, held, entries),
-                None => {
-                    if e.code().is_none() || e.is_io_error() {
-                        *self.conns[i].lock().await = None;
-                    }
-                    return Err(Failed::Redis(e));
-                }
-            },
-            Ok(Value::Array(items)) if entries => items
-                .into_iter()
-                .map(|v| match self.aside.taken_value(&v) {
-                    Some(marked) => self.taken(marked, held, true),
-                    None => Ok(v),
-                })
-                .collect::<Result<Vec<_>, Failed>>()
-                .map(Value::Array),
-            Ok(value) => Ok(value),
-        };
-        // A reply past the bound is read to its end before the next one: no new request
-        // queues behind that on this connection.
-        if matches!(result, Err(Failed::TooLarge { .. } | Failed::BudgetSpent)) {
+        let result = call(&mut conn).await;
+        if let Err(e) = &result
+            && (e.code().is_none() || e.is_io_error())
+        {
             *self.conns[i].lock().await = None;
         }
-        result
-    }
-
-    /// What a marker stands for: the large reply it kept, parsed (its charge goes to `held`;
-    /// an error reply is the failure of a command, an entry of a pipeline's), or the refusal.
-    fn taken(&self, marked: Marked, held: &mut Held, entry: bool) -> Result<Value, Failed> {
-        match marked {
-            Marked::Large(bytes, permit) => {
-                held.keep(permit);
-                match redis::parse_redis_value(&bytes).map_err(Failed::Redis)? {
-                    Value::ServerError(e) if !entry => Err(Failed::Redis(e.into())),
-                    value => Ok(value),
-                }
-            }
-            Marked::TooLarge => Err(Failed::TooLarge { bound: self.aside.bound }),
-            Marked::BudgetSpent => Err(Failed::BudgetSpent),
-        }
+        result.map_err(Failed::Redis)
     }
 }
 
@@ -184,22 +137,12 @@ struct Counted<S> {
     limit: usize,
     closed: Arc<AtomicBool>,
     charge: Arc<Mutex<Charge>>,
-    /// On a shared connection: each reply bounded instead of the stream.
-    split: Option<Box<Split>>,
-}
-
-impl Counted<()> {
-    /// These counters around `inner`.
-    fn around<S>(self, inner: S) -> Counted<S> {
-        let Counted { read, limit, closed, charge, split, .. } = self;
-        Counted { inner, read, limit, closed, charge, split }
-    }
 }
 
 /// Replies being read count against the front's budget of large replies in flight, as they
 /// arrive: many requests at once cannot each read their bound before anything says no.
 #[derive(Default)]
-pub(super) struct Charge {
+struct Charge {
     budget: Option<Arc<tokio::sync::Semaphore>>,
     /// Bytes read free of charge (small replies), then bytes not yet charged (under 1 KiB).
     free: usize,
@@ -209,18 +152,8 @@ pub(super) struct Charge {
 }
 
 impl Charge {
-    /// Charges to `budget` (if any) what is read past the first `free` bytes.
-    pub(super) fn new(budget: Option<Arc<tokio::sync::Semaphore>>, free: usize) -> Self {
-        Charge { budget, free, ..Charge::default() }
-    }
-
-    /// What was charged so far, taken over by whoever holds the reply.
-    pub(super) fn into_held(self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.held
-    }
-
     /// Charges `n` more bytes; false when the budget is spent.
-    pub(super) fn add(&mut self, n: usize) -> bool {
+    fn add(&mut self, n: usize) -> bool {
         let Some(budget) = &self.budget else { return true };
         let free = n.min(self.free);
         self.free -= free;
@@ -249,13 +182,6 @@ impl Charge {
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let Some(split) = this.split.as_deref_mut() {
-            let polled = split.poll_read(&mut this.inner, cx, buf);
-            if split.ended {
-                this.closed.store(true, Ordering::Relaxed);
-            }
-            return polled;
-        }
         let before = buf.filled().len();
         let room = buf.remaining() > 0;
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -341,18 +267,11 @@ impl Pool {
         Lease { pool: self, index, slot, _permit: permit, clean: false }
     }
 
-    /// A new connection whose reads fail past `limit` bytes (since its counter was reset), or
-    /// whose replies are each bounded when `aside` keeps its large ones, after the pool's
-    /// on-connect commands.
-    async fn dial(
-        &self,
-        limit: usize,
-        response_timeout: Option<Duration>,
-        aside: Option<&Arc<Aside>>,
-    ) -> Result<Conn, Failed> {
-        let split = aside.map(|a| (a.clone(), self.budget.get().cloned()));
+    /// A new connection whose reads fail past `limit` bytes (since its counter was reset),
+    /// after the pool's on-connect commands.
+    async fn dial(&self, limit: usize, response_timeout: Option<Duration>) -> Result<Conn, Failed> {
         let mut made =
-            open(&self.info, limit, self.connect_timeout, response_timeout, split).await.map_err(Failed::connecting)?;
+            open(&self.info, limit, self.connect_timeout, response_timeout).await.map_err(Failed::connecting)?;
         match self.on_connect.get() {
             Some(OnConnect::Here(cmds)) => {
                 for cmd in cmds {
@@ -361,9 +280,7 @@ impl Pool {
             }
             Some(OnConnect::Via(cmds, via)) => {
                 // A connection of the URL's user for just this, closed after.
-                if let Ok(mut other) =
-                    open(via, usize::MAX, self.connect_timeout, Some(self.response_timeout), None).await
-                {
+                if let Ok(mut other) = open(via, usize::MAX, self.connect_timeout, Some(self.response_timeout)).await {
                     for cmd in cmds {
                         let _ = cmd.query_async::<Value>(&mut other.conn).await;
                     }
@@ -388,12 +305,12 @@ impl Pool {
             *lease.slot = None;
         }
         if lease.slot.is_none() {
-            *lease.slot = Some(Box::pin(self.dial(self.max_reply, Some(self.response_timeout), None)).await?);
+            *lease.slot = Some(Box::pin(self.dial(self.max_reply, Some(self.response_timeout))).await?);
         }
         let conn = lease.slot.as_mut().expect("made above");
         conn.read.store(0, Ordering::Relaxed);
         *conn.charge.lock().unwrap_or_else(|e| e.into_inner()) =
-            Charge::new(self.budget.get().cloned(), super::split::SMALL);
+            Charge { budget: self.budget.get().cloned(), free: 16 * 1024, ..Charge::default() };
         let result = call(&mut conn.conn).await;
         let (permit, refused) = {
             let mut c = conn.charge.lock().unwrap_or_else(|e| e.into_inner());
@@ -439,24 +356,16 @@ fn tls_connector() -> io::Result<tokio_rustls::TlsConnector> {
     }
 }
 
-/// Connects to `info` with a stream that fails past `limit` bytes read, or that bounds each
-/// reply when given where to keep the large ones (and the budget they are charged to).
+/// Connects to `info` with a stream that fails past `limit` bytes read.
 async fn open(
     info: &redis::ConnectionInfo,
     limit: usize,
     connect_timeout: Duration,
     response_timeout: Option<Duration>,
-    split: Option<(Arc<Aside>, Option<Arc<tokio::sync::Semaphore>>)>,
 ) -> RedisResult<Conn> {
-    let counted = Counted {
-        inner: (),
-        read: Arc::new(AtomicUsize::new(0)),
-        limit,
-        closed: Arc::new(AtomicBool::new(false)),
-        charge: Arc::new(Mutex::new(Charge::default())),
-        split: split.map(|(aside, budget)| Box::new(Split::new(aside, budget))),
-    };
-    let (read, closed, charge) = (counted.read.clone(), counted.closed.clone(), counted.charge.clone());
+    let read = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
+    let charge = Arc::new(Mutex::new(Charge::default()));
     let config = AsyncConnectionConfig::new().set_response_timeout(response_timeout);
     let redis = info.redis_settings();
     let dial = async {
@@ -464,7 +373,8 @@ async fn open(
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 let _ = tcp.set_nodelay(true);
-                let stream = counted.around(tcp);
+                let stream =
+                    Counted { inner: tcp, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::TcpTls { host, port, insecure, .. } => {
@@ -479,12 +389,14 @@ async fn open(
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
                 let tls = tls_connector()?.connect(name, tcp).await?;
-                let stream = counted.around(tls);
+                let stream =
+                    Counted { inner: tls, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             ConnectionAddr::Unix(path) => {
                 let unix = tokio::net::UnixStream::connect(path).await?;
-                let stream = counted.around(unix);
+                let stream =
+                    Counted { inner: unix, read: read.clone(), limit, closed: closed.clone(), charge: charge.clone() };
                 spawned(MultiplexedConnection::new_with_config(redis, stream, config).await?)
             }
             other => Err(redis::RedisError::from((
