@@ -91,6 +91,20 @@ export function idOf(o: unknown): number {
   return id;
 }
 
+const texts = new Map<string, number>();
+
+/** A number for a text (an admin token: its rights change the answers), the same for the
+ * isolate's life (0 for none); the text itself never goes into a key. */
+export function idOfText(t: string | undefined): number {
+  if (!t) return 0;
+  let id = texts.get(t);
+  if (id === undefined) {
+    id = ++made;
+    texts.set(t, id);
+  }
+  return id;
+}
+
 /** True for JSON made of strings, finite numbers, booleans, null, arrays and plain objects. */
 function plain(v: unknown, depth = 0): boolean {
   if (v === null || typeof v === "string" || typeof v === "boolean") return true;

@@ -2,7 +2,7 @@
 // request, answered 429 with the standard headers when denied, the headers set on allowed
 // responses too.
 import type { Context, MiddlewareHandler } from "hono";
-import { Redcount } from "./index.js";
+import { Redcount, RedcountError } from "./index.js";
 
 /** What {@link rateLimit} needs. */
 export interface RateLimitOptions<C extends Context = Context> {
@@ -43,13 +43,22 @@ function clientOf<C extends Context>(c: C, option: RateLimitOptions<C>["client"]
  * A denied request is answered 429 with `RateLimit-Policy`, `RateLimit` and `Retry-After`
  * (and `{"error", "retry_after_ms"}`); an allowed one goes on, its response given
  * `RateLimit-Policy` and `RateLimit`. When redcount cannot reach Redis, the policy's declared
- * failure mode decides: an allowed request goes on, a denied one is answered 503.
+ * failure mode decides: an allowed request goes on, a denied one is answered 503. A take
+ * redcount refuses (a key that is no subject: 400; a cost past the public limit: 403) is
+ * answered with that status and `{"error", "field"}`.
  */
 export function rateLimit<C extends Context = Context>(options: RateLimitOptions<C>): MiddlewareHandler {
   return async (c, next) => {
     const ctx = c as C;
     const cost = typeof options.cost === "function" ? await options.cost(ctx) : (options.cost ?? 1);
-    const answer = await clientOf(ctx, options.client).take(options.policy, await options.key(ctx), { cost });
+    const answer = await clientOf(ctx, options.client)
+      .take(options.policy, await options.key(ctx), { cost })
+      .catch((e: unknown) => (e instanceof RedcountError ? e : Promise.reject(e)));
+    if (answer instanceof RedcountError) {
+      // Refused by redcount (a key that is no subject, a cost past the public limit): its
+      // status and message, not an opaque 500.
+      return c.json({ error: answer.message, field: answer.field }, answer.status as 400);
+    }
     const headers = answer.headers ?? {};
     if (!answer.allowed) {
       const degraded = "degraded" in answer && answer.degraded === true;

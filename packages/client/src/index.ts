@@ -2,7 +2,7 @@
 // redcount worker through a Cloudflare Service binding (RPC, no network hop) or the HTTP API
 // (the worker's or `redcount serve`'s). Its methods come from the route table through
 // openapi.json (src/generated.ts).
-import { idOf, through } from "./cache.js";
+import { idOf, idOfText, through } from "./cache.js";
 import { type MethodName, type Methods, routes } from "./generated.js";
 
 export * from "./generated.js";
@@ -93,12 +93,13 @@ export class Redcount {
       throw new TypeError("new Redcount({ binding }) or new Redcount({ url, adminToken })");
     }
     this.#options = options;
-    // A binding is its object (its props, which scope it, cannot be read); a URL is itself and
-    // the fetch that reaches it (a Service binding's fetch may carry props of its own).
+    // A binding is its object (its props, which scope it, cannot be read); a URL is itself, the
+    // fetch that reaches it (a Service binding's fetch may carry props of its own) and the
+    // admin token it sends (an admin's denial is no answer to a public call, which may be 403).
     this.#target =
       "binding" in options
         ? `b${idOf(options.binding)}`
-        : `u${options.fetch ? idOf(options.fetch) : 0}\0${options.url.replace(/\/+$/, "")}`;
+        : `u${options.fetch ? idOf(options.fetch) : 0}\0${idOfText(options.adminToken)}\0${options.url.replace(/\/+$/, "")}`;
   }
 
   /** Calls the method `name` with `args` (what each typed method does). */

@@ -55,6 +55,10 @@ test("the Hono middleware answers 429 with the headers, and sets them on allowed
   assert.equal((await denied.json()).error, "rate limited");
   // Another user has their own quota.
   assert.equal((await app.request("/limited/hello", { headers: { "x-user": `${user}-2` } })).status, 200);
+  // A key that is no subject: redcount's 400 naming it, not an opaque 500.
+  const bad = await app.request("/limited/hello", { headers: { "x-user": "no good" } });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).field, "subject");
 });
 
 // The HTTP calls the clients below make, counted (one function for the file: the denial cache
@@ -183,4 +187,16 @@ test("a flood of distinct subjects never grows the cache past its cap", { skip: 
   assert.equal(sent - at, 0);
   assert.equal((await client().take("one-a-day", subject(0))).allowed, false);
   assert.equal(sent - at, 1);
+});
+
+test("an admin's cached denial is no answer to a public client of the same URL", { skip: !url }, async () => {
+  const s = `adm-${run}`;
+  const admin = () => new lib.Redcount({ url, fetch: counting, adminToken });
+  // A cost past the public maximum (1): the admin takes the limit (2), then is denied; the
+  // public is refused (403), not told the admin's denial.
+  assert.equal((await admin().take("daily-prize", s, { cost: 2 })).allowed, true);
+  const denied = await admin().take("daily-prize", s, { cost: 2 });
+  assert.ok(!denied.allowed && denied.cache_ms > 0, JSON.stringify(denied));
+  assert.equal((await admin().take("daily-prize", s, { cost: 2 })).cached, true);
+  await assert.rejects(client().take("daily-prize", s, { cost: 2 }), (e) => e instanceof lib.RedcountError && e.status === 403);
 });

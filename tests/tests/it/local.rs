@@ -110,11 +110,18 @@ impl Run {
         panic!("REDCOUNT_SEED={}: {why}\nlast steps:\n{}", seed(), self.log[tail..].join("\n"));
     }
 
+    /// The shell's clock, read to be told to its local state (which remembers the latest).
     fn shell_now(&self, i: usize) -> u64 {
-        let now = self.started.elapsed().as_millis() as u64 + self.shells[i].skew;
+        let now = self.shell_clock(i);
         let seen = &self.shells[i].seen;
         seen.set(seen.get().max(now));
         now
+    }
+
+    /// The shell's clock, read for the test's own use: a clock set back below this but not
+    /// below what the local state last saw would be one that lags, unseen.
+    fn shell_clock(&self, i: usize) -> u64 {
+        self.started.elapsed().as_millis() as u64 + self.shells[i].skew
     }
 
     fn segment(&self, policy: &'static str, subject: &'static str) -> u64 {
@@ -212,7 +219,7 @@ impl Run {
         let retry = j["retry_after_ms"].as_i64().unwrap();
         // A local answer is of the time the shell was asked at.
         let (now_shell, now_real) =
-            if from_redis { (self.shell_now(i), unix_ms()) } else { (asked.sent_shell, asked.sent_real) };
+            if from_redis { (self.shell_clock(i), unix_ms()) } else { (asked.sent_shell, asked.sent_real) };
         self.log.push(format!(
             "  shell {i} at {now_shell}: {} {}/{} cost {}: {}",
             if asked.peek { "peek" } else { "take" },
@@ -437,7 +444,7 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
         while let Some(held) = run.shells[i].held.pop() {
             run.deliver(i, held).await;
         }
-        let now = run.shell_now(i);
+        let now = run.shell_clock(i);
         let back = run.shells[i].local.drain();
         for ex in back {
             let asked =
