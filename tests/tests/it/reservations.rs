@@ -821,6 +821,9 @@ async fn crowd(redis: &RedisServer, conns: &[Via]) {
     assert!(samples > 100 && most <= slots, "{samples} samples, most {most} leases live");
     let d = &redis.direct().await;
     let mut swept: BTreeMap<usize, i64> = BTreeMap::new();
+    // Units the sweep's own reservations kept: GCRA gives back whole emission intervals left
+    // after the time since the reserve, so a unit released a ms or more later stays taken.
+    let mut kept: BTreeMap<usize, i64> = BTreeMap::new();
     for round in 0.. {
         let parts = quotas.iter().map(|&(n, a, _, _)| Part::quota(n, a, 1).unwrap()).collect();
         let r = Reserve::new(&subject, &format!("sweep{round}"), parts, 60_000, Mode::All).unwrap();
@@ -831,7 +834,11 @@ async fn crowd(redis: &RedisServer, conns: &[Via]) {
         }
         if got.allowed {
             let st = d.run(&r.release().unwrap()).await.unwrap();
-            assert!(st.parts.iter().all(|p| matches!(p, SettledPart::Quota { refunded: 1, back: 0, .. })), "{st:?}");
+            for (q, p) in st.parts.iter().enumerate() {
+                let SettledPart::Quota { refunded, back: 0, .. } = *p else { panic!("{st:?}") };
+                assert!(refunded == 1 || (q == 3 && refunded == 0), "{st:?}");
+                *kept.entry(q).or_default() += 1 - refunded;
+            }
         }
         if back == 0 {
             break;
@@ -840,7 +847,7 @@ async fn crowd(redis: &RedisServer, conns: &[Via]) {
     }
     let (mut admitted, mut killed, mut capped) = (0, 0, 0);
     for (q, &(name, algo, debt, exp)) in quotas.iter().enumerate() {
-        let mut expected = 0;
+        let mut expected = kept.get(&q).copied().unwrap_or(0);
         let (mut owed, mut back) = (0, swept[&q]);
         for (_, c) in &cycles {
             back += c.back.get(&q).copied().unwrap_or(0);
