@@ -786,10 +786,6 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
 }
 
 #[cfg(test)]
-#[path = "config_reference.rs"]
-mod reference;
-
-#[cfg(test)]
 mod config_tests {
     use super::*;
     use rand::rngs::StdRng;
@@ -889,42 +885,61 @@ mod config_tests {
 
     /// One policy's settings: a kind (rarely a wrong one), its settings each present or not,
     /// and sometimes a setting of another kind or one no kind has.
-    fn policy(rng: &mut StdRng) -> String {
+    /// Returns the JSON, its kind (when it names one rightly) and the settings it has.
+    fn policy(rng: &mut StdRng) -> (String, Option<&'static str>, Vec<&'static str>) {
         let (kind, fields) = KINDS[rng.random_range(0..KINDS.len())];
-        let mut out = Vec::new();
-        match rng.random_range(0..30) {
-            0 => {}
-            1 => out.push("\"kind\":\"queue\"".to_string()),
-            2 => out.push("\"kind\":7".to_string()),
-            _ => out.push(format!("\"kind\":\"{kind}\"")),
-        }
+        let (mut out, mut given) = (Vec::new(), Vec::new());
+        let named = match rng.random_range(0..30) {
+            0 => None,
+            1 => {
+                out.push("\"kind\":\"queue\"".to_string());
+                None
+            }
+            2 => {
+                out.push("\"kind\":7".to_string());
+                None
+            }
+            _ => {
+                out.push(format!("\"kind\":\"{kind}\""));
+                Some(kind)
+            }
+        };
         if kind == "quota" && rng.random_bool(0.8) {
             let algorithm =
                 ["\"fixed\"", "\"sliding\"", "\"bucket\"", "\"gcra\"", "\"leaky\"", "3"][rng.random_range(0..6)];
             out.push(format!("\"algorithm\":{algorithm}"));
+            given.push("algorithm");
         }
         for f in fields.iter().chain(OUTER.iter()) {
             let p = if OUTER.contains(f) { 0.15 } else { 0.6 };
             if rng.random_bool(p) {
                 out.push(format!("\"{f}\":{}", value(rng, 0)));
+                given.push(*f);
             }
         }
         if rng.random_bool(0.05) {
             let (_, other) = KINDS[rng.random_range(0..KINDS.len())];
-            out.push(format!("\"{}\":{}", other[rng.random_range(0..other.len())], value(rng, 0)));
+            let f = other[rng.random_range(0..other.len())];
+            out.push(format!("\"{f}\":{}", value(rng, 0)));
+            given.push(f);
         }
         if rng.random_bool(0.03) {
             out.push("\"surprise\":1".to_string());
+            given.push("surprise");
         }
         // Any order: the parser sorts an object's fields.
         for i in (1..out.len()).rev() {
             out.swap(i, rng.random_range(0..=i));
         }
-        format!("{{{}}}", out.join(","))
+        (format!("{{{}}}", out.join(",")), named, given)
     }
 
+    /// Configurations generated from the kinds and their settings, mutated (wrong types, values
+    /// past each bound, unknown kinds and settings, repeated and bad names): a configuration
+    /// is refused naming a setting it has (or a required one it lacks, or its kind), and one
+    /// taken has each policy it gave, of the kind it gave.
     #[test]
-    fn policies_parse_as_the_reference_parser_does() {
+    fn generated_policies_are_refused_naming_a_setting_they_have_or_taken_as_given() {
         let seed: u64 = std::env::var("REDCOUNT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
         eprintln!("REDCOUNT_SEED={seed}");
         let mut rng = StdRng::seed_from_u64(seed);
@@ -932,23 +947,43 @@ mod config_tests {
         for case in 0..20_000 {
             let n = rng.random_range(1..=3);
             let names = ["a", "b-2", "c_3", "bad name"];
+            let mut given = Vec::new();
             let body: Vec<String> = (0..n)
                 .map(|_| {
                     let name = if rng.random_bool(0.02) { names[3] } else { names[rng.random_range(0..3)] };
-                    format!("\"{name}\":{}", policy(&mut rng))
+                    let (json, kind, settings) = policy(&mut rng);
+                    given.push((name, kind, settings));
+                    format!("\"{name}\":{json}")
                 })
                 .collect();
             let text = format!("{{{}}}", body.join(","));
-            let new = parse_policies(&text);
-            assert_eq!(new, reference::parse_policies(&text), "REDCOUNT_SEED={seed}, case {case}: {text}");
-            match new {
-                Ok(_) => ok += 1,
+            let what = format!("REDCOUNT_SEED={seed}, case {case}: {text}");
+            let parsed = parse_policies(&text);
+            match parsed {
+                Ok((policies, _, _)) => {
+                    ok += 1;
+                    assert_eq!(policies.len(), given.len(), "{what}");
+                    for (name, kind, _) in &given {
+                        let p = policies.iter().find(|(n, _)| n == name).map(|(_, p)| p.kind());
+                        assert_eq!(p, *kind, "{what}");
+                    }
+                }
                 Err(e) => {
-                    errors.insert(e.variable.rsplit('.').next().unwrap_or_default().to_string());
+                    assert!(!e.problem.is_empty(), "{what}");
+                    let at = e.variable.strip_prefix("REDCOUNT_POLICIES.").unwrap_or_else(|| panic!("{e}: {what}"));
+                    let (name, field) = at.split_once('.').map_or((at, None), |(n, f)| (n, Some(f)));
+                    let (_, _, settings) =
+                        given.iter().find(|(n, _, _)| *n == name).unwrap_or_else(|| panic!("{e}: {what}"));
+                    if let Some(field) = field {
+                        let first = field.split('.').next().unwrap_or_default();
+                        let named = first == "kind" || settings.contains(&first) || e.problem == "is required";
+                        assert!(named, "{e} names no setting of the policy: {what}");
+                        errors.insert(first.to_string());
+                    }
                 }
             }
         }
-        eprintln!("{ok} configurations parsed; errors named {} settings: {errors:?}", errors.len());
+        eprintln!("{ok} configurations taken; errors named {} settings: {errors:?}", errors.len());
         // The generator reaches both sides: valid configurations, and errors at most settings.
         assert!(ok > 200, "only {ok} valid configurations (REDCOUNT_SEED={seed})");
         assert!(errors.len() > 25, "errors named only {errors:?} (REDCOUNT_SEED={seed})");
