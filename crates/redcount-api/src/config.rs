@@ -594,6 +594,35 @@ fn int_setting(
     }
 }
 
+/// Each kind's settings as its JSON may give them (a quota's, of every algorithm; each
+/// algorithm takes its own few), besides the ones every policy may give (`on_unavailable`,
+/// `timeout_ms`) and a quota's local decisions (`cache_denials_ms`, `borrow`).
+const SETTINGS: [(&str, &[&str]); 6] = [
+    (
+        "quota",
+        &[
+            "kind",
+            "algorithm",
+            "limit",
+            "window_ms",
+            "capacity",
+            "refill",
+            "interval_ms",
+            "rate",
+            "period_ms",
+            "burst",
+            "max_cost",
+            "max_debt",
+            "on_expiry",
+        ],
+    ),
+    ("semaphore", &["kind", "limit", "lease_ms"]),
+    ("counter", &["kind", "min", "max", "mode", "storage", "ttl_ms", "max_step"]),
+    ("claim", &["kind", "window_ms"]),
+    ("redpackets", &["kind", "max_shares", "max_total_cents", "min_cents", "ttl_ms"]),
+    ("inbox", &["kind", "ttl_ms", "max_len", "max_age_s", "public"]),
+];
+
 /// A policy's integer settings, read in order with the first error kept: a read after an
 /// error answers its `min` (safe for the bounds computed from it) and checks nothing, so a
 /// policy reads straight through and reports that first error once, not at every read.
@@ -648,28 +677,12 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
             }
             Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost", "max_debt", "on_expiry"],
             // An unknown algorithm is named below.
-            Some(_) => &[
-                "kind",
-                "algorithm",
-                "limit",
-                "window_ms",
-                "capacity",
-                "refill",
-                "interval_ms",
-                "rate",
-                "period_ms",
-                "burst",
-                "max_cost",
-                "max_debt",
-                "on_expiry",
-            ],
+            Some(_) => SETTINGS[0].1,
         },
-        "semaphore" => &["kind", "limit", "lease_ms"],
-        "counter" => &["kind", "min", "max", "mode", "storage", "ttl_ms", "max_step"],
-        "claim" => &["kind", "window_ms"],
-        "redpackets" => &["kind", "max_shares", "max_total_cents", "min_cents", "ttl_ms"],
-        "inbox" => &["kind", "ttl_ms", "max_len", "max_age_s", "public"],
-        other => return Err(err(path(at, "kind"), format!("unknown kind `{other}`"))),
+        other => match SETTINGS.iter().find(|(k, _)| *k == other) {
+            Some((_, settings)) => settings,
+            None => return Err(err(path(at, "kind"), format!("unknown kind `{other}`"))),
+        },
     };
     if let Some(extra) = s.keys().find(|k| !allowed.contains(&k.as_str())) {
         let what = match (kind, s.get("algorithm").and_then(Json::as_str)) {
@@ -791,31 +804,7 @@ mod config_tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    /// Every setting a policy may have, by kind (and a quota's by algorithm), from the lists
-    /// `parse_policy` allows, with the settings `parse_policies` takes out before it.
-    const KINDS: [(&str, &[&str]); 6] = [
-        (
-            "quota",
-            &[
-                "limit",
-                "window_ms",
-                "capacity",
-                "refill",
-                "interval_ms",
-                "rate",
-                "period_ms",
-                "burst",
-                "max_cost",
-                "max_debt",
-                "on_expiry",
-            ],
-        ),
-        ("semaphore", &["limit", "lease_ms"]),
-        ("counter", &["min", "max", "mode", "storage", "ttl_ms", "max_step"]),
-        ("claim", &["window_ms"]),
-        ("redpackets", &["max_shares", "max_total_cents", "min_cents", "ttl_ms"]),
-        ("inbox", &["ttl_ms", "max_len", "max_age_s", "public"]),
-    ];
+    /// The settings `parse_policies` takes out before `parse_policy` sees the rest.
     const OUTER: [&str; 4] = ["on_unavailable", "timeout_ms", "cache_denials_ms", "borrow"];
     const WORDS: [&str; 16] = [
         "fixed", "sliding", "bucket", "gcra", "charge", "refund", "clamp", "reject", "key", "hash", "allow", "deny",
@@ -887,7 +876,8 @@ mod config_tests {
     /// and sometimes a setting of another kind or one no kind has.
     /// Returns the JSON, its kind (when it names one rightly) and the settings it has.
     fn policy(rng: &mut StdRng) -> (String, Option<&'static str>, Vec<&'static str>) {
-        let (kind, fields) = KINDS[rng.random_range(0..KINDS.len())];
+        let (kind, fields) = SETTINGS[rng.random_range(0..SETTINGS.len())];
+        let fields = fields.iter().filter(|f| !["kind", "algorithm"].contains(f));
         let (mut out, mut given) = (Vec::new(), Vec::new());
         let named = match rng.random_range(0..30) {
             0 => None,
@@ -910,7 +900,7 @@ mod config_tests {
             out.push(format!("\"algorithm\":{algorithm}"));
             given.push("algorithm");
         }
-        for f in fields.iter().chain(OUTER.iter()) {
+        for f in fields.chain(OUTER.iter()) {
             let p = if OUTER.contains(f) { 0.15 } else { 0.6 };
             if rng.random_bool(p) {
                 out.push(format!("\"{f}\":{}", value(rng, 0)));
@@ -918,8 +908,8 @@ mod config_tests {
             }
         }
         if rng.random_bool(0.05) {
-            let (_, other) = KINDS[rng.random_range(0..KINDS.len())];
-            let f = other[rng.random_range(0..other.len())];
+            let (_, other) = SETTINGS[rng.random_range(0..SETTINGS.len())];
+            let f = other[rng.random_range(1..other.len())];
             out.push(format!("\"{f}\":{}", value(rng, 0)));
             given.push(f);
         }
