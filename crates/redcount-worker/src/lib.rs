@@ -435,7 +435,7 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
         // The shell left an oversized body unread: a Content-Length of digits past MAX_BODY
         // (however many). Any other it read up to MAX_BODY + 1 bytes, which the API refuses.
         let digits = content_length.map(str::trim).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
-        if digits.is_some_and(|v| int(v).map_or(true, |n| n > api::MAX_BODY as i64)) {
+        if digits.is_some_and(|v| int(v).is_none_or(|n| n > api::MAX_BODY as i64)) {
             return own(api::too_large());
         }
         if let Some(e) = body_error {
