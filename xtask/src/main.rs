@@ -25,7 +25,7 @@ Tasks:
   dev      install what is missing, then run Redis + redcount-rest + the worker under
            wrangler dev + the demo page on http://127.0.0.1:8787 (PORT, REDIS_URL override)
   test     install what is missing, check fmt, clippy and rustdoc (warnings denied), prove
-           redcount-core is no_std, build the binaries, the worker (failing over 102 KB gzipped)
+           redcount-core is no_std, build the binaries, the worker (failing over 100 KB gzipped)
            and the npm client (packed into the examples), run every test (real Redis,
            Redis Cluster, REST front, wrangler dev, workerd with the caller worker, node --test,
            Chromium), then the model-based tests, the storms, the route contract and the

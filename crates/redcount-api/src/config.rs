@@ -594,9 +594,65 @@ fn int_setting(
     }
 }
 
+/// Each kind's settings as its JSON may give them (a quota's, of every algorithm; each
+/// algorithm takes its own few), besides the ones every policy may give (`on_unavailable`,
+/// `timeout_ms`) and a quota's local decisions (`cache_denials_ms`, `borrow`).
+const SETTINGS: [(&str, &[&str]); 6] = [
+    (
+        "quota",
+        &[
+            "kind",
+            "algorithm",
+            "limit",
+            "window_ms",
+            "capacity",
+            "refill",
+            "interval_ms",
+            "rate",
+            "period_ms",
+            "burst",
+            "max_cost",
+            "max_debt",
+            "on_expiry",
+        ],
+    ),
+    ("semaphore", &["kind", "limit", "lease_ms"]),
+    ("counter", &["kind", "min", "max", "mode", "storage", "ttl_ms", "max_step"]),
+    ("claim", &["kind", "window_ms"]),
+    ("redpackets", &["kind", "max_shares", "max_total_cents", "min_cents", "ttl_ms"]),
+    ("inbox", &["kind", "ttl_ms", "max_len", "max_age_s", "public"]),
+];
+
+/// A policy's integer settings, read in order with the first error kept: a read after an
+/// error answers its `min` (safe for the bounds computed from it) and checks nothing, so a
+/// policy reads straight through and reports that first error once, not at every read.
+struct Ints<'a> {
+    s: &'a Map,
+    at: &'a str,
+    error: Option<ConfigError>,
+}
+
+impl Ints<'_> {
+    /// [`int_setting`], or `min` once an error is kept.
+    #[inline(never)]
+    fn int(&mut self, field: &'static str, min: i64, max: i64, default: Option<i64>) -> i64 {
+        if self.error.is_none() {
+            match int_setting(self.s, self.at, field, min, max, default) {
+                Ok(v) => return v,
+                Err(e) => self.error = Some(e),
+            }
+        }
+        min
+    }
+
+    /// The first error kept, before a check of something else may report its own.
+    fn check(&mut self) -> Result<(), ConfigError> {
+        self.error.take().map_or(Ok(()), Err)
+    }
+}
+
 fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
-    let int =
-        |field: &'static str, min: i64, max: i64, default: Option<i64>| int_setting(s, at, field, min, max, default);
+    let mut ints = Ints { s, at, error: None };
     let word = |field: &str, default: &'static str| -> Result<String, ConfigError> {
         match s.get(field) {
             None => Ok(default.to_owned()),
@@ -621,28 +677,12 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
             }
             Some("gcra") => &["kind", "algorithm", "rate", "period_ms", "burst", "max_cost", "max_debt", "on_expiry"],
             // An unknown algorithm is named below.
-            Some(_) => &[
-                "kind",
-                "algorithm",
-                "limit",
-                "window_ms",
-                "capacity",
-                "refill",
-                "interval_ms",
-                "rate",
-                "period_ms",
-                "burst",
-                "max_cost",
-                "max_debt",
-                "on_expiry",
-            ],
+            Some(_) => SETTINGS[0].1,
         },
-        "semaphore" => &["kind", "limit", "lease_ms"],
-        "counter" => &["kind", "min", "max", "mode", "storage", "ttl_ms", "max_step"],
-        "claim" => &["kind", "window_ms"],
-        "redpackets" => &["kind", "max_shares", "max_total_cents", "min_cents", "ttl_ms"],
-        "inbox" => &["kind", "ttl_ms", "max_len", "max_age_s", "public"],
-        other => return Err(err(path(at, "kind"), format!("unknown kind `{other}`"))),
+        other => match SETTINGS.iter().find(|(k, _)| *k == other) {
+            Some((_, settings)) => settings,
+            None => return Err(err(path(at, "kind"), format!("unknown kind `{other}`"))),
+        },
     };
     if let Some(extra) = s.keys().find(|k| !allowed.contains(&k.as_str())) {
         let what = match (kind, s.get("algorithm").and_then(Json::as_str)) {
@@ -656,51 +696,52 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
         "quota" => {
             let algorithm = match word("algorithm", "fixed")?.as_str() {
                 "fixed" => Algorithm::FixedWindow {
-                    limit: int("limit", 1, quota::MAX_LIMIT, None)?,
-                    window_ms: int("window_ms", 1, quota::MAX_WINDOW_MS, None)?,
+                    limit: ints.int("limit", 1, quota::MAX_LIMIT, None),
+                    window_ms: ints.int("window_ms", 1, quota::MAX_WINDOW_MS, None),
                 },
                 "sliding" => Algorithm::SlidingWindow {
-                    limit: int("limit", 1, quota::MAX_SLIDING_LIMIT, None)?,
-                    window_ms: int("window_ms", 1, quota::MAX_WINDOW_MS, None)?,
+                    limit: ints.int("limit", 1, quota::MAX_SLIDING_LIMIT, None),
+                    window_ms: ints.int("window_ms", 1, quota::MAX_WINDOW_MS, None),
                 },
                 "bucket" => {
-                    let capacity = int("capacity", 1, quota::MAX_LIMIT, None)?;
-                    let refill = int("refill", 1, capacity, None)?;
+                    let capacity = ints.int("capacity", 1, quota::MAX_LIMIT, None);
+                    let refill = ints.int("refill", 1, capacity, None);
                     // A refill from empty within MAX_BUCKET_SPAN (the script's expiry).
                     let steps = (capacity + refill - 1) / refill;
                     let interval_ms =
-                        int("interval_ms", 1, quota::MAX_WINDOW_MS.min(quota::MAX_BUCKET_SPAN / steps), None)?;
+                        ints.int("interval_ms", 1, quota::MAX_WINDOW_MS.min(quota::MAX_BUCKET_SPAN / steps), None);
                     Algorithm::TokenBucket { capacity, refill, interval_ms }
                 }
                 "gcra" => {
-                    let period_ms = int("period_ms", 1, quota::MAX_GCRA_PERIOD_MS, None)?;
+                    let period_ms = ints.int("period_ms", 1, quota::MAX_GCRA_PERIOD_MS, None);
                     Algorithm::Gcra {
-                        rate: int("rate", 1, quota::MAX_GCRA_RATE, None)?,
+                        rate: ints.int("rate", 1, quota::MAX_GCRA_RATE, None),
                         period_ms,
                         // The span bound keeps the script's exact arithmetic within 2^53.
-                        burst: int("burst", 1, quota::MAX_LIMIT.min(quota::MAX_GCRA_SPAN / period_ms), None)?,
+                        burst: ints.int("burst", 1, quota::MAX_LIMIT.min(quota::MAX_GCRA_SPAN / period_ms), None),
                     }
                 }
                 other => {
                     return Err(err(path(at, "algorithm"), format!("`{other}` is not fixed, sliding, bucket or gcra")));
                 }
             };
+            ints.check()?;
             let on_expiry = match s.get("on_expiry").map(|w| w.as_str()) {
                 None | Some(Some("charge")) => OnExpiry::Charge,
                 Some(Some("refund")) => OnExpiry::Refund,
                 _ => return Err(err(path(at, "on_expiry"), "must be \"charge\" or \"refund\"")),
             };
             Policy::Quota {
-                max_cost: int("max_cost", 1, algorithm.limit(), Some(1))?,
+                max_cost: ints.int("max_cost", 1, algorithm.limit(), Some(1)),
                 // Above the size by at most what the algorithm's largest size leaves.
-                max_debt: int("max_debt", 0, algorithm.max_size() - algorithm.limit(), Some(0))?,
+                max_debt: ints.int("max_debt", 0, algorithm.max_size() - algorithm.limit(), Some(0)),
                 on_expiry,
                 algorithm,
             }
         }
         "semaphore" => Policy::Semaphore {
-            limit: int("limit", 1, semaphore::MAX_LIMIT, None)?,
-            lease_ms: int("lease_ms", 1, semaphore::MAX_LEASE_MS, None)?,
+            limit: ints.int("limit", 1, semaphore::MAX_LIMIT, None),
+            lease_ms: ints.int("lease_ms", 1, semaphore::MAX_LEASE_MS, None),
         },
         "counter" => {
             let mode = match word("mode", "clamp")?.as_str() {
@@ -715,38 +756,226 @@ fn parse_policy(at: &str, s: &Map) -> Result<Policy, ConfigError> {
             };
             let max = match s.get("max") {
                 None | Some(Json::Null) => None,
-                Some(_) => Some(int("max", -counter::MAX_VALUE, counter::MAX_VALUE, None)?),
+                Some(_) => Some(ints.int("max", -counter::MAX_VALUE, counter::MAX_VALUE, None)),
             };
             let bounds = Bounds {
-                min: int("min", -counter::MAX_VALUE, counter::MAX_VALUE, Some(0))?,
+                min: ints.int("min", -counter::MAX_VALUE, counter::MAX_VALUE, Some(0)),
                 max,
                 mode,
-                ttl_ms: int("ttl_ms", 0, counter::MAX_TTL_MS, Some(0))?,
+                ttl_ms: ints.int("ttl_ms", 0, counter::MAX_TTL_MS, Some(0)),
             };
+            ints.check()?;
             bounds.validate().map_err(|e| err(path(at, e.field), e.to_string()))?;
-            Policy::Counter { bounds, storage, max_step: int("max_step", 1, counter::MAX_VALUE, Some(1))? }
+            Policy::Counter { bounds, storage, max_step: ints.int("max_step", 1, counter::MAX_VALUE, Some(1)) }
         }
-        "claim" => Policy::Claim { window_ms: int("window_ms", 1, claim::MAX_WINDOW_MS, None)? },
+        "claim" => Policy::Claim { window_ms: ints.int("window_ms", 1, claim::MAX_WINDOW_MS, None) },
         "redpackets" => {
-            let max_shares = int("max_shares", 1, redcount_core::split::MAX_COUNT, None)?;
-            let min_cents = int("min_cents", 1, redcount_core::split::MAX_TOTAL, Some(1))?;
+            let max_shares = ints.int("max_shares", 1, redcount_core::split::MAX_COUNT, None);
+            let min_cents = ints.int("min_cents", 1, redcount_core::split::MAX_TOTAL, Some(1));
             Policy::RedPackets {
                 max_shares,
-                max_total_cents: int("max_total_cents", min_cents, redcount_core::split::MAX_TOTAL, None)?,
+                max_total_cents: ints.int("max_total_cents", min_cents, redcount_core::split::MAX_TOTAL, None),
                 min_cents,
-                ttl_ms: int("ttl_ms", 1, redpacket::MAX_TTL_MS, Some(86_400_000))?,
+                ttl_ms: ints.int("ttl_ms", 1, redpacket::MAX_TTL_MS, Some(86_400_000)),
             }
         }
         _ => Policy::Inbox {
-            ttl_ms: int("ttl_ms", 1, inbox::MAX_TTL_MS, Some(7 * 86_400_000))?,
-            max_len: int("max_len", 1, inbox::MAX_LEN, Some(1000))?,
-            max_age_s: int("max_age_s", 1, inbox::MAX_AGE_S, Some(7 * 86_400))?,
+            ttl_ms: ints.int("ttl_ms", 1, inbox::MAX_TTL_MS, Some(7 * 86_400_000)),
+            max_len: ints.int("max_len", 1, inbox::MAX_LEN, Some(1000)),
+            max_age_s: ints.int("max_age_s", 1, inbox::MAX_AGE_S, Some(7 * 86_400)),
             public: match s.get("public") {
-                None => false,
-                Some(Json::Bool(b)) => *b,
-                Some(_) => return Err(err(path(at, "public"), "must be true or false")),
+                None | Some(Json::Bool(false)) => false,
+                Some(Json::Bool(true)) => true,
+                // After the integers: their error comes first.
+                Some(_) => {
+                    ints.check()?;
+                    return Err(err(path(at, "public"), "must be true or false"));
+                }
             },
         },
     };
+    ints.check()?;
     Ok(policy)
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The settings `parse_policies` takes out before `parse_policy` sees the rest.
+    const OUTER: [&str; 4] = ["on_unavailable", "timeout_ms", "cache_denials_ms", "borrow"];
+    const WORDS: [&str; 16] = [
+        "fixed", "sliding", "bucket", "gcra", "charge", "refund", "clamp", "reject", "key", "hash", "allow", "deny",
+        "quota", "x", "", "5",
+    ];
+    /// The bounds the settings are checked against, each ±1, and a few other edges.
+    const INTS: [i64; 34] = [
+        0,
+        1,
+        2,
+        3,
+        -1,
+        7,
+        10,
+        60,
+        100,
+        1000,
+        59_999,
+        60_000,
+        60_001,
+        30_000,
+        30_001,
+        86_400,
+        604_800,
+        86_400_000,
+        604_800_000,
+        1 << 31,
+        1 << 32,
+        1 << 40,
+        1 << 53,
+        (1 << 53) + 1,
+        1_000_000,
+        1_000_001,
+        1_000_000_000,
+        999_999_999_999_999,
+        1_000_000_000_000_000,
+        -1_000_000_000_000_000,
+        4_000_000_000,
+        i64::MAX,
+        i64::MIN,
+        31_536_000_000,
+    ];
+
+    /// A value for a setting: mostly small valid-looking integers, sometimes a boundary, a
+    /// word, another type, or an integer written another way.
+    fn value(rng: &mut StdRng, depth: u32) -> String {
+        match rng.random_range(0..20) {
+            0..=6 => rng.random_range(1..50i64).to_string(),
+            7..=10 => INTS[rng.random_range(0..INTS.len())].to_string(),
+            11 | 12 => format!("\"{}\"", WORDS[rng.random_range(0..WORDS.len())]),
+            13 => ["null", "true", "false"][rng.random_range(0..3)].to_string(),
+            14 => ["1.5", "1e3", "-0", "18446744073709551616", "1.0"][rng.random_range(0..5)].to_string(),
+            15 => format!("\"{}\"", ["12", "012", "-0", "1.5", "9223372036854775808"][rng.random_range(0..5)]),
+            16 if depth == 0 => {
+                let mut fields = Vec::new();
+                for k in ["units", "ms", "other"] {
+                    if rng.random_bool(if k == "other" { 0.1 } else { 0.85 }) {
+                        fields.push(format!("\"{k}\":{}", value(rng, depth + 1)));
+                    }
+                }
+                format!("{{{}}}", fields.join(","))
+            }
+            17 => "[1]".to_string(),
+            _ => rng.random_range(-5..5000i64).to_string(),
+        }
+    }
+
+    /// One policy's settings: a kind (rarely a wrong one), its settings each present or not,
+    /// and sometimes a setting of another kind or one no kind has.
+    /// Returns the JSON, its kind (when it names one rightly) and the settings it has.
+    fn policy(rng: &mut StdRng) -> (String, Option<&'static str>, Vec<&'static str>) {
+        let (kind, fields) = SETTINGS[rng.random_range(0..SETTINGS.len())];
+        let fields = fields.iter().filter(|f| !["kind", "algorithm"].contains(f));
+        let (mut out, mut given) = (Vec::new(), Vec::new());
+        let named = match rng.random_range(0..30) {
+            0 => None,
+            1 => {
+                out.push("\"kind\":\"queue\"".to_string());
+                None
+            }
+            2 => {
+                out.push("\"kind\":7".to_string());
+                None
+            }
+            _ => {
+                out.push(format!("\"kind\":\"{kind}\""));
+                Some(kind)
+            }
+        };
+        if kind == "quota" && rng.random_bool(0.8) {
+            let algorithm =
+                ["\"fixed\"", "\"sliding\"", "\"bucket\"", "\"gcra\"", "\"leaky\"", "3"][rng.random_range(0..6)];
+            out.push(format!("\"algorithm\":{algorithm}"));
+            given.push("algorithm");
+        }
+        for f in fields.chain(OUTER.iter()) {
+            let p = if OUTER.contains(f) { 0.15 } else { 0.6 };
+            if rng.random_bool(p) {
+                out.push(format!("\"{f}\":{}", value(rng, 0)));
+                given.push(*f);
+            }
+        }
+        if rng.random_bool(0.05) {
+            let (_, other) = SETTINGS[rng.random_range(0..SETTINGS.len())];
+            let f = other[rng.random_range(1..other.len())];
+            out.push(format!("\"{f}\":{}", value(rng, 0)));
+            given.push(f);
+        }
+        if rng.random_bool(0.03) {
+            out.push("\"surprise\":1".to_string());
+            given.push("surprise");
+        }
+        // Any order: the parser sorts an object's fields.
+        for i in (1..out.len()).rev() {
+            out.swap(i, rng.random_range(0..=i));
+        }
+        (format!("{{{}}}", out.join(",")), named, given)
+    }
+
+    /// Configurations generated from the kinds and their settings, mutated (wrong types, values
+    /// past each bound, unknown kinds and settings, repeated and bad names): a configuration
+    /// is refused naming a setting it has (or a required one it lacks, or its kind), and one
+    /// taken has each policy it gave, of the kind it gave.
+    #[test]
+    fn generated_policies_are_refused_naming_a_setting_they_have_or_taken_as_given() {
+        let seed: u64 = std::env::var("REDCOUNT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+        eprintln!("REDCOUNT_SEED={seed}");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (mut ok, mut errors) = (0, std::collections::BTreeSet::new());
+        for case in 0..20_000 {
+            let n = rng.random_range(1..=3);
+            let names = ["a", "b-2", "c_3", "bad name"];
+            let mut given = Vec::new();
+            let body: Vec<String> = (0..n)
+                .map(|_| {
+                    let name = if rng.random_bool(0.02) { names[3] } else { names[rng.random_range(0..3)] };
+                    let (json, kind, settings) = policy(&mut rng);
+                    given.push((name, kind, settings));
+                    format!("\"{name}\":{json}")
+                })
+                .collect();
+            let text = format!("{{{}}}", body.join(","));
+            let what = format!("REDCOUNT_SEED={seed}, case {case}: {text}");
+            let parsed = parse_policies(&text);
+            match parsed {
+                Ok((policies, _, _)) => {
+                    ok += 1;
+                    assert_eq!(policies.len(), given.len(), "{what}");
+                    for (name, kind, _) in &given {
+                        let p = policies.iter().find(|(n, _)| n == name).map(|(_, p)| p.kind());
+                        assert_eq!(p, *kind, "{what}");
+                    }
+                }
+                Err(e) => {
+                    assert!(!e.problem.is_empty(), "{what}");
+                    let at = e.variable.strip_prefix("REDCOUNT_POLICIES.").unwrap_or_else(|| panic!("{e}: {what}"));
+                    let (name, field) = at.split_once('.').map_or((at, None), |(n, f)| (n, Some(f)));
+                    let (_, _, settings) =
+                        given.iter().find(|(n, _, _)| *n == name).unwrap_or_else(|| panic!("{e}: {what}"));
+                    if let Some(field) = field {
+                        let first = field.split('.').next().unwrap_or_default();
+                        let named = first == "kind" || settings.contains(&first) || e.problem == "is required";
+                        assert!(named, "{e} names no setting of the policy: {what}");
+                        errors.insert(first.to_string());
+                    }
+                }
+            }
+        }
+        eprintln!("{ok} configurations taken; errors named {} settings: {errors:?}", errors.len());
+        // The generator reaches both sides: valid configurations, and errors at most settings.
+        assert!(ok > 200, "only {ok} valid configurations (REDCOUNT_SEED={seed})");
+        assert!(errors.len() > 25, "errors named only {errors:?} (REDCOUNT_SEED={seed})");
+    }
 }

@@ -927,7 +927,7 @@ impl Local {
         };
         // `TENANT/` in place of the subject: the keys of every user of the tenant.
         let tenant = subject.split_once('/').map(|(tenant, _)| {
-            let users = [tenant, "/"].concat();
+            let users = redcount_core::text::join(&[tenant, "/"], "");
             let mut parts = prefixes_of(&users);
             parts.iter_mut().for_each(|p| {
                 p.truncate(p.len() - 1); // the `\0` after the subject

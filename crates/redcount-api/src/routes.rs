@@ -25,6 +25,7 @@ use redcount_core::ops::semaphore::{Action, SemaphoreResult, UpdateLease};
 use redcount_core::ratelimit::Limit;
 use redcount_core::script::Request;
 use redcount_core::split;
+use redcount_core::text;
 use redcount_core::validate;
 use redcount_core::value::Value;
 use redcount_core::{Operation, ops};
@@ -1034,7 +1035,7 @@ fn body(bytes: &[u8], known: &[&str]) -> Result<Map, ApiError> {
 fn known_fields(map: &Map, fields: &[&str]) -> Result<(), ApiError> {
     match map.keys().find(|k| !fields.contains(&k.as_str())) {
         Some(k) => {
-            let known = if fields.is_empty() { String::from("none") } else { fields.join(", ") };
+            let known = if fields.is_empty() { String::from("none") } else { text::join(fields, ", ") };
             Err(ApiError::new(400, format!("unknown field `{k}` (known: {known})")).at(k.as_str()))
         }
         None => Ok(()),
@@ -1048,9 +1049,11 @@ impl Fields {
         for pair in q.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             if !known.contains(&k) {
-                return Err(
-                    ApiError::new(400, format!("unknown query parameter `{k}` (known: {})", known.join(", "))).at(k)
-                );
+                return Err(ApiError::new(
+                    400,
+                    format!("unknown query parameter `{k}` (known: {})", text::join(known, ", ")),
+                )
+                .at(k));
             }
             // As with repeated JSON fields: which one was meant is not ours to guess.
             if out.iter().any(|(seen, _): &(String, String)| seen == k) {

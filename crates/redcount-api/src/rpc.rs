@@ -145,7 +145,7 @@ fn parse_params(spec: &RouteSpec, params: &[u8]) -> Result<Vec<String>, ApiError
         _ => return Err(ApiError::new(400, "the arguments are not JSON").at("arguments")),
     };
     if list.len() > spec.params.len() {
-        let want = spec.params.join(", ");
+        let want = redcount_core::text::join(spec.params, ", ");
         return Err(ApiError::new(400, format!("too many arguments before the input (want: {want})")).at("arguments"));
     }
     let mut out = Vec::with_capacity(spec.params.len());

@@ -64,7 +64,7 @@ pub fn int_str(field: &'static str, s: &str, min: i64, max: i64) -> Result<i64, 
     if !canonical {
         return Err(InputError::new(field, Problem::NotInteger));
     }
-    let n = s.parse::<i64>().map_err(|_| InputError::new(field, Problem::OutOfRange { min, max }))?;
+    let n = crate::text::int(s).ok_or(InputError::new(field, Problem::OutOfRange { min, max }))?;
     range(field, n, min, max)
 }
 

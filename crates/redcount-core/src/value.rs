@@ -25,7 +25,7 @@ impl Value {
             Value::Int(n) => Ok(*n),
             Value::Bytes(b) => core::str::from_utf8(b)
                 .ok()
-                .and_then(|s| s.parse::<i64>().ok())
+                .and_then(crate::text::int)
                 .ok_or(ShapeError::new(op, "expected an integer")),
             _ => Err(ShapeError::new(op, "expected an integer")),
         }

@@ -71,6 +71,7 @@ use alloc::vec::Vec;
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 use redcount_api::{self as api, ApiRequest, ApiResponse, Config, ConfigError, Exchange, Local, RestTarget, Step};
+use redcount_core::text::int;
 use wasm_bindgen::prelude::wasm_bindgen;
 
 #[wasm_bindgen]
@@ -434,7 +435,7 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
         // The shell left an oversized body unread: a Content-Length of digits past MAX_BODY
         // (however many). Any other it read up to MAX_BODY + 1 bytes, which the API refuses.
         let digits = content_length.map(str::trim).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
-        if digits.is_some_and(|v| v.parse::<usize>().map_or(true, |n| n > api::MAX_BODY)) {
+        if digits.is_some_and(|v| int(v).is_none_or(|n| n > api::MAX_BODY as i64)) {
             return own(api::too_large());
         }
         if let Some(e) = body_error {
@@ -460,7 +461,11 @@ fn rpc_call(call: &str, now: u64, may_wait: bool) -> Vec<u8> {
     let mut f = call.splitn(5, '\0');
     let (method, props, params, options) = (f.next(), f.next(), f.next(), f.next());
     let input = f.next().unwrap_or("null").as_bytes();
-    let method = method.and_then(|m| m.parse::<usize>().ok()).and_then(|m| api::rpc::methods().nth(m));
+    // A method's index, as `usize::from_str` reads one (no `-`, not even `-0`).
+    let method = method
+        .filter(|m| !m.starts_with('-'))
+        .and_then(int)
+        .and_then(|m| api::rpc::methods().nth(usize::try_from(m).ok()?));
     isolate(|i| {
         let (Some(spec), Some(props), Some(params), Some(options)) = (method, props, params, options) else {
             return lost();
