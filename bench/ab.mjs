@@ -55,7 +55,9 @@ async function run(v) {
       await sleep(100);
     }
   }
-  for (let i = 0; i < 200; i++) await (await fetch(v.one ? target : `${url}warm${i}`, { method: "POST" })).arrayBuffer();
+  // (AB_WARM_BODY: the warm-up sends `{}` as xtask's does.)
+  const warm = process.env.AB_WARM_BODY ? { method: "POST", body: "{}" } : { method: "POST" };
+  for (let i = 0; i < 200; i++) await (await fetch(v.one ? target : `${url}warm${i}`, warm)).arrayBuffer();
   const before = cpu(child.pid);
   const out = execFileSync("node", [join(here, "cpu-profile.mjs"), "-", url, seconds, conns, ...(v.one ? ["one"] : [])]);
   const after = cpu(child.pid);
