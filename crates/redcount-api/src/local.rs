@@ -101,6 +101,8 @@ pub struct Local {
     memo: Memo,
     /// The plan of the take or peek the last call answered here, for [`Local::handle`] to keep.
     hit: Option<Box<QuotaPlan>>,
+    /// The last [`Local::handle`] repeated a denial and changed nothing else ([`Local::repeated`]).
+    repeated: bool,
 }
 
 /// What a call teaches the local state, carried by its [`Exchange`] and then by its response
@@ -310,6 +312,7 @@ impl Local {
             next_due: u64::MAX,
             memo: Memo(Table::new(denials.div_ceil(4))),
             hit: None,
+            repeated: false,
         }
     }
 
@@ -339,6 +342,7 @@ impl Local {
         rng: &mut R,
     ) -> Result<Step, Wait> {
         self.tick(now_ms);
+        self.repeated = false;
         // (A binding's scope or rights are not in the request's bytes: its requests are not memoed.)
         let key = if *binding == Caller::public() { memo_key(req) } else { None };
         let hash = key.as_deref().map_or(0, |k| self.key_hash(k));
@@ -352,10 +356,14 @@ impl Local {
                 && req.authorization.is_none_or(|h| crate::routes::authenticate(config, Some(h)).is_ok());
             plan.sent = self.sent();
             let here = if same { self.quota_here(&mut plan, may_wait, false) } else { Ok(None) };
+            let leased = plan.mode.borrow.is_some();
             if let Some(slot) = self.memo.0.get(hash, key) {
                 *slot = Some(plan);
             }
             if let Some(mut r) = here? {
+                // A denial (a lease's admission uses its stock) of a policy without leases
+                // (whose lookup may end one): read, nothing written.
+                self.repeated = !leased && r.verdict.is_some_and(|v| !v.allowed);
                 r.headers.extend(crate::cors_headers(config, req.origin));
                 return Ok(Step::Respond(r));
             }
@@ -461,6 +469,14 @@ impl Local {
     /// How many denials and leases it keeps now (each table's size is fixed at [`Local::new`]).
     pub fn sizes(&self) -> (usize, usize) {
         (self.denials.len(), self.leases.len())
+    }
+
+    /// True when the last [`Local::handle`] (or [`Local::handle_as`]) repeated a denial from
+    /// memory and changed nothing else here (only the tables' recency): the same request at
+    /// the same `now_ms`, with no other call of this state between, gets the same answer. A
+    /// shell may answer it again so without asking (the worker keeps such answers for the ms).
+    pub fn repeated(&self) -> bool {
+        self.repeated
     }
 
     /// How many borrows and refreshes were answered (or failed) so far: a shell wakes the

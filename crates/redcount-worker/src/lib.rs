@@ -23,6 +23,7 @@
 //!   rpc(len, now, may_wait)          the call         -> step             an RPC call
 //!   due(now)                                          -> next_ms:u32le, then send steps  (background)
 //!   stats(len)                       props            -> return | throw   the admin's look inside
+//!   generation()                                      -> the address of a u32 (no output)  once per isolate
 //! ```
 //!
 //! A step's first byte says what the shell does next:
@@ -36,6 +37,7 @@
 //! | `4`  | an RPC call's return: `json` | return the value |
 //! | `5`  | an RPC call's throw: `json` | throw an `Error` with this message (the status, message and field, which the npm client reads back) |
 //! | `8`, `12`, `13` | `0`, `4`, `5` with [`THEN_DUE`] set | as those, then call `due` in the background (`waitUntil`) |
+//! | `16` | `0` with [`REPEAT`] set | as `0`; the same request at the same `now` gets these bytes while the [`generation`] stands |
 //!
 //! `now` is `Date.now()`. `due` lists the background calls to make now (`len:u32le` then a
 //! send step, each, driven like any other; their last steps are dropped), after `next_ms`,
@@ -136,6 +138,10 @@ struct Isolate {
     local: Option<Local>,
     /// The lease end the shell was last told to call `due` at (`u64::MAX`: none).
     told: u64,
+    /// The call under way answered a [`REPEAT`]: the [`generation`] stands.
+    repeat: bool,
+    /// See [`generation`].
+    generation: u32,
 }
 
 /// Cached denials one isolate keeps at most.
@@ -153,6 +159,8 @@ impl Isolate {
             output: Vec::new(),
             local: None,
             told: u64::MAX,
+            repeat: false,
+            generation: 0,
         }
     }
 
@@ -239,13 +247,39 @@ pub fn input(len: usize) -> *mut u8 {
     })
 }
 
+/// The address of the isolate's generation (a `u32`, little-endian, in wasm memory, where
+/// the isolate's state lives for good), bumped by every call but one answering a [`REPEAT`]:
+/// the shell answers a repeat again only while it stands, reading it without a call.
+#[wasm_bindgen]
+pub fn generation() -> *const u32 {
+    isolate(|i| &raw const i.generation)
+}
+
 /// Runs `f` on the first `len` bytes of the input buffer and keeps what it returns as the
 /// output: its address (`len:u32le`, then the bytes), valid until the next call.
 fn call(len: usize, f: impl FnOnce(&[u8]) -> Vec<u8>) -> *const u8 {
-    // Out of the isolate while `f` runs: `f` borrows the isolate itself.
-    let input = isolate(|i| core::mem::take(&mut i.input));
+    let input = call_input();
     let out = f(&input[..len.min(input.len())]);
+    call_output(input, out)
+}
+
+/// The input buffer, out of the isolate while a call runs (the call borrows the isolate).
+/// (This and [`call_output`] are out of line: one copy, not one in each exported function.)
+#[inline(never)]
+fn call_input() -> Vec<u8> {
     isolate(|i| {
+        i.repeat = false;
+        core::mem::take(&mut i.input)
+    })
+}
+
+/// Puts the input buffer back, keeps `out` as the output, and returns the output's address.
+#[inline(never)]
+fn call_output(input: Vec<u8>, out: Vec<u8>) -> *const u8 {
+    isolate(|i| {
+        if !i.repeat {
+            i.generation = i.generation.wrapping_add(1);
+        }
         i.input = input;
         i.output.clear();
         i.output.extend_from_slice(&(out.len() as u32).to_le_bytes());
@@ -448,7 +482,16 @@ fn handle_request(head: &str, body: &[u8], body_error: Option<&str>, now: u64, m
             return respond(api::unavailable("the worker was not configured"));
         };
         match local.handle_as(config, &request, &binding, now, may_wait, &mut PlatformRng) {
-            Ok(step) => next(i, step, false),
+            Ok(step) => {
+                let repeated = local.repeated();
+                let mut out = next(i, step, false);
+                // (Not with THEN_DUE: that answer told the shell something once.)
+                if repeated && out[0] == 0 {
+                    out[0] = REPEAT;
+                    i.repeat = true;
+                }
+                out
+            }
             Err(api::Wait) => alloc::vec![2],
         }
     })
@@ -509,6 +552,12 @@ fn give_script(handle: u32, source: &[u8], now: u64) -> Vec<u8> {
 /// Set in a final step's first byte when the shell, after answering, must call `due` in the
 /// background: the local state has units to give back, or a lease end the shell was not told of.
 pub const THEN_DUE: u8 = 8;
+
+/// Set in a respond step's first byte when the answer is a denial repeated from memory that
+/// changed nothing here ([`Local::repeated`]): the same request (head, and no body) at the
+/// same `now` gets these same bytes while the [`generation`] stands, so the shell may answer
+/// it again without a call.
+pub const REPEAT: u8 = 16;
 
 /// The shell's next step: answer (an HTTP response, or an RPC call's return value or error);
 /// send the REST body (`[1]`, the exchange parked until its reply); or fetch a script's text
@@ -645,7 +694,7 @@ mod tests {
 
     /// A respond step: status, header block, body.
     fn parse(step: &[u8]) -> (u16, &str, &str) {
-        assert_eq!(step[0], 0, "a respond step");
+        assert_eq!(step[0] & !REPEAT, 0, "a respond step");
         let status = u16::from_le_bytes([step[1], step[2]]);
         let len = u32::from_le_bytes(step[3..7].try_into().unwrap()) as usize;
         let text = core::str::from_utf8(&step[7..]).unwrap();
@@ -834,6 +883,58 @@ mod tests {
         // Another subject still goes to Redis.
         let other = format!("{take}\0null\0[\"day\",\"bob\"]\0null\0null");
         assert_eq!(rpc_call(&other, 1_400, true)[0], 1, "a send step");
+    }
+
+    #[test]
+    fn a_denial_repeated_from_memory_is_marked_and_keeps_the_generation_which_any_other_call_bumps() {
+        let vars = "REDCOUNT_POLICIES\0{\"day\": {\"kind\": \"quota\", \"algorithm\": \"fixed\", \"limit\": 1, \"window_ms\": 86400000}}\0\
+                    REDCOUNT_REST_URL\0http://127.0.0.1:9/\0REDCOUNT_REST_TOKEN\0rest-token-0123456789\0\
+                    REDCOUNT_ADMIN_TOKEN\0admin-token-0123456789";
+        assert_eq!(configure_text(vars), "");
+        // Through the exported calls, as the shell makes them: the generation is bumped there.
+        let ask = |head: &str, now: f64| {
+            let head = format!("{head}\0-");
+            input(head.len());
+            isolate(|i| i.input[..head.len()].copy_from_slice(head.as_bytes()));
+            handle(head.len(), 0, now, 1);
+            isolate(|i| i.output[4..].to_vec())
+        };
+        let generation = || isolate(|i| i.generation);
+        let take = "POST\0http://h/api/quotas/day/alice\0-\0-\0-\0+0\0{}";
+        // Redis denies the first take; the next is repeated from memory by the whole path.
+        let (h, ..) = parse_send(&ask(take, 1_000.0));
+        receive_reply(h, 200, br#"{"result":[0,1,0,50000,50000]}"#, 1_010);
+        assert_eq!(ask(take, 1_100.0)[0], 0, "the whole path's answer is no repeat");
+        // Then by the request's bytes: a repeat, the generation unchanged, the same bytes at
+        // the same ms (the shell answers those itself) and other bytes a ms later.
+        let before = generation();
+        let first = ask(take, 1_200.0);
+        assert_eq!(first[0], REPEAT);
+        let (status, headers, body) = parse(&first);
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""cached":true"#) && body.contains(r#""retry_after_ms":49800"#), "{body}");
+        assert!(headers.ends_with(concat!("Retry-After\0", "50\0")), "{headers:?}");
+        assert_eq!(ask(take, 1_200.0), first);
+        assert_eq!(generation(), before);
+        let later = ask(take, 1_201.0);
+        assert_eq!(later[0], REPEAT);
+        assert!(parse(&later).2.contains(r#""retry_after_ms":49799"#));
+        assert_eq!(generation(), before);
+        // Any other call bumps it: another request, a refund (which drops the denial) and its
+        // reply.
+        ask("POST\0http://h/api/quotas/day/bob\0-\0-\0-\0+0\0{}", 1_300.0);
+        assert_ne!(generation(), before);
+        let refund = "POST\0http://h/api/quotas/day/alice/refund\0+Bearer admin-token-0123456789\0-\0-\0+0\0{}";
+        let before = generation();
+        let (h, ..) = parse_send(&ask(refund, 1_300.0));
+        assert_ne!(generation(), before);
+        let before = generation();
+        let reply = br#"{"result":1}"#;
+        input(reply.len());
+        isolate(|i| i.input[..reply.len()].copy_from_slice(reply));
+        receive(h, 200, reply.len(), 1_310.0);
+        assert_ne!(generation(), before);
+        assert_eq!(ask(take, 1_310.0)[0], 1, "after the refund, the take asks Redis");
     }
 
     #[test]
