@@ -2,7 +2,10 @@
 //! repeated from memory, budget leases) with a clock of its own, run seeded random takes and
 //! peeks of one Redis, answers held back and delivered late, overrides raised and lowered,
 //! refunds and resets through one shell or another, clocks stepped forward and back, leases
-//! given back when due, every shell drained at the end.
+//! given back when due, every shell drained at the end. A lease running low is renewed in the
+//! background ([`Local::due`]): the model holds renewals back while the old stock is used,
+//! fails some (lost before Redis, or run and their answer lost), and answers some only after
+//! their shell was drained.
 //!
 //! Checked on every answer: a denial repeated from memory (`"cached": true`) comes from a
 //! denial Redis gave that shell, sent after the last override, refund or reset of the subject's
@@ -101,6 +104,9 @@ struct Run {
     limits: BTreeMap<(&'static str, &'static str), Vec<(i64, i64)>>,
     /// Every shell's cache_denials_ms, by policy.
     cache_ms: BTreeMap<&'static str, i64>,
+    /// Renewals: handed out, answered with units while the shell still held some (two leases
+    /// at once), failed, answered after their shell was drained.
+    renewals: [u64; 4],
     log: Vec<String>,
 }
 
@@ -179,8 +185,35 @@ impl Run {
 
     async fn deliver(&mut self, i: usize, held: Held) {
         let Held { ex, asked } = held;
-        let r = self.drive(i, ex).await;
+        let renewal = asked.policy == "-" && ex.must_finish();
+        let r = if renewal && self.rng.percent(20) {
+            // A renewal that fails: lost before Redis, or run there and its answer lost (its
+            // units stranded until the window ends: fewer admissions, never more).
+            let ran = self.rng.percent(50);
+            if ran {
+                let _ = self.redis.send(ex.command()).await;
+            }
+            self.log.push(format!("  shell {i}: a renewal fails ({})", if ran { "ran" } else { "never sent" }));
+            self.renewals[2] += 1;
+            let now = self.shell_now(i);
+            self.shells[i].local.answered(ex.fail("lost by the model"), now)
+        } else {
+            let before = self.shells[i].local.lent();
+            let r = self.drive(i, ex).await;
+            if renewal && before > 0 && self.shells[i].local.lent() > before {
+                self.renewals[1] += 1;
+            }
+            r
+        };
         self.check(i, &asked, &r, true);
+    }
+
+    /// A lease given back, or a renewal, as `Held`.
+    fn background_call(ex: Exchange, now: u64) -> Held {
+        Held {
+            ex,
+            asked: Asked { policy: "-", subject: "-", cost: 0, peek: false, seq: 0, sent_real: 0, sent_shell: now },
+        }
     }
 
     /// Sends `ex` to Redis, and whatever call follows it, until shell `i` answers.
@@ -342,9 +375,16 @@ impl Run {
         let now = self.shell_now(i);
         let due = self.shells[i].local.due(now);
         for ex in due {
-            let asked =
-                Asked { policy: "-", subject: "-", cost: 0, peek: false, seq: 0, sent_real: 0, sent_shell: now };
-            self.deliver(i, Held { ex, asked }).await;
+            if ex.must_finish() {
+                self.renewals[0] += 1;
+                // Held back: the old stock is used (or runs out) while it is in flight.
+                if self.shells[i].held.len() < 6 && self.rng.percent(60) {
+                    self.log.push(format!("  renewal held by shell {i}"));
+                    self.shells[i].held.push(Run::background_call(ex, now));
+                    continue;
+                }
+            }
+            self.deliver(i, Run::background_call(ex, now)).await;
         }
     }
 
@@ -392,6 +432,7 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
         segments: BTreeMap::new(),
         limits: BTreeMap::new(),
         cache_ms: [("lease", 300), ("plain", 400), ("rate", 250)].into_iter().collect(),
+        renewals: [0; 4],
         log: Vec::new(),
     };
     let mut admitted_local = 0;
@@ -439,20 +480,30 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
             _ => tokio::time::sleep(Duration::from_millis(run.rng.range(5, 60) as u64)).await,
         }
     }
-    // Every shell stops: what is held is answered, every lease given back.
+    // Every shell stops: what is held is answered (some renewals only after the shell was
+    // drained), every lease given back.
     for i in 0..SHELLS {
+        let mut late = Vec::new();
         while let Some(held) = run.shells[i].held.pop() {
-            run.deliver(i, held).await;
+            if held.asked.policy == "-" && held.ex.must_finish() && run.rng.percent(50) {
+                late.push(held);
+            } else {
+                run.deliver(i, held).await;
+            }
         }
         let now = run.shell_clock(i);
         let back = run.shells[i].local.drain();
         for ex in back {
-            let asked =
-                Asked { policy: "-", subject: "-", cost: 0, peek: false, seq: 0, sent_real: 0, sent_shell: now };
-            run.deliver(i, Held { ex, asked }).await;
+            run.deliver(i, Run::background_call(ex, now)).await;
+        }
+        for held in late {
+            run.log.push(format!("  shell {i}: a renewal answered after the drain"));
+            run.renewals[3] += 1;
+            run.deliver(i, held).await;
         }
         run.background(i).await;
         assert_eq!(run.shells[i].local.lent(), 0);
+        assert_eq!(run.shells[i].local.renewing(), 0, "a renewal left unanswered");
     }
     // No window's admissions past the largest limit in force, less what refunds gave back.
     let mut windows = 0;
@@ -471,7 +522,12 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
     }
     assert!(windows > 4, "the run crossed too few windows to say anything");
     assert!(admitted_local > 0, "no take was admitted from a lease's stock");
-    eprintln!("local model: seed {}, {steps} steps, {windows} windows, {admitted_local} admissions from stock", seed());
+    let [renewed, overlapped, failed, late] = run.renewals;
+    assert!(renewed > 0 && overlapped > 0, "no renewal ran while a lease still had stock");
+    eprintln!(
+        "local model: seed {}, {steps} steps, {windows} windows, {admitted_local} admissions from stock, {renewed} renewals ({overlapped} answered while the old stock lasted, {failed} failed, {late} after the drain)",
+        seed()
+    );
 }
 
 /// The lease script's edges against a real Redis: what is lent stays counted through a reset
@@ -551,7 +607,7 @@ async fn lent_units_stay_counted_until_their_own_lease_gives_them_back() {
     for args in [
         vec!["borrow", "100", "3600000", "1", "5", "bad lease"],
         vec!["borrow", "100", "3600000", "1", "-1", "l9"],
-        vec!["borrow", "100", "3600000", "0", "5", "l9"],
+        vec!["borrow", "100", "3600000", "-1", "5", "l9"],
         vec!["borrow", "100", "3600000", "1", "5"],
         vec!["return", "0", "l3"],
         vec!["return", "1e3", "l3"],
