@@ -666,40 +666,20 @@ impl Local {
                         retry_after_ms: 0,
                         ..l.outcome
                     };
+                    let mut renew = false;
                     if !plan.peek {
                         l.stock -= plan.cost;
                         if l.stock == 0 {
                             l.used_up = l.id.take();
                             l.expire(now, &mut self.returns);
-                        } else if l.stock * RENEW_AT <= l.lent
-                            && !l.renewed
-                            && l.next.is_none()
-                            && l.borrowing.is_none()
-                            && let Some(units) = plan.mode.borrow.map(|b| b.units)
+                        } else if l.stock * RENEW_AT <= l.lent && !l.renewed && l.next.is_none() && l.borrowing.is_none()
                         {
-                            // Running low: the next lease is borrowed in the background
-                            // while this one admits.
                             l.renewed = true;
-                            self.leases_made += 1;
-                            let id = lease_id(self.seed, self.leases_made);
-                            if let Ok(op) = BorrowQuota::new(
-                                &plan.policy,
-                                &plan.subject,
-                                plan.algorithm,
-                                0,
-                                units,
-                                &id,
-                                l.used_up.take().as_deref(),
-                            ) {
-                                l.borrowing = Some(now);
-                                let mut ex = Exchange::lend(op, &plan.policy, plan.algorithm);
-                                ex.move_to(&l.ns);
-                                let mut renewal = Box::new(plan.clone());
-                                renewal.borrow = Some((id, l.ns.clone()));
-                                renewal.renew = true;
-                                self.renewals.push(ex.with_plan(Plan::Quota(renewal)));
-                            }
+                            renew = true;
                         }
+                    }
+                    if renew {
+                        self.renew(hash, plan);
                     }
                     return Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false, 0)));
                 }
@@ -749,6 +729,34 @@ impl Local {
         Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true, left)))
     }
 
+    /// A borrow of `cost` and up to `units` more of `plan`'s quota under a new lease id,
+    /// forgetting the used-up lease of `plan`'s slot: the call and the id.
+    #[inline(never)]
+    fn lend_op(&mut self, plan: &QuotaPlan, hash: u64, cost: i64, units: i64) -> Option<(BorrowQuota, String)> {
+        self.leases_made += 1;
+        let id = lease_id(self.seed, self.leases_made);
+        let used_up = self.leases.get(hash, &plan.lease_key).and_then(|l| l.used_up.take());
+        let op = BorrowQuota::new(&plan.policy, &plan.subject, plan.algorithm, cost, units, &id, used_up.as_deref());
+        Some((op.ok()?, id))
+    }
+
+    /// A lease running low: the next one is borrowed in the background ([`Local::due`]) while
+    /// this one admits.
+    #[inline(never)]
+    fn renew(&mut self, hash: u64, plan: &QuotaPlan) {
+        let Some(b) = plan.mode.borrow else { return };
+        let Some((op, id)) = self.lend_op(plan, hash, 0, b.units) else { return };
+        let now = self.now;
+        let Some(l) = self.leases.get(hash, &plan.lease_key) else { return };
+        l.borrowing = Some(now);
+        let mut ex = Exchange::lend(op, &plan.policy, plan.algorithm);
+        ex.move_to(&l.ns);
+        let mut renewal = Box::new(plan.clone());
+        renewal.borrow = Some((id, l.ns.clone()));
+        renewal.renew = true;
+        self.renewals.push(ex.with_plan(Plan::Quota(renewal)));
+    }
+
     /// The borrow replacing a take: the take's cost and up to `b.units` more.
     fn borrow(
         &mut self,
@@ -759,25 +767,13 @@ impl Local {
         b: Borrow,
         hash: u64,
     ) -> Exchange {
-        self.leases_made += 1;
-        let id = lease_id(self.seed, self.leases_made);
         let ns = match caller.scope() {
             Some(s) => config.namespace.scoped(s.as_str()),
             None => config.namespace.clone(),
         };
         let now = self.now;
-        let used_up = self.leases.get(hash, &plan.lease_key).and_then(|l| l.used_up.take());
-        let op = match BorrowQuota::new(
-            &plan.policy,
-            &plan.subject,
-            plan.algorithm,
-            plan.cost,
-            b.units,
-            &id,
-            used_up.as_deref(),
-        ) {
-            Ok(op) => op,
-            Err(_) => return ex.with_plan(Plan::Quota(plan)),
+        let Some((op, id)) = self.lend_op(&plan, hash, plan.cost, b.units) else {
+            return ex.with_plan(Plan::Quota(plan));
         };
         match self.leases.get(hash, &plan.lease_key) {
             Some(l) => {
