@@ -491,7 +491,17 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
                 run.deliver(i, held).await;
             }
         }
-        let now = run.shell_clock(i);
+        // Renewals due now are sent before the drain; some answered only after it.
+        let now = run.shell_now(i);
+        for ex in run.shells[i].local.due(now) {
+            let call = Run::background_call(ex, now);
+            if call.ex.must_finish() {
+                run.renewals[0] += 1;
+                late.push(call);
+            } else {
+                run.deliver(i, call).await;
+            }
+        }
         let back = run.shells[i].local.drain();
         for ex in back {
             run.deliver(i, Run::background_call(ex, now)).await;
