@@ -672,7 +672,10 @@ impl Local {
                         if l.stock == 0 {
                             l.used_up = l.id.take();
                             l.expire(now, &mut self.returns);
-                        } else if l.stock * RENEW_AT <= l.lent && !l.renewed && l.next.is_none() && l.borrowing.is_none()
+                        } else if l.stock * RENEW_AT <= l.lent
+                            && !l.renewed
+                            && l.next.is_none()
+                            && l.borrowing.is_none()
                         {
                             l.renewed = true;
                             renew = true;
