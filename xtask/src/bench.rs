@@ -547,8 +547,10 @@ pub fn all(part: Part) -> Result<(), String> {
          {cpu_table}\n\
          ### Local decisions: the denial cache and budget leases\n\n\
          The same workers, each row in turn, three rounds (medians; 10 connections unless the row says\n\
-         50, 3 s a run): a flood of one exhausted subject (a limit of 1), an allowed stream over 1,000\n\
+         otherwise, 3 s a run): a flood of one exhausted subject (a limit of 1), an allowed stream over 1,000\n\
          subjects, and a hot limit (one subject, every call admitted), each with the feature off and on;\n\
+         the hot limit also at 1 connection, and with Redis ~1 ms away (a second front whose Redis is\n\
+         behind a proxy adding 0.5 ms each way, `xtask/src/bench/delay.rs`);\n\
          a load of one subject is warmed on that subject, so the run shows the steady state (an\n\
          isolate's first takes of a subject each ask Redis until one is answered). From INFO commandstats\n\
          over the run, per 1,000 requests: script calls (EVALSHA/EVAL: round trips), and every\n\
