@@ -78,7 +78,8 @@ struct Shell {
     local: Local,
     /// Its clock: real ms since the run began, plus this (never negative: never behind).
     skew: u64,
-    /// The latest time it told its local state.
+    /// The last time it told its local state (what the state's clock is at: after a step back,
+    /// below earlier ones).
     seen: std::cell::Cell<u64>,
     held: Vec<Held>,
     /// Redis's denials to this shell, by (policy, subject, cost).
@@ -116,11 +117,10 @@ impl Run {
         panic!("REDCOUNT_SEED={}: {why}\nlast steps:\n{}", seed(), self.log[tail..].join("\n"));
     }
 
-    /// The shell's clock, read to be told to its local state (which remembers the latest).
+    /// The shell's clock, read to be told to its local state (which remembers the last).
     fn shell_now(&self, i: usize) -> u64 {
         let now = self.shell_clock(i);
-        let seen = &self.shells[i].seen;
-        seen.set(seen.get().max(now));
+        self.shells[i].seen.set(now);
         now
     }
 
@@ -488,7 +488,7 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
                 // before the read would make a step back below what the state saw one that
                 // only lags (real time passing that the state does not see).
                 let now = real + skew;
-                run.shells[i].seen.set(run.shells[i].seen.get().max(now));
+                run.shells[i].seen.set(now);
                 run.background_at(i, now).await;
             }
             _ => tokio::time::sleep(Duration::from_millis(run.rng.range(5, 60) as u64)).await,
