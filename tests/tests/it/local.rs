@@ -72,6 +72,12 @@ struct Asked {
     seq: u64,
     sent_real: i64,
     sent_shell: u64,
+    /// When it was handed to Redis (real unix ms): a call held back is sent only then.
+    delivered_real: i64,
+    /// Real unix ms read just before the shell's clock (`sent_real` just after): a lease that
+    /// admitted at that shell time was within its window at this one, however long the thread
+    /// was held between the two reads on a loaded machine.
+    read_real: i64,
 }
 
 struct Shell {
@@ -150,10 +156,12 @@ impl Run {
                 idempotency_key: None,
                 body: body.as_bytes(),
             };
+            let before = unix_ms();
             let now = self.shell_now(i);
             let mut asked = asked.clone();
             asked.sent_shell = now;
             asked.sent_real = unix_ms();
+            asked.read_real = before;
             let step = self.shells[i].local.handle(&self.config, &req, now, may_wait, &mut self.rng);
             match step {
                 Ok(Step::Respond(r)) => return self.check(i, &asked, &r, false),
@@ -184,7 +192,8 @@ impl Run {
     }
 
     async fn deliver(&mut self, i: usize, held: Held) {
-        let Held { ex, asked } = held;
+        let Held { ex, mut asked } = held;
+        asked.delivered_real = unix_ms();
         let renewal = asked.policy == "-" && ex.must_finish();
         let r = if renewal && self.rng.percent(20) {
             // A renewal that fails: lost before Redis, or run there and its answer lost (its
@@ -212,7 +221,17 @@ impl Run {
     fn background_call(ex: Exchange, now: u64) -> Held {
         Held {
             ex,
-            asked: Asked { policy: "-", subject: "-", cost: 0, peek: false, seq: 0, sent_real: 0, sent_shell: now },
+            asked: Asked {
+                policy: "-",
+                subject: "-",
+                cost: 0,
+                peek: false,
+                seq: 0,
+                sent_real: 0,
+                sent_shell: now,
+                delivered_real: 0,
+                read_real: 0,
+            },
         }
     }
 
@@ -300,13 +319,15 @@ impl Run {
             });
         }
         if allowed && !asked.peek && asked.policy != "rate" {
-            // The window the units count in: from Redis, the one whose end `reset_ms` names;
-            // from a lease's stock, now's (a lease ends before its window).
+            // The window the units count in: from Redis, the one whose end `reset_ms` names
+            // (reckoned from when the call was handed to Redis: one held back goes later than
+            // it was asked, by more than half a window at times); from a lease's stock, now's
+            // (a lease ends before its window).
             let window = if from_redis {
                 let reset = j["reset_ms"].as_i64().unwrap();
-                ((asked.sent_real + reset) as f64 / WINDOW as f64).round() as i64 - 1
+                ((asked.delivered_real + reset) as f64 / WINDOW as f64).round() as i64 - 1
             } else {
-                now_real / WINDOW
+                asked.read_real / WINDOW
             };
             let seg = self.segment(asked.policy, asked.subject);
             *self.admitted.entry((asked.policy, asked.subject, window, seg)).or_default() += asked.cost;
@@ -451,7 +472,17 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
                 let cost = run.rng.range(1, if policy == "lease" { 3 } else { 2 });
                 let peek = run.rng.percent(10);
                 run.seq += 1;
-                let asked = Asked { policy, subject, cost, peek, seq: run.seq, sent_real: 0, sent_shell: 0 };
+                let asked = Asked {
+                    policy,
+                    subject,
+                    cost,
+                    peek,
+                    seq: run.seq,
+                    sent_real: 0,
+                    sent_shell: 0,
+                    delivered_real: 0,
+                    read_real: 0,
+                };
                 let lent = run.shells[i].local.lent();
                 run.ask(i, asked, format!(r#"{{"cost": {cost}}}"#)).await;
                 if run.shells[i].local.lent() < lent {
