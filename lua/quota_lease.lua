@@ -8,7 +8,8 @@
 -- KEYS[1]  the state (lib_fixed.lua)
 -- KEYS[2]  the subject's override of the limit (prelude.lua: override)
 -- KEYS[3]  the units lent, by lease id (a hash; it expires with the window's count)
--- ARGV[1]  "borrow": ARGV[2] limit, ARGV[3] window in ms, ARGV[4] cost of this call,
+-- ARGV[1]  "borrow": ARGV[2] limit, ARGV[3] window in ms, ARGV[4] cost of this call (0 for
+--          a renewal: a shell borrowing its next lease while the running one still admits),
 --          ARGV[5] most units to lend on top of it (0 .. 10^9), ARGV[6] the new lease's id,
 --          ARGV[7] (optional) the id of this shell's last lease, used up: forgotten here
 --          Reply: {allowed, limit, remaining, reset_ms, retry_after_ms, lent}: the take's
@@ -25,7 +26,8 @@ local state, lent = KEYS[1], KEYS[3]
 if #KEYS ~= 3 then return misshapen() end
 if ARGV[1] == 'borrow' then
   if #ARGV ~= 6 and #ARGV ~= 7 then return misshapen() end
-  local p = fixed_args(2)
+  local p = fixed_args(2, true)
+  p.cost = int('cost', ARGV[4], 0, RUST.quota.MAX_LIMIT)
   local want = int('units', ARGV[5], 0, RUST.quota.MAX_LIMIT)
   local lease = id('lease', ARGV[6])
   if ARGV[7] then redis.call('HDEL', lent, id('last lease', ARGV[7])) end
@@ -35,7 +37,7 @@ if ARGV[1] == 'borrow' then
     local rest = q.reply()[3] - p.cost
     lend = math.min(want, math.floor(rest / 4))
     p.cost = p.cost + lend
-    q.take()
+    if p.cost > 0 then q.take() end
     if lend > 0 then
       redis.call('HINCRBY', lent, lease, s(lend))
       -- The same end as the count's: a record never outlives its window.

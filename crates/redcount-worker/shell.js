@@ -161,7 +161,7 @@ async function replyBytes(resp) {
 // A final step's flag: after answering, call `due` in the background.
 const THEN_DUE = 8;
 
-// After an answer: the background calls due (leases' unused units given back), and a wake at
+// After an answer: the background calls due (leases renewed, unused units given back), and a wake at
 // the next lease's end, each kept alive past the answer by `waitUntil`.
 function background(ctx, env) {
   const out = output(due(Date.now()));

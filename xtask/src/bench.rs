@@ -8,6 +8,11 @@ use crate::setup::{self, root};
 use crate::{procs, workerd};
 
 mod binding;
+mod delay;
+
+/// Added each way by the delay proxy between a second front and Redis: a round trip of about
+/// 1 ms, Redis in the same region as the worker rather than on loopback.
+const SAME_REGION_DELAY: std::time::Duration = std::time::Duration::from_micros(500);
 
 const BENCH_POLICIES: &str = r#"{
   "bench-quota":  { "kind": "quota", "algorithm": "fixed", "limit": 500, "window_ms": 3600000 },
@@ -59,11 +64,17 @@ fn compatibility_date() -> Result<String, String> {
     Ok(redcount_procs::workerd::parse_wrangler_toml(&text)?.compatibility_date)
 }
 
-/// The redcount worker's directory under `work` (as tests and `dev` run it), on the front at
+/// The redcount worker's directory `work`/`name` (as tests and `dev` run it), on the front at
 /// `front_url`.
-fn redcount_dir(work: &std::path::Path, front_url: &str, rest_token: &str, admin: &str) -> Result<PathBuf, String> {
+fn redcount_dir(
+    work: &std::path::Path,
+    name: &str,
+    front_url: &str,
+    rest_token: &str,
+    admin: &str,
+) -> Result<PathBuf, String> {
     let date = compatibility_date()?;
-    let wdir = work.join("worker");
+    let wdir = work.join(name);
     worker_dir(
         &wdir,
         &format!(
@@ -181,8 +192,13 @@ fn redis_calls(port: u16) -> (u64, u64) {
 
 /// The local-decisions table: each load with the feature off and on (and the peer with its
 /// ephemeral cache), rows taking turns over three rounds.
+///
+/// The hot limit is measured on loopback (Redis a ~0.1 ms round trip away) and through `far`,
+/// the same worker on a second front whose Redis is behind [`delay::proxy`] (~1 ms), at 1
+/// connection (latency-bound: the per-call worker waits a round trip per take) and 10.
 fn local_decisions(
     ours: &workerd::Prepared,
+    far: &workerd::Prepared,
     peer_one: &workerd::Prepared,
     none: &workerd::Prepared,
     redis_port: u16,
@@ -190,7 +206,12 @@ fn local_decisions(
     const SECONDS: u32 = 3;
     const FLOOD: &str = "flood of one exhausted subject";
     const FLOOD_50: &str = "flood of one exhausted subject, 50 connections";
-    let rows: [(&str, &str, &workerd::Prepared, &str, bool, u32); 12] = [
+    const HOT_1: &str = "hot limit, one subject, 1 connection";
+    const FAR: &str = "hot limit, one subject, Redis ~1 ms away";
+    const FAR_1: &str = "hot limit, one subject, Redis ~1 ms away, 1 connection";
+    const NO: &str = "redcount worker, no borrow";
+    const YES: &str = "redcount worker, borrow 50 units for 1 s";
+    let rows: [(&str, &str, &workerd::Prepared, &str, bool, u32); 18] = [
         (FLOOD, "redcount worker, cache_denials_ms 0", ours, "/api/quotas/storm-raw/", true, 10),
         (FLOOD, "redcount worker, cache_denials_ms 1000 (the default)", ours, "/api/quotas/storm/", true, 10),
         (FLOOD, "@upstash/ratelimit worker, no cache", peer_one, "/limit/", true, 10),
@@ -217,6 +238,12 @@ fn local_decisions(
             true,
             10,
         ),
+        (HOT_1, NO, ours, "/api/quotas/hot/", true, 1),
+        (HOT_1, YES, ours, "/api/quotas/hot-lease/", true, 1),
+        (FAR, NO, far, "/api/quotas/hot/", true, 10),
+        (FAR, YES, far, "/api/quotas/hot-lease/", true, 10),
+        (FAR_1, NO, far, "/api/quotas/hot/", true, 1),
+        (FAR_1, YES, far, "/api/quotas/hot-lease/", true, 1),
     ];
     let mut runs: Vec<Vec<[f64; 4]>> = vec![Vec::new(); rows.len()];
     for _ in 0..3 {
@@ -244,7 +271,35 @@ fn local_decisions(
             each.join(", ")
         );
     }
+    // Borrow beside the per-call worker, each load's two rows of the same round.
+    t.push_str("\nThe hot limit, borrow ÷ no borrow (medians of the rounds' ratios; goal ≥ 3×):\n\n");
+    for (k, (load, name, ..)) in rows.iter().enumerate() {
+        let Some(no) = rows.iter().position(|r| r.0 == *load && r.1 == NO).filter(|_| *name == YES) else { continue };
+        let ratio = |f: &dyn Fn(&[f64; 4], &[f64; 4]) -> f64| {
+            workerd::median(&runs[k].iter().zip(&runs[no]).map(|(y, n)| f(y, n)).collect::<Vec<_>>())
+        };
+        let (rps, cpu) = (ratio(&|y, n| y[0] / n[0]), ratio(&|y, n| n[1] / y[1]));
+        let met = if rps >= 3.0 { "met" } else { "not met" };
+        let _ = writeln!(t, "- {load}: {rps:.2}× by requests/s ({met}), {cpu:.2}× by CPU per request");
+    }
     Ok(t)
+}
+
+/// A second front whose Redis is behind [`delay::proxy`], and the redcount worker on it: the
+/// front's guard, the worker, and the proxy's measured round trip (ms).
+fn far_worker(
+    bins: &std::path::Path,
+    work: &std::path::Path,
+    redis_port: u16,
+    rest_token: &str,
+    admin: &str,
+) -> Result<(procs::Guard, workerd::Prepared, f64), String> {
+    let proxy = delay::proxy(redis_port, SAME_REGION_DELAY)?;
+    let rtt = delay::ping_ms(proxy)?;
+    let url = format!("redis://127.0.0.1:{proxy}");
+    let (front, port) = procs::rest_front(bins, &url, rest_token, &["--threads", "1", "--log", "error"])?;
+    let dir = redcount_dir(work, "worker-far", &format!("http://127.0.0.1:{port}"), rest_token, admin)?;
+    Ok((front, workerd::prepare(&dir)?, rtt))
 }
 
 /// What `cargo xtask bench` runs.
@@ -286,7 +341,7 @@ pub fn all(part: Part) -> Result<(), String> {
     // @upstash/ratelimit peer, and the floor (one fetch to the front per request); all on
     // the same front and Redis.
     let date = compatibility_date()?;
-    let wdir = redcount_dir(&work, &front_url, &rest_token, &admin)?;
+    let wdir = redcount_dir(&work, "worker", &front_url, &rest_token, &admin)?;
     let pdir = work.join("peer");
     worker_dir(
         &pdir,
@@ -328,8 +383,10 @@ pub fn all(part: Part) -> Result<(), String> {
     let (ours, peer, floor) = (workerd::prepare(&wdir)?, workerd::prepare(&pdir)?, workerd::prepare(&fdir)?);
     let none = workerd::prepare(&ndir)?;
     let peer_one = workerd::prepare(&p1dir)?;
+    let (_far_front, far, rtt) = far_worker(&bins, &work, redis_port, &rest_token, &admin)?;
     if part == Part::Local {
-        println!("\n{}", local_decisions(&ours, &peer_one, &none, redis_port)?);
+        println!("\nRedis PING through the delay proxy: {rtt:.2} ms (median of 200)");
+        println!("\n{}", local_decisions(&ours, &far, &peer_one, &none, redis_port)?);
         return Ok(());
     }
     let callers = callers(&work, &wdir, &format!("http://127.0.0.1:{}", ours.port))?;
@@ -372,7 +429,7 @@ pub fn all(part: Part) -> Result<(), String> {
         let _ = writeln!(cpu_table, "| {name} | {:.0} µs | {} |", workerd::median(runs), each.join(", "));
     }
     cpu_table.push_str(&binding_ratio(&cpu[3].1, &cpu[4].1));
-    let local_table = local_decisions(&ours, &peer_one, &none, redis_port)?;
+    let local_table = local_decisions(&ours, &far, &peer_one, &none, redis_port)?;
     // Where each isolate's CPU goes, under 10 connections for 5 s.
     let profiles = [
         ("redcount worker", workerd::profile(&ours, "/api/quotas/bench-quota/", 5, 10)?),
@@ -490,8 +547,10 @@ pub fn all(part: Part) -> Result<(), String> {
          {cpu_table}\n\
          ### Local decisions: the denial cache and budget leases\n\n\
          The same workers, each row in turn, three rounds (medians; 10 connections unless the row says\n\
-         50, 3 s a run): a flood of one exhausted subject (a limit of 1), an allowed stream over 1,000\n\
+         otherwise, 3 s a run): a flood of one exhausted subject (a limit of 1), an allowed stream over 1,000\n\
          subjects, and a hot limit (one subject, every call admitted), each with the feature off and on;\n\
+         the hot limit also at 1 connection, and with Redis ~1 ms away (a second front whose Redis is\n\
+         behind a proxy adding 0.5 ms each way, `xtask/src/bench/delay.rs`);\n\
          a load of one subject is warmed on that subject, so the run shows the steady state (an\n\
          isolate's first takes of a subject each ask Redis until one is answered). From INFO commandstats\n\
          over the run, per 1,000 requests: script calls (EVALSHA/EVAL: round trips), and every\n\

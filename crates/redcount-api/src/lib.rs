@@ -593,19 +593,29 @@ impl Exchange {
         policy: &str,
         algorithm: redcount_core::ops::quota::Algorithm,
     ) -> Exchange {
-        let name = policy.to_owned();
-        let mut ex = Exchange::new(op, move |_, b: redcount_core::ops::quota::Borrowed| {
-            let o = redcount_core::ops::quota::QuotaOutcome { remaining: b.outcome.remaining + b.lent, ..b.outcome };
-            // (Its denial says no `cache_ms`: the shell's repeat of it, the next take's, does.)
-            let mut r = routes::quota_answer(&name, &algorithm, o, false, 0);
-            r.seen = Some(local::Seen::Borrowed(b));
-            r
-        });
+        let mut ex = Exchange::lend(op, policy, algorithm);
         ex.cors = self.cors;
         ex.degrade = self.degrade;
         ex.timeout_ms = self.timeout_ms;
         ex.writes = self.writes;
         ex
+    }
+
+    /// A borrow: the answer a take would have had (its `remaining` counting the units lent
+    /// to this shell), for [`Local`] to learn the lease from.
+    pub(crate) fn lend(
+        op: redcount_core::ops::quota::BorrowQuota,
+        policy: &str,
+        algorithm: redcount_core::ops::quota::Algorithm,
+    ) -> Exchange {
+        let name = policy.to_owned();
+        Exchange::new(op, move |_, b: redcount_core::ops::quota::Borrowed| {
+            let o = redcount_core::ops::quota::QuotaOutcome { remaining: b.outcome.remaining + b.lent, ..b.outcome };
+            // (Its denial says no `cache_ms`: the shell's repeat of it, the next take's, does.)
+            let mut r = routes::quota_answer(&name, &algorithm, o, false, 0);
+            r.seen = Some(local::Seen::Borrowed(b));
+            r
+        })
     }
 
     /// The most this call may wait for its answer, in ms, when its policy declares one

@@ -17,11 +17,15 @@
 //!   with no stock at hand borrows up to `units` more in the same script call, charged in
 //!   Redis at once and recorded under a lease id (`lua/quota_lease.lua`); later takes are
 //!   admitted from that stock until it is used, `ms` has passed or the window ends, whichever
-//!   is first; then [`Local::due`] hands the shell the call giving back what was not used. The
-//!   units are counted in Redis before any is used, so admissions never exceed the limit; what
-//!   a shell holds is unavailable to the others for at most `ms` (until the window ends, for
-//!   a shell that dies): at most `units` × shells. One borrow per subject is in flight per
-//!   shell; meanwhile another take of the subject is told to [`Wait`] for it.
+//!   is first; then [`Local::due`] hands the shell the call giving back what was not used.
+//!   Once a lease's stock is down to half of what it was lent, [`Local::due`] hands the shell
+//!   a renewal to send in the background: a borrow of the next lease (charging no take), whose
+//!   units are admitted from once the running lease is used up, so that in the steady state no
+//!   take waits for Redis. The units are counted in Redis before any is used, so admissions
+//!   never exceed the limit; what a shell holds (the running lease's last half and the next
+//!   lease: at most 1.5 × `units`) is unavailable to the others for at most `ms` (until the
+//!   window ends, for a shell that dies). One borrow per subject is in flight per shell;
+//!   meanwhile a take of the subject that finds no stock is told to [`Wait`] for it.
 //!
 //! A request whose every byte was seen before (over HTTP, [`Local::handle`]) is looked up
 //! before it is routed or parsed: the take it was, when the policy's definition and the admin
@@ -81,6 +85,10 @@ pub struct Local {
     leases: Table<Lease>,
     /// Unused units of ended leases, waiting to be given back by [`Local::due`].
     returns: Vec<Return>,
+    /// Renewals to send ([`Local::due`]): at most one per lease.
+    renewals: Vec<Exchange>,
+    /// Renewals handed to the shell and not answered yet.
+    renewing: u64,
     /// Numbers the next lease id.
     leases_made: u64,
     /// Bumped by every override, refund and reset through this shell: a denial that Redis
@@ -203,6 +211,8 @@ pub(crate) struct QuotaPlan {
     borrow: Option<(String, Namespace)>,
     /// Sent to refresh a denial still repeated.
     refresh: bool,
+    /// A renewal: a borrow of the next lease, no take (nothing to answer, nothing to cache).
+    renew: bool,
 }
 
 /// A compound decision, as the local state sees it.
@@ -257,6 +267,13 @@ struct Lease {
     id: Option<String>,
     /// Units left to admit from.
     stock: i64,
+    /// Units the current lease was lent: its renewal is sent once `stock` is down to half.
+    lent: i64,
+    /// The current lease's renewal was sent (one per lease, answered or not).
+    renewed: bool,
+    /// The next lease, lent by a renewal while the current one still had stock: admitted from
+    /// once the current one is used up or ended.
+    next: Option<Box<Next>>,
     /// Admits until then (exclusive).
     until: u64,
     /// When its borrow was sent, and the take's answer then.
@@ -270,6 +287,64 @@ struct Lease {
     ns: Namespace,
     policy: String,
     subject: String,
+}
+
+/// A lease lent ahead of the current one ([`Lease::next`]).
+#[derive(Debug)]
+struct Next {
+    id: String,
+    stock: i64,
+    lent: i64,
+    until: u64,
+    at: u64,
+    outcome: QuotaOutcome,
+}
+
+impl Lease {
+    /// Units at hand, in the current lease and the next.
+    fn held(&self) -> i64 {
+        self.stock + self.next.as_ref().map_or(0, |n| n.stock)
+    }
+
+    /// When the first of its leases with stock ends (`u64::MAX`: none).
+    fn ends(&self) -> u64 {
+        let next = self.next.as_ref().map_or(u64::MAX, |n| n.until);
+        if self.stock > 0 { self.until.min(next) } else { next }
+    }
+
+    /// Ends what has run out of time at `now` (its unused units to `returns`), and makes the
+    /// next lease the current one when the current one has no stock left.
+    fn expire(&mut self, now: u64, returns: &mut Vec<Return>) {
+        if self.next.as_ref().is_some_and(|n| n.until <= now) {
+            returns.extend(self.end_next());
+        }
+        if self.stock > 0 && self.until <= now {
+            returns.extend(end(self));
+        }
+        if self.stock == 0
+            && let Some(n) = self.next.take()
+        {
+            self.id = Some(n.id);
+            self.stock = n.stock;
+            self.lent = n.lent;
+            self.until = n.until;
+            self.at = n.at;
+            self.outcome = n.outcome;
+            self.renewed = false;
+        }
+    }
+
+    /// Ends the next lease: its units to give back.
+    fn end_next(&mut self) -> Option<Return> {
+        let n = self.next.take()?;
+        (n.stock > 0).then(|| Return {
+            ns: self.ns.clone(),
+            policy: self.policy.clone(),
+            subject: self.subject.clone(),
+            units: n.stock,
+            id: n.id,
+        })
+    }
 }
 
 /// Unused units to give back.
@@ -292,6 +367,10 @@ const REFRESH_AT: u64 = 8;
 /// Once a denial has ended, the takes of its subject wait for the refresh under way (for
 /// this long at most) rather than all asking Redis at once.
 const REFRESH_WAIT_MS: u64 = 1000;
+/// A lease's renewal is sent once its stock is down to 1/`RENEW_AT` of what it was lent: early
+/// enough that the next lease arrives before this one is used up, late enough that a shell
+/// holds at most 1 + 1/`RENEW_AT` leases' worth.
+const RENEW_AT: i64 = 2;
 
 impl Local {
     /// A local state of `denials` cached denials and `leases` leases at most (each rounded up
@@ -304,6 +383,8 @@ impl Local {
             denials: Table::new(denials),
             leases: Table::new(leases),
             returns: Vec::new(),
+            renewals: Vec::new(),
+            renewing: 0,
             leases_made: 0,
             forgets: 0,
             epoch: 0,
@@ -422,25 +503,24 @@ impl Local {
     }
 
     /// The calls to make in the background now (after a response: the worker's `waitUntil`):
-    /// giving back the unused units of every lease that has ended. Each is driven like any
-    /// other exchange, its steps through [`Local::after`].
+    /// the renewals of leases running low, and the returns of the unused units of every lease
+    /// that has ended. Each is driven like any other exchange, its steps through
+    /// [`Local::after`].
     pub fn due(&mut self, now_ms: u64) -> Vec<Exchange> {
         self.tick(now_ms);
         if self.next_due <= self.now {
             let now = self.now;
             let mut next = u64::MAX;
-            let mut ended = Vec::new();
             for l in self.leases.values_mut() {
-                if l.stock > 0 && l.until <= now {
-                    ended.push(end(l));
-                } else if l.stock > 0 {
-                    next = next.min(l.until);
-                }
+                l.expire(now, &mut self.returns);
+                next = next.min(l.ends());
             }
             self.next_due = next;
-            self.returns.extend(ended.into_iter().flatten());
         }
-        self.returns.drain(..).filter_map(Return::exchange).collect()
+        self.renewing += self.renewals.len() as u64;
+        let mut calls = core::mem::take(&mut self.renewals);
+        calls.extend(self.returns.drain(..).filter_map(Return::exchange));
+        calls
     }
 
     /// When the next lease ends (in the shell's ms), if one holds units: the shell calls
@@ -453,6 +533,8 @@ impl Local {
     /// every unused unit. A borrow answered later is given back at once.
     pub fn drain(&mut self) -> Vec<Exchange> {
         self.closed = true;
+        // Not sent yet: nothing was lent.
+        self.renewals.clear();
         self.end_all();
         self.returns.drain(..).filter_map(Return::exchange).collect()
     }
@@ -485,19 +567,28 @@ impl Local {
         self.settled
     }
 
-    /// True when units wait to be given back (the shell calls [`Local::due`]).
+    /// True when background calls wait to be made, units to give back or a renewal (the shell
+    /// calls [`Local::due`]).
     pub fn has_returns(&self) -> bool {
-        !self.returns.is_empty()
+        !self.returns.is_empty() || !self.renewals.is_empty()
+    }
+
+    /// Renewals [`Local::due`] handed out and not answered (or failed) yet: a shell shutting
+    /// down waits for them, and gives back what they lent.
+    pub fn renewing(&self) -> u64 {
+        self.renewing
     }
 
     /// Units held by this shell's leases now (what it keeps from other shells).
     pub fn lent(&self) -> i64 {
-        self.leases.values().map(|l| l.stock).sum()
+        self.leases.values().map(Lease::held).sum()
     }
 
     fn end_all(&mut self) {
-        let ended: Vec<Return> = self.leases.values_mut().filter_map(end).collect();
-        self.returns.extend(ended);
+        for l in self.leases.values_mut() {
+            self.returns.extend(end(l));
+            self.returns.extend(l.end_next());
+        }
         self.next_due = u64::MAX;
     }
 
@@ -552,7 +643,7 @@ impl Local {
                 }
                 return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
             }
-            if self.leases.get(hash, &plan.lease_key).is_some_and(|l| l.stock > 0) {
+            if self.leases.get(hash, &plan.lease_key).is_some_and(|l| l.held() > 0) {
                 // A live lease too small for this cost: a take as usual, its stock kept.
                 return Ok(Step::Send(ex.with_plan(Plan::Quota(plan))));
             }
@@ -575,24 +666,40 @@ impl Local {
         if plan.mode.borrow.is_some() && !self.closed {
             let hash = self.key_hash(&plan.lease_key);
             if let Some(l) = self.leases.get(hash, &plan.lease_key) {
-                if l.stock > 0 && l.until <= now {
-                    let ended = end(l);
-                    self.returns.extend(ended);
+                l.expire(now, &mut self.returns);
+                if !plan.peek && l.stock < plan.cost && l.next.as_ref().is_some_and(|n| n.stock >= plan.cost) {
+                    // Too few units left for this cost: they go back, the next lease runs.
+                    self.returns.extend(end(l));
+                    l.expire(now, &mut self.returns);
                 }
                 if l.stock >= plan.cost {
-                    if !plan.peek {
-                        l.stock -= plan.cost;
-                        if l.stock == 0 {
-                            l.used_up = l.id.take();
-                        }
-                    }
+                    // What Redis has left after the last lend, and what this shell holds.
+                    let left = l.next.as_ref().map_or(l.outcome.remaining, |n| n.outcome.remaining);
                     let o = QuotaOutcome {
                         allowed: true,
-                        remaining: l.outcome.remaining + l.stock,
+                        remaining: left + l.held() - if plan.peek { 0 } else { plan.cost },
                         reset_ms: l.outcome.reset_ms.saturating_sub(elapsed(now, l.at)).max(0),
                         retry_after_ms: 0,
                         ..l.outcome
                     };
+                    let mut renew = false;
+                    if !plan.peek {
+                        l.stock -= plan.cost;
+                        if l.stock == 0 {
+                            l.used_up = l.id.take();
+                            l.expire(now, &mut self.returns);
+                        } else if l.stock * RENEW_AT <= l.lent
+                            && !l.renewed
+                            && l.next.is_none()
+                            && l.borrowing.is_none()
+                        {
+                            l.renewed = true;
+                            renew = true;
+                        }
+                    }
+                    if renew {
+                        self.renew(hash, plan);
+                    }
                     return Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, false, 0)));
                 }
             }
@@ -641,6 +748,34 @@ impl Local {
         Ok(Some(crate::routes::quota_answer(&plan.policy, &plan.algorithm, o, true, left)))
     }
 
+    /// A borrow of `cost` and up to `units` more of `plan`'s quota under a new lease id,
+    /// forgetting the used-up lease of `plan`'s slot: the call and the id.
+    #[inline(never)]
+    fn lend_op(&mut self, plan: &QuotaPlan, hash: u64, cost: i64, units: i64) -> Option<(BorrowQuota, String)> {
+        self.leases_made += 1;
+        let id = lease_id(self.seed, self.leases_made);
+        let used_up = self.leases.get(hash, &plan.lease_key).and_then(|l| l.used_up.take());
+        let op = BorrowQuota::new(&plan.policy, &plan.subject, plan.algorithm, cost, units, &id, used_up.as_deref());
+        Some((op.ok()?, id))
+    }
+
+    /// A lease running low: the next one is borrowed in the background ([`Local::due`]) while
+    /// this one admits.
+    #[inline(never)]
+    fn renew(&mut self, hash: u64, plan: &QuotaPlan) {
+        let Some(b) = plan.mode.borrow else { return };
+        let Some((op, id)) = self.lend_op(plan, hash, 0, b.units) else { return };
+        let now = self.now;
+        let Some(l) = self.leases.get(hash, &plan.lease_key) else { return };
+        l.borrowing = Some(now);
+        let mut ex = Exchange::lend(op, &plan.policy, plan.algorithm);
+        ex.move_to(&l.ns);
+        let mut renewal = Box::new(plan.clone());
+        renewal.borrow = Some((id, l.ns.clone()));
+        renewal.renew = true;
+        self.renewals.push(ex.with_plan(Plan::Quota(renewal)));
+    }
+
     /// The borrow replacing a take: the take's cost and up to `b.units` more.
     fn borrow(
         &mut self,
@@ -651,25 +786,13 @@ impl Local {
         b: Borrow,
         hash: u64,
     ) -> Exchange {
-        self.leases_made += 1;
-        let id = lease_id(self.seed, self.leases_made);
         let ns = match caller.scope() {
             Some(s) => config.namespace.scoped(s.as_str()),
             None => config.namespace.clone(),
         };
         let now = self.now;
-        let used_up = self.leases.get(hash, &plan.lease_key).and_then(|l| l.used_up.take());
-        let op = match BorrowQuota::new(
-            &plan.policy,
-            &plan.subject,
-            plan.algorithm,
-            plan.cost,
-            b.units,
-            &id,
-            used_up.as_deref(),
-        ) {
-            Ok(op) => op,
-            Err(_) => return ex.with_plan(Plan::Quota(plan)),
+        let Some((op, id)) = self.lend_op(&plan, hash, plan.cost, b.units) else {
+            return ex.with_plan(Plan::Quota(plan));
         };
         match self.leases.get(hash, &plan.lease_key) {
             Some(l) => {
@@ -684,6 +807,9 @@ impl Local {
                     until: 0,
                     at: now,
                     outcome: QuotaOutcome { allowed: true, limit: 0, remaining: 0, reset_ms: 0, retry_after_ms: 0 },
+                    lent: 0,
+                    renewed: false,
+                    next: None,
                     borrowing: Some(now),
                     used_up: None,
                     ns: ns.clone(),
@@ -705,6 +831,7 @@ impl Local {
         // Bounded: a flood of evictions gives back what it can, the rest waits for its window.
         if self.returns.len() < 4 * self.leases.capacity() {
             self.returns.extend(end(&mut l));
+            self.returns.extend(l.end_next());
         }
     }
 
@@ -722,6 +849,16 @@ impl Local {
             if let Some(l) = self.leases.get(lease_hash, &plan.lease_key) {
                 l.borrowing = None;
             }
+        }
+        if plan.renew {
+            // No take: only its units are learnt (a cost of 0 says nothing of a take's).
+            self.renewing = self.renewing.saturating_sub(1);
+            if let Some(Seen::Borrowed(b)) = seen
+                && b.lent > 0
+            {
+                self.lease(plan, b.outcome, b.lent);
+            }
+            return;
         }
         let (outcome, lent) = match seen {
             Some(Seen::Quota(o)) => (o, 0),
@@ -757,17 +894,24 @@ impl Local {
         let hash = self.key_hash(&plan.lease_key);
         let usable = !self.closed && plan.sent.epoch == self.epoch && until > now;
         match self.leases.get(hash, &plan.lease_key) {
-            Some(l) if usable && l.stock == 0 => {
+            Some(l) if usable && l.stock == 0 && l.next.is_none() => {
                 l.id = Some(id);
                 l.stock = lent;
+                l.lent = lent;
+                l.renewed = false;
                 l.until = until;
                 l.at = plan.sent.at;
                 l.outcome = outcome;
                 l.ns = ns;
                 self.next_due = self.next_due.min(until);
             }
-            // Another lease holds stock (two borrows crossed), its slot was taken meanwhile, or
-            // the units cannot be used (too late, a new configuration, a shutdown): back at once.
+            // The current lease still admits (a renewal): this one runs once it is used up.
+            Some(l) if usable && l.next.is_none() => {
+                l.next = Some(Box::new(Next { id, stock: lent, lent, until, at: plan.sent.at, outcome }));
+                self.next_due = self.next_due.min(until);
+            }
+            // Two leases hold stock already (two borrows crossed), its slot was taken meanwhile,
+            // or the units cannot be used (too late, a new configuration, a shutdown): back at once.
             _ => self.returns.push(Return {
                 ns,
                 policy: plan.policy.clone(),
@@ -883,6 +1027,7 @@ impl Local {
             sent: Sent::default(),
             borrow: None,
             refresh: false,
+            renew: false,
         })
     }
 

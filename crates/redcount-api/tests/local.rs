@@ -351,6 +351,24 @@ fn a_decision_denied_by_its_quotas_is_repeated_but_not_one_with_a_lease_part() {
     s.sends(req("POST", &take("daily", "ivy"), "", false), 700);
 }
 
+/// The one background call due now, a renewal: its arguments (a borrow of cost 0) and itself.
+fn renewal(s: &mut Shell, now: u64) -> (Vec<String>, Exchange) {
+    assert!(s.local.has_returns(), "a renewal is due");
+    let mut calls = s.local.due(now);
+    assert_eq!(calls.len(), 1);
+    let ex = calls.pop().unwrap();
+    let args = borrow_args(&ex);
+    assert_eq!(args[..4], ["borrow", "1000", "60000", "0"], "a renewal takes nothing");
+    (args, ex)
+}
+
+/// The renewal due now, lost on its way (no answer).
+fn lose_renewal(s: &mut Shell, now: u64) {
+    let (_, ex) = renewal(s, now);
+    s.local.answered(ex.fail("connection reset"), now);
+    assert_eq!(s.local.renewing(), 0);
+}
+
 /// The borrow a take became: its script and its arguments.
 fn borrow_args(ex: &Exchange) -> Vec<String> {
     let body = rest(ex);
@@ -377,6 +395,10 @@ fn a_lease_admits_from_its_stock_then_gives_back_what_is_left() {
         let r = s.answers(req("POST", &path, "", false), 1_010 + i);
         assert_eq!(json_of(&r)["remaining"], 998 - i as i64);
         assert_eq!(json_of(&r)["reset_ms"], 30_000 - 10 - i as i64);
+        if i == 24 {
+            // Half used: its renewal, lost here (this lease runs alone).
+            lose_renewal(&mut s, 1_034);
+        }
     }
     // A peek is answered from the stock too, taking nothing.
     assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_100))["remaining"], 951);
@@ -407,6 +429,7 @@ fn a_used_up_lease_is_forgotten_by_the_next_borrow_and_a_lease_never_outlives_it
     // 3 lent; the window ends in 500 ms, before the lease's 1,000.
     s.reply(ex, json!([1, 1000, 10, 500, 0, 3]), 5);
     s.answers(req("POST", &path, r#"{"cost": 2}"#, false), 10);
+    lose_renewal(&mut s, 10);
     // One unit left: a take of 2 asks Redis as usual, the unit kept.
     let plain = s.sends(req("POST", &path, r#"{"cost": 2}"#, false), 20);
     assert_eq!(rest(&plain)[1], script::QUOTA_FIXED.sha1());
@@ -421,8 +444,91 @@ fn a_used_up_lease_is_forgotten_by_the_next_borrow_and_a_lease_never_outlives_it
     // The window ends 460 ms after this borrow was sent (40), less a guard of 10 ms.
     assert_eq!(s.local.next_due(), Some(490));
     s.answers(req("POST", &path, "", false), 489);
+    lose_renewal(&mut s, 489);
     assert!(s.local.due(489).is_empty());
     assert!(matches!(s.ask(req("POST", &path, "", false), 490), Ok(Step::Send(_))));
+}
+
+#[test]
+fn a_lease_running_low_is_renewed_in_the_background_and_each_lease_gives_back_its_own() {
+    let mut s = shell();
+    let path = take("hot", "ren");
+    let ex = s.sends(req("POST", &path, "", false), 1_000);
+    let first = borrow_args(&ex)[5].clone();
+    s.reply(ex, json!([1, 1000, 949, 30_000, 0, 50]), 1_005);
+    // Until half of the 50 is used, nothing to do in the background.
+    for i in 0..24 {
+        s.answers(req("POST", &path, "", false), 1_010 + i);
+        assert!(!s.local.has_returns());
+    }
+    s.answers(req("POST", &path, "", false), 1_040);
+    let (args, renewal_ex) = renewal(&mut s, 1_040);
+    assert_eq!(args[4], "50");
+    let second = args[5].clone();
+    assert_eq!(s.local.renewing(), 1);
+    // While it is in flight, takes are admitted from what is left, and no second one goes.
+    for i in 0..15 {
+        s.answers(req("POST", &path, "", false), 1_041 + i);
+    }
+    assert!(s.local.due(1_060).is_empty());
+    let r = s.reply(renewal_ex, json!([1, 1000, 899, 29_000, 0, 50]), 1_061);
+    assert_eq!(r.status, 200);
+    assert_eq!((s.local.renewing(), s.local.lent()), (0, 60), "10 of the first lease, 50 of the next");
+    // A peek counts both; Redis's remaining is the renewal's.
+    assert_eq!(json_of(&s.answers(req("GET", &path, "", false), 1_062))["remaining"], 959);
+    // The first is used up, then the second admits; its renewal forgets the first's record.
+    for i in 0..35 {
+        let r = s.answers(req("POST", &path, "", false), 1_070 + i);
+        assert_eq!(json_of(&r)["remaining"], 958 - i as i64);
+    }
+    let (args, third) = renewal(&mut s, 1_105);
+    assert_eq!(args[6], first, "the used-up lease, forgotten in Redis");
+    let third_id = args[5].clone();
+    s.reply(third, json!([1, 1000, 849, 28_000, 0, 50]), 1_110);
+    assert_eq!(s.local.lent(), 75);
+    // A shutdown gives back each lease's own units under its own id.
+    let back = s.local.drain();
+    let mut returns: Vec<Vec<String>> = back.iter().map(borrow_args).collect();
+    returns.sort();
+    let mut want = vec![
+        vec!["return".to_string(), "25".into(), second.clone()],
+        vec!["return".to_string(), "50".into(), third_id.clone()],
+    ];
+    want.sort();
+    assert_eq!(returns, want);
+    assert_eq!(s.local.lent(), 0);
+
+    // A renewal answered after the drain is given back at once.
+    let mut s = shell();
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    s.reply(ex, json!([1, 1000, 949, 30_000, 0, 4]), 5);
+    s.answers(req("POST", &path, "", false), 6);
+    s.answers(req("POST", &path, "", false), 7);
+    let (args, late) = renewal(&mut s, 7);
+    assert_eq!(borrow_args(&s.local.drain()[0])[..2], ["return", "2"]);
+    s.reply(late, json!([1, 1000, 899, 29_000, 0, 50]), 9);
+    let back = s.local.due(9);
+    assert_eq!(back.len(), 1);
+    assert_eq!(borrow_args(&back[0]), ["return", "50", args[5].as_str()]);
+    assert_eq!((s.local.lent(), s.local.renewing()), (0, 0));
+
+    // A renewal that fails, or lends nothing (the limit is near): the lease runs on alone, no
+    // second renewal of it, and once used up the next take borrows as before.
+    for reply in [None, Some(json!([1, 1000, 2, 29_000, 0, 0]))] {
+        let mut s = shell();
+        let ex = s.sends(req("POST", &path, "", false), 0);
+        s.reply(ex, json!([1, 1000, 10, 30_000, 0, 2]), 5);
+        s.answers(req("POST", &path, "", false), 6);
+        let (_, ex) = renewal(&mut s, 6);
+        match reply {
+            None => drop(s.local.answered(ex.fail("timed out"), 8)),
+            Some(r) => drop(s.reply(ex, r, 8)),
+        }
+        assert_eq!((s.local.lent(), s.local.renewing()), (1, 0));
+        s.answers(req("POST", &path, "", false), 9);
+        assert!(!s.local.has_returns());
+        assert_eq!(borrow_args(&s.sends(req("POST", &path, "", false), 10))[3], "1");
+    }
 }
 
 #[test]

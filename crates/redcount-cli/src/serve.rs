@@ -163,13 +163,24 @@ fn background(s: &Arc<Server>) {
 }
 
 /// A graceful shutdown: every unused unit of every lease given back (within 5 s), and those
-/// of borrows answered meanwhile.
+/// of borrows and renewals answered meanwhile.
 async fn give_back(s: &Arc<Server>) {
     let returns = s.local().drain();
     let n = returns.len();
     let all = async {
         for ex in returns {
             drive(s, Step::Send(ex)).await;
+        }
+        // Renewals in flight (background tasks): their units, lent to a closed state, are
+        // given back below.
+        loop {
+            let settled = s.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if s.local().renewing() == 0 {
+                break;
+            }
+            settled.await;
         }
         // (Taken out first: the lock must not be held while they are driven, which locks it.)
         let late = s.local().due(s.now());

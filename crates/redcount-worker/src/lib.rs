@@ -341,7 +341,8 @@ pub fn fail(handle: u32, len: usize, now: f64) -> *const u8 {
     call(len, |why| fail_exchange(handle, text(why), ms(now)))
 }
 
-/// The background calls due now (leases' unused units given back): `next_ms:u32le` (when to
+/// The background calls due now (renewals of leases running low, leases' unused units given
+/// back): `next_ms:u32le` (when to
 /// call again, `u32::MAX`: no need), then each call as `len:u32le` and a send step.
 #[wasm_bindgen]
 pub fn due(now: f64) -> *const u8 {
@@ -550,7 +551,8 @@ fn give_script(handle: u32, source: &[u8], now: u64) -> Vec<u8> {
 }
 
 /// Set in a final step's first byte when the shell, after answering, must call `due` in the
-/// background: the local state has units to give back, or a lease end the shell was not told of.
+/// background: the local state has units to give back or a lease to renew, or a lease end the
+/// shell was not told of.
 pub const THEN_DUE: u8 = 8;
 
 /// Set in a respond step's first byte when the answer is a denial repeated from memory that

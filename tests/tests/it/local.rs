@@ -2,7 +2,10 @@
 //! repeated from memory, budget leases) with a clock of its own, run seeded random takes and
 //! peeks of one Redis, answers held back and delivered late, overrides raised and lowered,
 //! refunds and resets through one shell or another, clocks stepped forward and back, leases
-//! given back when due, every shell drained at the end.
+//! given back when due, every shell drained at the end. A lease running low is renewed in the
+//! background ([`Local::due`]): the model holds renewals back while the old stock is used,
+//! fails some (lost before Redis, or run and their answer lost), and answers some only after
+//! their shell was drained.
 //!
 //! Checked on every answer: a denial repeated from memory (`"cached": true`) comes from a
 //! denial Redis gave that shell, sent after the last override, refund or reset of the subject's
@@ -69,13 +72,20 @@ struct Asked {
     seq: u64,
     sent_real: i64,
     sent_shell: u64,
+    /// When it was handed to Redis (real unix ms): a call held back is sent only then.
+    delivered_real: i64,
+    /// Real unix ms read just before the shell's clock (`sent_real` just after): a lease that
+    /// admitted at that shell time was within its window at this one, however long the thread
+    /// was held between the two reads on a loaded machine.
+    read_real: i64,
 }
 
 struct Shell {
     local: Local,
     /// Its clock: real ms since the run began, plus this (never negative: never behind).
     skew: u64,
-    /// The latest time it told its local state.
+    /// The last time it told its local state (what the state's clock is at: after a step back,
+    /// below earlier ones).
     seen: std::cell::Cell<u64>,
     held: Vec<Held>,
     /// Redis's denials to this shell, by (policy, subject, cost).
@@ -101,6 +111,9 @@ struct Run {
     limits: BTreeMap<(&'static str, &'static str), Vec<(i64, i64)>>,
     /// Every shell's cache_denials_ms, by policy.
     cache_ms: BTreeMap<&'static str, i64>,
+    /// Renewals: handed out, answered with units while the shell still held some (two leases
+    /// at once), failed, answered after their shell was drained.
+    renewals: [u64; 4],
     log: Vec<String>,
 }
 
@@ -110,11 +123,10 @@ impl Run {
         panic!("REDCOUNT_SEED={}: {why}\nlast steps:\n{}", seed(), self.log[tail..].join("\n"));
     }
 
-    /// The shell's clock, read to be told to its local state (which remembers the latest).
+    /// The shell's clock, read to be told to its local state (which remembers the last).
     fn shell_now(&self, i: usize) -> u64 {
         let now = self.shell_clock(i);
-        let seen = &self.shells[i].seen;
-        seen.set(seen.get().max(now));
+        self.shells[i].seen.set(now);
         now
     }
 
@@ -144,10 +156,12 @@ impl Run {
                 idempotency_key: None,
                 body: body.as_bytes(),
             };
+            let before = unix_ms();
             let now = self.shell_now(i);
             let mut asked = asked.clone();
             asked.sent_shell = now;
             asked.sent_real = unix_ms();
+            asked.read_real = before;
             let step = self.shells[i].local.handle(&self.config, &req, now, may_wait, &mut self.rng);
             match step {
                 Ok(Step::Respond(r)) => return self.check(i, &asked, &r, false),
@@ -178,9 +192,47 @@ impl Run {
     }
 
     async fn deliver(&mut self, i: usize, held: Held) {
-        let Held { ex, asked } = held;
-        let r = self.drive(i, ex).await;
+        let Held { ex, mut asked } = held;
+        asked.delivered_real = unix_ms();
+        let renewal = asked.policy == "-" && ex.must_finish();
+        let r = if renewal && self.rng.percent(20) {
+            // A renewal that fails: lost before Redis, or run there and its answer lost (its
+            // units stranded until the window ends: fewer admissions, never more).
+            let ran = self.rng.percent(50);
+            if ran {
+                let _ = self.redis.send(ex.command()).await;
+            }
+            self.log.push(format!("  shell {i}: a renewal fails ({})", if ran { "ran" } else { "never sent" }));
+            self.renewals[2] += 1;
+            let now = self.shell_now(i);
+            self.shells[i].local.answered(ex.fail("lost by the model"), now)
+        } else {
+            let before = self.shells[i].local.lent();
+            let r = self.drive(i, ex).await;
+            if renewal && before > 0 && self.shells[i].local.lent() > before {
+                self.renewals[1] += 1;
+            }
+            r
+        };
         self.check(i, &asked, &r, true);
+    }
+
+    /// A lease given back, or a renewal, as `Held`.
+    fn background_call(ex: Exchange, now: u64) -> Held {
+        Held {
+            ex,
+            asked: Asked {
+                policy: "-",
+                subject: "-",
+                cost: 0,
+                peek: false,
+                seq: 0,
+                sent_real: 0,
+                sent_shell: now,
+                delivered_real: 0,
+                read_real: 0,
+            },
+        }
     }
 
     /// Sends `ex` to Redis, and whatever call follows it, until shell `i` answers.
@@ -267,13 +319,15 @@ impl Run {
             });
         }
         if allowed && !asked.peek && asked.policy != "rate" {
-            // The window the units count in: from Redis, the one whose end `reset_ms` names;
-            // from a lease's stock, now's (a lease ends before its window).
+            // The window the units count in: from Redis, the one whose end `reset_ms` names
+            // (reckoned from when the call was handed to Redis: one held back goes later than
+            // it was asked, by more than half a window at times); from a lease's stock, now's
+            // (a lease ends before its window).
             let window = if from_redis {
                 let reset = j["reset_ms"].as_i64().unwrap();
-                ((asked.sent_real + reset) as f64 / WINDOW as f64).round() as i64 - 1
+                ((asked.delivered_real + reset) as f64 / WINDOW as f64).round() as i64 - 1
             } else {
-                now_real / WINDOW
+                asked.read_real / WINDOW
             };
             let seg = self.segment(asked.policy, asked.subject);
             *self.admitted.entry((asked.policy, asked.subject, window, seg)).or_default() += asked.cost;
@@ -340,11 +394,23 @@ impl Run {
 
     async fn background(&mut self, i: usize) {
         let now = self.shell_now(i);
+        self.background_at(i, now).await;
+    }
+
+    /// [`Run::background`] at the shell's time `now`.
+    async fn background_at(&mut self, i: usize, now: u64) {
         let due = self.shells[i].local.due(now);
         for ex in due {
-            let asked =
-                Asked { policy: "-", subject: "-", cost: 0, peek: false, seq: 0, sent_real: 0, sent_shell: now };
-            self.deliver(i, Held { ex, asked }).await;
+            if ex.must_finish() {
+                self.renewals[0] += 1;
+                // Held back: the old stock is used (or runs out) while it is in flight.
+                if self.shells[i].held.len() < 6 && self.rng.percent(60) {
+                    self.log.push(format!("  renewal held by shell {i}"));
+                    self.shells[i].held.push(Run::background_call(ex, now));
+                    continue;
+                }
+            }
+            self.deliver(i, Run::background_call(ex, now)).await;
         }
     }
 
@@ -392,6 +458,7 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
         segments: BTreeMap::new(),
         limits: BTreeMap::new(),
         cache_ms: [("lease", 300), ("plain", 400), ("rate", 250)].into_iter().collect(),
+        renewals: [0; 4],
         log: Vec::new(),
     };
     let mut admitted_local = 0;
@@ -405,11 +472,26 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
                 let cost = run.rng.range(1, if policy == "lease" { 3 } else { 2 });
                 let peek = run.rng.percent(10);
                 run.seq += 1;
-                let asked = Asked { policy, subject, cost, peek, seq: run.seq, sent_real: 0, sent_shell: 0 };
+                let asked = Asked {
+                    policy,
+                    subject,
+                    cost,
+                    peek,
+                    seq: run.seq,
+                    sent_real: 0,
+                    sent_shell: 0,
+                    delivered_real: 0,
+                    read_real: 0,
+                };
                 let lent = run.shells[i].local.lent();
                 run.ask(i, asked, format!(r#"{{"cost": {cost}}}"#)).await;
                 if run.shells[i].local.lent() < lent {
                     admitted_local += 1;
+                }
+                // As the worker and `redcount serve` do after a response, often: the background
+                // calls due (a renewal while the stock still admits).
+                if run.shells[i].local.has_returns() && run.rng.percent(50) {
+                    run.background(i).await;
                 }
             }
             62..=76 => {
@@ -433,26 +515,50 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
                 }
                 let skew = run.shells[i].skew;
                 run.log.push(format!("  shell {i}: clock skew now {skew} ms"));
-                // The shell reads its clock at once (its next call).
-                run.background(i).await;
+                // The shell reads its clock at once (its next call), as it was set: ms passing
+                // before the read would make a step back below what the state saw one that
+                // only lags (real time passing that the state does not see).
+                let now = real + skew;
+                run.shells[i].seen.set(now);
+                run.background_at(i, now).await;
             }
             _ => tokio::time::sleep(Duration::from_millis(run.rng.range(5, 60) as u64)).await,
         }
     }
-    // Every shell stops: what is held is answered, every lease given back.
+    // Every shell stops: what is held is answered (some renewals only after the shell was
+    // drained), every lease given back.
     for i in 0..SHELLS {
+        let mut late = Vec::new();
         while let Some(held) = run.shells[i].held.pop() {
-            run.deliver(i, held).await;
+            if held.asked.policy == "-" && held.ex.must_finish() && run.rng.percent(50) {
+                late.push(held);
+            } else {
+                run.deliver(i, held).await;
+            }
         }
-        let now = run.shell_clock(i);
+        // Renewals due now are sent before the drain; some answered only after it.
+        let now = run.shell_now(i);
+        for ex in run.shells[i].local.due(now) {
+            let call = Run::background_call(ex, now);
+            if call.ex.must_finish() {
+                run.renewals[0] += 1;
+                late.push(call);
+            } else {
+                run.deliver(i, call).await;
+            }
+        }
         let back = run.shells[i].local.drain();
         for ex in back {
-            let asked =
-                Asked { policy: "-", subject: "-", cost: 0, peek: false, seq: 0, sent_real: 0, sent_shell: now };
-            run.deliver(i, Held { ex, asked }).await;
+            run.deliver(i, Run::background_call(ex, now)).await;
+        }
+        for held in late {
+            run.log.push(format!("  shell {i}: a renewal answered after the drain"));
+            run.renewals[3] += 1;
+            run.deliver(i, held).await;
         }
         run.background(i).await;
         assert_eq!(run.shells[i].local.lent(), 0);
+        assert_eq!(run.shells[i].local.renewing(), 0, "a renewal left unanswered");
     }
     // No window's admissions past the largest limit in force, less what refunds gave back.
     let mut windows = 0;
@@ -471,7 +577,12 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
     }
     assert!(windows > 4, "the run crossed too few windows to say anything");
     assert!(admitted_local > 0, "no take was admitted from a lease's stock");
-    eprintln!("local model: seed {}, {steps} steps, {windows} windows, {admitted_local} admissions from stock", seed());
+    let [renewed, overlapped, failed, late] = run.renewals;
+    assert!(renewed > 0, "no lease was renewed");
+    eprintln!(
+        "local model: seed {}, {steps} steps, {windows} windows, {admitted_local} admissions from stock, {renewed} renewals ({overlapped} answered while the old stock lasted, {failed} failed, {late} after the drain)",
+        seed()
+    );
 }
 
 /// The lease script's edges against a real Redis: what is lent stays counted through a reset
@@ -551,7 +662,7 @@ async fn lent_units_stay_counted_until_their_own_lease_gives_them_back() {
     for args in [
         vec!["borrow", "100", "3600000", "1", "5", "bad lease"],
         vec!["borrow", "100", "3600000", "1", "-1", "l9"],
-        vec!["borrow", "100", "3600000", "0", "5", "l9"],
+        vec!["borrow", "100", "3600000", "-1", "5", "l9"],
         vec!["borrow", "100", "3600000", "1", "5"],
         vec!["return", "0", "l3"],
         vec!["return", "1e3", "l3"],

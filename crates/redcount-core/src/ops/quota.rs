@@ -393,9 +393,9 @@ pub struct Borrowed {
 }
 
 impl BorrowQuota {
-    /// Takes `cost` and borrows up to `units` more under the new lease `lease` (an id unique
-    /// to this lease: a return names it), forgetting `used_up` (this shell's last lease of the
-    /// same quota, wholly used) on the way.
+    /// Takes `cost` (0: a renewal, which only lends) and borrows up to `units` more under the
+    /// new lease `lease` (an id unique to this lease: a return names it), forgetting `used_up`
+    /// (this shell's last lease of the same quota, wholly used) on the way.
     pub fn new(
         scope: &str,
         subject: &str,
@@ -411,7 +411,7 @@ impl BorrowQuota {
         let Algorithm::FixedWindow { limit, window_ms } = algo else {
             return Err(InputError::new("borrow", crate::error::Problem::Inconsistent("only a fixed window lends")));
         };
-        validate::range("cost", cost, 1, limit)?;
+        validate::range("cost", cost, 0, limit)?;
         validate::range("units", units, 0, MAX_LIMIT)?;
         let mut args = alloc::vec![
             String::from("borrow"),
