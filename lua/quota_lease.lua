@@ -18,7 +18,8 @@
 --          denied). A denied call writes nothing but the forgetting of ARGV[7].
 --          Adaptive: at most a quarter of what remains after the cost, so the last units of
 --          a window are not stranded in one shell while others are denied.
--- ARGV[1]  "return": ARGV[2] units given back (1 .. 10^9), ARGV[3] the lease's id
+-- ARGV[1]  "return": ARGV[2] units given back (0 .. 10^9: 0 forgets the record of a lease
+--          whose units were all used), ARGV[3] the lease's id
 --          Reply: {given}: at most what the lease still has on record in this window (0 when
 --          its window is over or the record is gone); the record is forgotten.
 -- (Runs after prelude.lua and lib_fixed.lua.)
@@ -50,7 +51,7 @@ if ARGV[1] == 'borrow' then
   return r
 elseif ARGV[1] == 'return' then
   if #ARGV ~= 3 then return misshapen() end
-  local units = int('units', ARGV[2], 1, RUST.quota.MAX_LIMIT)
+  local units = int('units', ARGV[2], 0, RUST.quota.MAX_LIMIT)
   local lease = id('lease', ARGV[3])
   local held = stored(redis.call('HGET', lent, lease)) or 0
   local used = stored(redis.call('GET', state)) or 0

@@ -309,7 +309,7 @@ impl Lease {
     /// When the first of its leases with stock ends (`u64::MAX`: none).
     fn ends(&self) -> u64 {
         let next = self.next.as_ref().map_or(u64::MAX, |n| n.until);
-        if self.stock > 0 { self.until.min(next) } else { next }
+        if self.stock > 0 || self.used_up.is_some() { self.until.min(next) } else { next }
     }
 
     /// Ends what has run out of time at `now` (its unused units to `returns`), and makes the
@@ -332,6 +332,17 @@ impl Lease {
             self.outcome = n.outcome;
             self.renewed = false;
         }
+        // A used-up lease no borrow has named by the end of the lease it left: its record goes
+        // now, so that resets stop counting units all used.
+        if self.until <= now {
+            returns.extend(self.forget_used());
+        }
+    }
+
+    /// Forgets the used-up lease's record in Redis (a return of 0 units).
+    fn forget_used(&mut self) -> Option<Return> {
+        let id = self.used_up.take()?;
+        Some(Return { ns: self.ns.clone(), policy: self.policy.clone(), subject: self.subject.clone(), units: 0, id })
     }
 
     /// Ends the next lease: its units to give back.
@@ -588,6 +599,7 @@ impl Local {
         for l in self.leases.values_mut() {
             self.returns.extend(end(l));
             self.returns.extend(l.end_next());
+            self.returns.extend(l.forget_used());
         }
         self.next_due = u64::MAX;
     }
@@ -686,6 +698,8 @@ impl Local {
                     if !plan.peek {
                         l.stock -= plan.cost;
                         if l.stock == 0 {
+                            // (One record is named at a time: an earlier one not yet named goes now.)
+                            self.returns.extend(l.forget_used());
                             l.used_up = l.id.take();
                             l.expire(now, &mut self.returns);
                         } else if l.stock * RENEW_AT <= l.lent
@@ -832,6 +846,7 @@ impl Local {
         if self.returns.len() < 4 * self.leases.capacity() {
             self.returns.extend(end(&mut l));
             self.returns.extend(l.end_next());
+            self.returns.extend(l.forget_used());
         }
     }
 

@@ -668,7 +668,7 @@ async fn lent_units_stay_counted_until_their_own_lease_gives_them_back() {
         vec!["borrow", "100", "3600000", "1", "-1", "l9"],
         vec!["borrow", "100", "3600000", "-1", "5", "l9"],
         vec!["borrow", "100", "3600000", "1", "5"],
-        vec!["return", "0", "l3"],
+        vec!["return", "-1", "l3"],
         vec!["return", "1e3", "l3"],
         vec!["steal", "5", "l3"],
     ] {
@@ -932,6 +932,10 @@ async fn refunds_of_units_admitted_from_a_lease_are_given_back() {
         admitted += i64::from(api.post(&path, "").await.json["allowed"] == Value::Bool(true));
     }
     tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Every lease ended, used-up ones too: no record is left to count in a reset.
+    let lent = redcount_core::keys::quota_lent("hot", &idle, "fw");
+    let left: i64 = redis::cmd("HLEN").arg(&lent).query(&mut redis.conn()).unwrap();
+    assert_eq!(left, 0, "lease records left after the shell idled past its leases");
     let mut given = 0;
     for _ in 0..admitted {
         given += refund(path.clone()).await;

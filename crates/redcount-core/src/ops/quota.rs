@@ -464,11 +464,12 @@ pub struct ReturnQuota {
 }
 
 impl ReturnQuota {
-    /// Gives `units` of the lease `lease` back to the subject's fixed-window quota.
+    /// Gives `units` of the lease `lease` back to the subject's fixed-window quota (0: forgets
+    /// the record of a lease whose units were all used).
     pub fn new(scope: &str, subject: &str, units: i64, lease: &str) -> Result<Self, InputError> {
         let scope = validate::id("policy", scope)?;
         let subject = validate::id("subject", subject)?;
-        validate::range("units", units, 1, MAX_LIMIT)?;
+        validate::range("units", units, 0, MAX_LIMIT)?;
         let lease = String::from(validate::id("lease", lease)?);
         let keys = [
             keys::quota(scope, subject, "fw"),
