@@ -151,30 +151,40 @@ export function through(
   if (args.length > params + 2 || (options !== undefined && (typeof options !== "object" || options?.idempotencyKey !== undefined))) {
     return send();
   }
-  const call = args.slice(0, params + 1);
-  if (!call.slice(0, params).every((p) => typeof p === "string") || !plain(call[params] ?? null)) return send();
-  const json = JSON.stringify(call);
+  // The key: `target`, `name` and the JSON of the path parameters and fields (as an array),
+  // written piece by piece rather than through copies of the arguments.
+  let json = "[";
+  for (let i = 0; i < params; i++) {
+    const p = args[i];
+    if (typeof p !== "string") return send();
+    json += JSON.stringify(p) + ",";
+  }
+  const fields = args[params] ?? null;
+  if (!plain(fields)) return send();
+  json += JSON.stringify(fields) + "]";
   if (json.length > MAX_KEY) return send();
-  return repeat(`${target}\0${name}\0${json}`, rootOf(args[at] as string), send);
+  const key = `${target}\0${name}\0${json}`;
+  const e = entries.get(key);
+  // Nothing held (allowed traffic): straight to the call, no promise of the cache's own.
+  return e === undefined ? learn(key, rootOf(args[at] as string), send) : repeat(key, e, rootOf(args[at] as string), send);
 }
 
-async function repeat(key: string, root: string, send: () => Promise<unknown>): Promise<unknown> {
-  let e = entries.get(key);
-  if (e !== undefined) {
-    let t = now();
-    // Late in its life, one call refreshes it while the others are still answered.
-    if (t < e.until && (e.refresh !== undefined || (e.until - t) * REFRESH_AT > e.until - e.at)) return answer(key, e, t);
-    if (e.refresh !== undefined) {
-      // Ended with a refresh under way: wait for it, once, rather than all asking at once.
-      await e.refresh.then(
-        () => {},
-        () => {},
-      );
-      const again = entries.get(key);
-      t = now();
-      if (again !== undefined && t < again.until) return answer(key, again, t);
-      e = undefined;
-    }
+/** The call whose key holds the entry `held`: answered from it, or sent again to refresh it. */
+async function repeat(key: string, held: Entry, root: string, send: () => Promise<unknown>): Promise<unknown> {
+  let e: Entry | undefined = held;
+  let t = now();
+  // Late in its life, one call refreshes it while the others are still answered.
+  if (t < e.until && (e.refresh !== undefined || (e.until - t) * REFRESH_AT > e.until - e.at)) return answer(key, e, t);
+  if (e.refresh !== undefined) {
+    // Ended with a refresh under way: wait for it, once, rather than all asking at once.
+    await e.refresh.then(
+      () => {},
+      () => {},
+    );
+    const again = entries.get(key);
+    t = now();
+    if (again !== undefined && t < again.until) return answer(key, again, t);
+    e = undefined;
   }
   const sent = learn(key, root, send);
   if (e !== undefined) {
@@ -189,9 +199,14 @@ async function repeat(key: string, root: string, send: () => Promise<unknown>): 
 }
 
 /** Sends the call; keeps its denial when redcount says it may be repeated, else drops the entry. */
-async function learn(key: string, root: string, send: () => Promise<unknown>): Promise<unknown> {
-  const [at, generation] = [now(), forgets];
-  const got = await send();
+function learn(key: string, root: string, send: () => Promise<unknown>): Promise<unknown> {
+  const at = now();
+  const generation = forgets;
+  return send().then((got) => keep(key, root, at, generation, got));
+}
+
+/** `got`, the answer to a call sent at `at`; kept when it is a denial that may be repeated. */
+function keep(key: string, root: string, at: number, generation: number, got: unknown): unknown {
   const a = got as Answer | null;
   const ms = a?.cache_ms;
   const retry = a?.retry_after_ms;

@@ -103,20 +103,28 @@ export class Redcount {
   }
 
   /** Calls the method `name` with `args` (what each typed method does). */
-  async call(name: MethodName, args: unknown[]): Promise<unknown> {
-    const params = routes[name]?.params.length ?? 0;
-    const use = this.#options.cacheDenials !== false;
-    return through(this.#target, name, params, args, use, () => this.#send(name, args));
+  call(name: MethodName, args: unknown[]): Promise<unknown> {
+    // Not an async function: the promise is through's own, one fewer per call; an error in
+    // reading the arguments still comes as a rejection.
+    try {
+      const params = routes[name]?.params.length ?? 0;
+      const use = this.#options.cacheDenials !== false;
+      return through(this.#target, name, params, args, use, () => this.#send(name, args));
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   async #send(name: MethodName, args: unknown[]): Promise<unknown> {
     const o = this.#options;
     if ("binding" in o) {
       const binding = o.binding as { [name: string]: (...args: unknown[]) => Promise<unknown> };
-      if (typeof binding[name] !== "function") throw new TypeError(`the binding has no method ${name}`);
+      // Read once: on an RPC stub each read of a method makes a new callable.
+      const method = binding[name];
+      if (typeof method !== "function") throw new TypeError(`the binding has no method ${name}`);
       try {
-        // Called as a method: on an RPC stub, `apply` and `call` are remote names too.
-        return await binding[name](...args);
+        // Reflect.apply, not method.apply: on an RPC stub, `apply` and `call` are remote names too.
+        return await Reflect.apply(method, binding, args);
       } catch (e) {
         throw RedcountError.fromBinding(e) ?? e;
       }
