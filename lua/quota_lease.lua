@@ -3,9 +3,9 @@
 -- admits calls from that local stock, and gives back what it did not use. The units lent
 -- and not yet given back are counted in the window's count like any take, and also recorded
 -- by lease id in KEYS[3] (a hash expiring with the window), so that a reset keeps counting
--- them (quota_reset.lua), an admin refund takes units off a record only past what is counted
--- and not lent (quota_refund.lua; the lease then gives back that many fewer), and a return
--- gives back only units of its own lease, in its own window, at most its record.
+-- them (quota_reset.lua), an admin refund never gives them back (quota_refund.lua: Redis cannot
+-- tell a lease's used units from those its shell still holds; they are refundable once the
+-- lease has ended), and a return gives back only units of its own lease, in its own window.
 -- KEYS[1]  the state (lib_fixed.lua)
 -- KEYS[2]  the subject's override of the limit (prelude.lua: override)
 -- KEYS[3]  the units lent, by lease id (a hash; it expires with the window's count)

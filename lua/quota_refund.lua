@@ -3,8 +3,8 @@
 -- action: a public refund would undo the limit.
 -- KEYS[1]  the quota's state key (as the take script keeps it)
 -- KEYS[2]  the subject's override of the size (prelude.lua: override)
--- KEYS[3]  the units lent to shells, by lease (quota_lease.lua; a fixed window's only): given
---          back here only past what is counted and not lent, each off its lease's record
+-- KEYS[3]  the units lent to shells (quota_lease.lua; a fixed window's only): never given
+--          back here, since the shells holding them admit from them without asking Redis
 -- ARGV[1]  algorithm: fw, sw, tb or gc
 -- ARGV[2]  units to give back (1 .. limit)
 -- ARGV[3..] the algorithm's parameters, as its take script takes them
@@ -31,29 +31,11 @@ if replay then return replay end
 
 local given, apply
 if algo == 'fw' then
-  -- First what is counted and not lent; then what is lent: Redis cannot tell the units a
-  -- shell admitted from its lease from those it still holds, so those given back here come
-  -- off the lease's record, and its shell gives back that many fewer at the lease's end
-  -- (quota_lease.lua: at most the record). Admitted units are so refundable at once, and a
-  -- used-up lease's record left in Redis holds no refund back.
+  -- Never the units lent to shells: they admit from them without asking Redis.
   local q = fixed_eval(p, key, KEYS[2], now_us)
-  local leases = redis.call('HGETALL', KEYS[3])
   local lent = 0
-  for i = 2, #leases, 2 do lent = lent + math.max(0, stored(leases[i]) or 0) end
-  local free = math.max(0, q.count() - lent)
-  local give
-  given, give = fixed_give(p, key, KEYS[2], units, nil, now_us, q)
-  apply = function()
-    give()
-    local over = given - free
-    for i = 1, #leases, 2 do
-      if over <= 0 then break end
-      local held = math.max(0, stored(leases[i + 1]) or 0)
-      local off = math.min(held, over)
-      if off == held then redis.call('HDEL', KEYS[3], leases[i]) else redis.call('HINCRBY', KEYS[3], leases[i], s(-off)) end
-      over = over - off
-    end
-  end
+  for _, h in ipairs(redis.call('HVALS', KEYS[3])) do lent = lent + math.max(0, stored(h) or 0) end
+  given, apply = fixed_give(p, key, KEYS[2], math.max(0, math.min(units, q.count() - lent)), nil, now_us, q)
 elseif algo == 'sw' then
   given, apply = sliding_give(p, key, units, nil, nil, now_us)
 elseif algo == 'tb' then

@@ -585,10 +585,9 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
     );
 }
 
-/// The lease script's edges against a real Redis: what is lent stays counted through a reset,
-/// and an admin refund reaches into it only past what is used and not lent; a return gives
-/// back only its own lease's units, once, in its own window; the script refuses what the core
-/// would.
+/// The lease script's edges against a real Redis: what is lent stays counted through a reset
+/// and is never given back by an admin refund; a return gives back only its own lease's units,
+/// once, in its own window; the script refuses what the core would.
 #[tokio::test]
 async fn lent_units_stay_counted_until_their_own_lease_gives_them_back() {
     use redcount_core::ops::quota::{Algorithm, BorrowQuota, RefundQuota, ResetQuota, ReturnQuota, TakeQuota};
@@ -613,30 +612,27 @@ async fn lent_units_stay_counted_until_their_own_lease_gives_them_back() {
         }
     };
     assert_eq!(count(&d).await, 36);
-    // An admin refund gives back what was used and not lent (2), then off a lease's record (3:
-    // Redis cannot tell a lease's used units from those its shell still holds).
-    assert_eq!(d.run(&RefundQuota::new("q", &subject, algo, 5).unwrap()).await.unwrap(), 5);
-    assert_eq!(count(&d).await, 31);
-    let lent = redcount_core::keys::quota_lent("q", &subject, "fw");
-    let held = d.send(&redcount_core::Command::new("HGET").arg(&lent).arg("l1")).await.unwrap();
-    assert_eq!(held, redcount_core::Value::Bytes(b"21".to_vec()));
+    // An admin refund gives back what was used, not what is lent.
+    assert_eq!(d.run(&RefundQuota::new("q", &subject, algo, 5).unwrap()).await.unwrap(), 2);
+    assert_eq!(count(&d).await, 34);
     // Nothing but lent units: a reset has nothing to forget.
     assert!(!d.run(&ResetQuota::new("q", &subject, algo).unwrap()).await.unwrap());
     // A reset forgets the use, not the units lent (the shells admit from them).
     d.run(&TakeQuota::take("q", &subject, algo, 3).unwrap()).await.unwrap();
     assert!(d.run(&ResetQuota::new("q", &subject, algo).unwrap()).await.unwrap());
-    assert_eq!(count(&d).await, 31);
-    let take = TakeQuota::take("q", &subject, algo, 69).unwrap();
+    assert_eq!(count(&d).await, 34);
+    let take = TakeQuota::take("q", &subject, algo, 66).unwrap();
     assert!(d.run(&take).await.unwrap().allowed, "the limit less what is lent");
     assert!(!d.run(&TakeQuota::take("q", &subject, algo, 1).unwrap()).await.unwrap().allowed);
     // A return gives back at most its own lease's units, once; an unknown lease nothing.
-    assert_eq!(d.run(&ReturnQuota::new("q", &subject, 30, "l1").unwrap()).await.unwrap(), 21);
+    assert_eq!(d.run(&ReturnQuota::new("q", &subject, 30, "l1").unwrap()).await.unwrap(), 24);
     assert_eq!(d.run(&ReturnQuota::new("q", &subject, 30, "l1").unwrap()).await.unwrap(), 0);
     assert_eq!(d.run(&ReturnQuota::new("q", &subject, 3, "nope").unwrap()).await.unwrap(), 0);
-    assert_eq!(count(&d).await, 79);
+    assert_eq!(count(&d).await, 76);
     // A used-up lease named by the next borrow is forgotten: a reset then counts only live ones.
     let b = BorrowQuota::new("q", &subject, algo, 1, 5, "l3", Some("l2")).unwrap();
     assert_eq!(d.run(&b).await.unwrap().lent, 5);
+    let lent = redcount_core::keys::quota_lent("q", &subject, "fw");
     let fields = d.send(&redcount_core::Command::new("HKEYS").arg(&lent)).await.unwrap();
     assert_eq!(fields, redcount_core::Value::Array(vec![redcount_core::Value::Bytes(b"l3".to_vec())]));
     assert!(d.run(&ResetQuota::new("q", &subject, algo).unwrap()).await.unwrap());
@@ -897,34 +893,38 @@ async fn lease_storm(worker: bool) {
     assert_eq!(hot_count(&redis, &subject), admitted as i64, "units lent and not used are given back\n{}", log());
 }
 
-/// Refunds of units a shell admitted from its lease: each is given back (Redis cannot tell
-/// which of a lease's units were used, so a refund may reach into what is lent: the lease then
-/// gives back that many fewer), and a used-up lease's record left in Redis (its shell idle)
-/// holds no refund back. Redis ends counting exactly what was admitted less what was refunded.
+/// Refunds of units a shell admitted from its lease: while the lease runs, a refund gives back
+/// only what Redis counts and no lease holds (it cannot tell a lease's used units from those its
+/// shell holds), the rest once the lease has ended; a used-up lease's record is forgotten by
+/// then, so a shell left idle holds no refund back. Redis ends counting exactly what was
+/// admitted less what was refunded.
 #[tokio::test]
-async fn refunds_of_units_admitted_from_a_lease_are_given_back() {
+async fn units_admitted_from_a_lease_are_refundable_once_it_ends() {
     let redis = RedisServer::start();
     let admin = redcount_tests::secret("admin");
     let mut serve = redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, SHELL_POLICIES);
     let api = redcount_tests::Api::new(serve.url(), &admin);
-    let refund = |path: String| {
+    let refund = |path: String, cost: i64| {
         let api = &api;
         async move {
-            let r = api.call("POST", &format!("{path}/refund"), Some(r#"{"cost": 1}"#), true).await;
+            let body = format!(r#"{{"cost": {cost}}}"#);
+            let r = api.call("POST", &format!("{path}/refund"), Some(&body), true).await;
             assert_eq!(r.status, 200, "{}", r.json);
             r.json["refunded"].as_i64().unwrap()
         }
     };
-    // Three takes (one borrow, two from its stock), three refunds through the same shell.
+    // Three takes (one borrow, two from its stock): while the lease runs, the borrow's own
+    // take is refundable, the two from its stock are not yet (never more than was used).
     let subject = redcount_tests::uid("r");
     let path = format!("/api/quotas/hot/{subject}");
     for _ in 0..3 {
         assert_eq!(api.post(&path, "").await.json["allowed"], true);
     }
-    for i in 0..3 {
-        assert_eq!(refund(path.clone()).await, 1, "refund {i} of a unit admitted");
-    }
-    // Takes until the lease is used up and renewed, then the shell idles past the leases' end.
+    assert_eq!(refund(path.clone(), 3).await, 1, "only the units no lease holds, while it runs");
+    // The lease (1 s) ends and gives back its unused units: the other two are refundable.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(refund(path.clone(), 2).await, 2, "refundable once the lease has ended");
+    // Takes until a lease is used up and renewed, then the shell idles past the leases' end.
     let idle = redcount_tests::uid("i");
     let path = format!("/api/quotas/hot/{idle}");
     let mut admitted = 0;
@@ -932,14 +932,11 @@ async fn refunds_of_units_admitted_from_a_lease_are_given_back() {
         admitted += i64::from(api.post(&path, "").await.json["allowed"] == Value::Bool(true));
     }
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    // Every lease ended, used-up ones too: no record is left to count in a reset.
+    // Every lease ended, used-up ones too: no record is left to hold a refund back.
     let lent = redcount_core::keys::quota_lent("hot", &idle, "fw");
     let left: i64 = redis::cmd("HLEN").arg(&lent).query(&mut redis.conn()).unwrap();
     assert_eq!(left, 0, "lease records left after the shell idled past its leases");
-    let mut given = 0;
-    for _ in 0..admitted {
-        given += refund(path.clone()).await;
-    }
+    let given = refund(path.clone(), admitted).await;
     serve.stop(Duration::from_secs(10));
     assert_eq!(hot_count(&redis, &subject), 0, "three takes, three refunds");
     assert_eq!((given, hot_count(&redis, &idle)), (admitted, 0), "{admitted} takes, each refunded");

@@ -309,9 +309,7 @@ impl Operation for ResetQuota {
 /// Gives `units` back to a subject's quota (the work they paid for did not happen), never
 /// above the limit: a fixed window's current count, a sliding window's newest logged calls, a
 /// bucket's tokens, a GCRA quota's arrival time. An admin action: a public refund would undo
-/// the limit. Units counted and not lent to shells ([`BorrowQuota`]) go first; past them,
-/// units off the leases' records (Redis cannot tell a lease's used units from those its shell
-/// holds), each lease then giving back that many fewer at its end.
+/// the limit. Units lent to shells ([`BorrowQuota`]) are never given back this way.
 #[derive(Debug, Clone)]
 pub struct RefundQuota {
     /// The state, the subject's override, the units lent.
