@@ -803,7 +803,7 @@ impl Wrangler {
         let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).expect("wrangler.toml");
         let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
         let mut toml = format!(
-            "name = \"redcount-test\"\nmain = \"{}\"\n{date}\n\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n\n[vars]\n",
+            "name = \"redcount-test\"\nmain = \"{}\"\n{date}\nkeep_names = false\n\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n\n[vars]\n",
             main.display(),
             root.join("www").display()
         );

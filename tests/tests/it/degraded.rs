@@ -136,3 +136,52 @@ async fn a_killed_front_gets_each_policys_declared_answer_native_and_worker() {
     check_degraded(&server.url(), || server.log()).await;
     check_degraded(&worker.url(), || worker.log()).await;
 }
+
+/// A front that takes connections and then says nothing (`head`: nothing at all; else a
+/// reply's head and first byte, the rest never sent), its sockets held open until dropped.
+struct Silent {
+    port: u16,
+    _held: std::thread::JoinHandle<()>,
+}
+
+impl Silent {
+    fn start(head: bool) -> Silent {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = std::thread::spawn(move || {
+            let mut open = Vec::new();
+            for mut s in listener.incoming().flatten() {
+                if head {
+                    use std::io::Write;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{");
+                }
+                open.push(s);
+            }
+        });
+        Silent { port, _held: held }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_front_gets_the_workers_declared_answer_within_its_timeout() {
+    // The worker's bound covers the REST call whole: no answer at all, and an answer whose body
+    // stops after its head.
+    for head in [false, true] {
+        let silent = Silent::start(head);
+        let worker = Wrangler::start(&[
+            ("REDCOUNT_REST_URL", &format!("http://127.0.0.1:{}", silent.port)),
+            ("REDCOUNT_REST_TOKEN", &secret("rest")),
+            ("REDCOUNT_ADMIN_TOKEN", &secret("admin")),
+            ("REDCOUNT_POLICIES", POLICIES),
+        ]);
+        let base = worker.url();
+        let t = Instant::now();
+        let (s, v) = post(&base, "/api/quotas/q-open/u0", "").await;
+        let took = t.elapsed();
+        assert_eq!((s, &v["degraded"]), (200, &Value::Bool(true)), "head {head}: {v}\n{}", worker.log());
+        assert!(v["reason"].as_str().unwrap().contains("timeout"), "head {head}: {v}");
+        assert!(took < Duration::from_millis(1500), "head {head}: answered after {took:?}, its policy says 300 ms");
+        check_degraded(&base, || worker.log()).await;
+    }
+}
