@@ -559,7 +559,7 @@ fn local_mode(
         let redcount_core::ops::quota::Algorithm::FixedWindow { limit, .. } = algorithm else {
             return Err(err(
                 path(at, "borrow"),
-                "is for fixed windows only: in a sliding window, a bucket or GCRA a unit counts when it is charged, so units used later than they were borrowed could pass the limit",
+                "is for fixed windows only (elsewhere a unit counts when charged, not when used)",
             ));
         };
         let Json::Object(b) = v else {
