@@ -593,7 +593,11 @@ impl Exchange {
         policy: &str,
         algorithm: redcount_core::ops::quota::Algorithm,
     ) -> Exchange {
-        let mut ex = Exchange::lend(op, policy, algorithm);
+        self.instead(Exchange::lend(op, policy, algorithm))
+    }
+
+    /// `ex` in this call's place, with its bounds, failure mode and CORS.
+    pub(crate) fn instead(self, mut ex: Exchange) -> Exchange {
         ex.cors = self.cors;
         ex.degrade = self.degrade;
         ex.timeout_ms = self.timeout_ms;
@@ -883,11 +887,7 @@ pub(crate) fn call_in<R: RngCore + ?Sized>(
             let step = match (local, ex.plan.take().map(|p| *p)) {
                 (Some((l, may_wait)), Some(local::Plan::Quota(plan))) => l.quota(config, caller, ex, plan, may_wait)?,
                 (Some((l, _)), Some(local::Plan::Decision(plan))) => l.decision(ex, plan),
-                (Some((l, _)), Some(local::Plan::Forget(f))) => {
-                    l.forget(&f);
-                    ex.plan = Some(Box::new(local::Plan::Forget(f)));
-                    Step::Send(ex)
-                }
+                (Some((l, _)), Some(local::Plan::Forget(f))) => l.refund(ex, f),
                 _ => Step::Send(ex),
             };
             match step {

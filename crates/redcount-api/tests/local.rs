@@ -531,6 +531,105 @@ fn a_lease_running_low_is_renewed_in_the_background_and_each_lease_gives_back_it
     }
 }
 
+/// A refund's call to Redis: the units it asks Redis to give back.
+fn refund_units(ex: &Exchange) -> String {
+    let body = rest(ex);
+    assert_eq!(body[1], script::QUOTA_REFUND.sha1(), "{body}");
+    // After its keys (an Idempotency-Key adds one).
+    let at = 3 + body[2].as_str().unwrap().parse::<usize>().unwrap();
+    assert_eq!(body[at], "fw");
+    body[at + 1].as_str().unwrap().to_string()
+}
+
+/// The one return [`Local::drain`] hands out: the units it gives back.
+fn drained(s: &mut Shell) -> i64 {
+    let back = s.local.drain();
+    assert_eq!(back.len(), 1);
+    borrow_args(&back[0])[1].parse().unwrap()
+}
+
+#[test]
+fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_first() {
+    let mut s = shell();
+    let path = take("hot", "lee");
+    let refund = format!("{path}/refund");
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    s.reply(ex, json!([1, 1000, 949, 30_000, 0, 5]), 5);
+    for _ in 0..3 {
+        s.answers(req("POST", &path, "", false), 10);
+    }
+    lose_renewal(&mut s, 10);
+    // A take of 10 is more than the lease holds (2): Redis denies it, and the denial is
+    // repeated from memory.
+    s.through(req("POST", &path, r#"{"cost": 10}"#, false), json!([0, 1000, 0, 29_000, 29_000]), 20);
+    assert_eq!(json_of(&s.answers(req("POST", &path, r#"{"cost": 10}"#, false), 30))["cached"], true);
+    // A refund of 2 of the 3 the lease admitted: back in its stock, no Redis call, and the
+    // subject's denials dropped as by any refund.
+    let r = s.answers(req("POST", &refund, r#"{"cost": 2}"#, true), 40);
+    assert_eq!((r.status, json_of(&r)), (200, json!({"refunded": 2})));
+    assert_eq!(s.local.lent(), 4);
+    assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 10}"#, false), 41), Ok(Step::Send(_))));
+    // A refund of 5: the 1 the lease still has admitted here, the other 4 asked of Redis, whose
+    // 3 (what it counts and no lease holds) make 4 in all.
+    let ex = s.sends(req("POST", &refund, r#"{"cost": 5}"#, true), 50);
+    assert_eq!(refund_units(&ex), "4");
+    assert_eq!(s.local.lent(), 5);
+    assert_eq!(json_of(&s.reply(ex, json!([3]), 55)), json!({"refunded": 4}));
+    // Nothing more admitted here: a refund goes to Redis whole, as does one with an
+    // Idempotency-Key (its retry would give a local part back again) and one of a subject
+    // this shell holds no lease of.
+    let ex = s.sends(req("POST", &refund, r#"{"cost": 2}"#, true), 60);
+    assert_eq!(refund_units(&ex), "2");
+    assert_eq!(json_of(&s.reply(ex, json!([0]), 65)), json!({"refunded": 0}));
+    s.answers(req("POST", &path, "", false), 70);
+    let keyed = ApiRequest { idempotency_key: Some("k-1"), ..req("POST", &refund, r#"{"cost": 1}"#, true) };
+    assert_eq!(refund_units(&s.sends(keyed, 71)), "1");
+    let other = format!("{}/refund", take("hot", "nobody"));
+    assert_eq!(refund_units(&s.sends(req("POST", &other, r#"{"cost": 3}"#, true), 72)), "3");
+    assert_eq!(s.local.lent(), 4);
+    // Through a Service binding (the RPC path) alike.
+    let route = Route::QuotaRefund { policy: "hot".into(), subject: "lee".into() };
+    let step =
+        s.local.call(&s.config, route, Input::Json(br#"{"cost": 3}"#), &Caller::admin(), None, 73, true, &mut s.rng);
+    let Ok(Step::Send(ex)) = step else { panic!("{step:?}") };
+    assert_eq!(refund_units(&ex), "2");
+    assert_eq!(json_of(&s.reply(ex, json!([2]), 74)), json!({"refunded": 3}));
+    assert_eq!(s.local.lent(), 5);
+    // Its end gives back its stock, never more than it was lent.
+    assert_eq!(drained(&mut s), 5);
+    // Nor does a drained shell take refunds: every lease has ended.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 1}"#, true), 80)), "1");
+}
+
+#[test]
+fn a_refund_runs_a_used_up_lease_again_until_its_end_and_a_policy_without_leases_is_as_before() {
+    let mut s = shell();
+    let path = take("hot", "uma");
+    let refund = format!("{path}/refund");
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    s.reply(ex, json!([1, 1000, 10, 30_000, 0, 3]), 5);
+    for _ in 0..3 {
+        s.answers(req("POST", &path, "", false), 10);
+    }
+    lose_renewal(&mut s, 10);
+    assert_eq!(s.local.lent(), 0);
+    // Used up, its record still in Redis until a borrow names it: a refund runs it again.
+    let r = s.answers(req("POST", &refund, r#"{"cost": 2}"#, true), 20);
+    assert_eq!(json_of(&r), json!({"refunded": 2}));
+    s.answers(req("POST", &path, "", false), 30);
+    assert_eq!(s.local.lent(), 1);
+    // Its time is up (1,000 ms after its borrow): what is left goes back under its own id.
+    let back = s.local.due(1_000);
+    assert_eq!(back.len(), 1);
+    assert_eq!(borrow_args(&back[0])[..2], ["return", "1"]);
+    // Once ended, a refund goes to Redis whole.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 2}"#, true), 1_001)), "2");
+    // A policy without leases: the whole refund to Redis, as before.
+    let ex = s.sends(req("POST", &format!("{}/refund", take("daily", "uma")), r#"{"cost": 2}"#, true), 1_002);
+    let body = rest(&ex);
+    assert_eq!((body[1].as_str(), body[7].as_str()), (Some(script::QUOTA_REFUND.sha1()), Some("2")));
+}
+
 #[test]
 fn one_borrow_at_a_time_the_others_wait_or_ask_redis_themselves() {
     let mut s = shell();
