@@ -593,11 +593,7 @@ impl Exchange {
         policy: &str,
         algorithm: redcount_core::ops::quota::Algorithm,
     ) -> Exchange {
-        self.instead(Exchange::lend(op, policy, algorithm))
-    }
-
-    /// `ex` in this call's place, with its bounds, failure mode and CORS.
-    pub(crate) fn instead(self, mut ex: Exchange) -> Exchange {
+        let mut ex = Exchange::lend(op, policy, algorithm);
         ex.cors = self.cors;
         ex.degrade = self.degrade;
         ex.timeout_ms = self.timeout_ms;

@@ -997,8 +997,8 @@ async fn lease_storm(worker: bool) {
 }
 
 /// Refunds of units a shell admitted from its lease. Through that shell, at once and with no
-/// Redis call: back into its lease's stock (as many as the lease admitted at most; the rest
-/// from Redis), so the subject is admitted exactly up to the limit again. Through a shell
+/// Redis call: back into its lease's stock (a refund of no more than the lease admitted; a
+/// larger one goes to Redis whole), so the subject is admitted exactly up to the limit again. Through a shell
 /// holding no lease of the subject, while another's runs: only what Redis counts and no lease
 /// holds, the rest once the lease has ended; a used-up lease's record is forgotten by then, so
 /// a shell left idle holds no refund back. Redis ends counting exactly what was admitted less
@@ -1040,8 +1040,8 @@ async fn units_admitted_from_a_lease_are_refundable_at_once_through_its_shell() 
         }
     };
     // Five takes (one borrow, four from its stock): a refund of 4 through this shell is put
-    // back into its lease at once, with no Redis call; of 3 more, only the borrow's own take
-    // is left to give back (Redis's), never more than was admitted.
+    // back into its lease at once, with no Redis call; of 3 more (to Redis), only the borrow's
+    // own take is left to give back, never more than was admitted.
     let subject = redcount_tests::uid("r");
     let path = format!("/api/quotas/hot/{subject}");
     for _ in 0..5 {
