@@ -548,17 +548,24 @@ fn drained(s: &mut Shell) -> i64 {
     borrow_args(&back[0])[1].parse().unwrap()
 }
 
-#[test]
-fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_first() {
+/// A shell whose lease of `hot` for `subject`, lent `lent` units, admitted three takes (its
+/// renewal lost): the shell, the take's path and the refund's.
+fn three_taken(subject: &str, lent: i64) -> (Shell, String, String) {
     let mut s = shell();
-    let path = take("hot", "lee");
-    let refund = format!("{path}/refund");
+    let path = take("hot", subject);
     let ex = s.sends(req("POST", &path, "", false), 0);
-    s.reply(ex, json!([1, 1000, 949, 30_000, 0, 5]), 5);
+    s.reply(ex, json!([1, 1000, 10, 30_000, 0, lent]), 5);
     for _ in 0..3 {
         s.answers(req("POST", &path, "", false), 10);
     }
     lose_renewal(&mut s, 10);
+    let refund = format!("{path}/refund");
+    (s, path, refund)
+}
+
+#[test]
+fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_first() {
+    let (mut s, path, refund) = three_taken("lee", 5);
     // A take of 10 is more than the lease holds (2): Redis denies it, and the denial is
     // repeated from memory.
     s.through(req("POST", &path, r#"{"cost": 10}"#, false), json!([0, 1000, 0, 29_000, 29_000]), 20);
@@ -603,15 +610,7 @@ fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_fi
 
 #[test]
 fn a_refund_runs_a_used_up_lease_again_until_its_end_and_a_policy_without_leases_is_as_before() {
-    let mut s = shell();
-    let path = take("hot", "uma");
-    let refund = format!("{path}/refund");
-    let ex = s.sends(req("POST", &path, "", false), 0);
-    s.reply(ex, json!([1, 1000, 10, 30_000, 0, 3]), 5);
-    for _ in 0..3 {
-        s.answers(req("POST", &path, "", false), 10);
-    }
-    lose_renewal(&mut s, 10);
+    let (mut s, path, refund) = three_taken("uma", 3);
     assert_eq!(s.local.lent(), 0);
     // Used up, its record still in Redis until a borrow names it: a refund runs it again.
     let r = s.answers(req("POST", &refund, r#"{"cost": 2}"#, true), 20);
