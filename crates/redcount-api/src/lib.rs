@@ -883,16 +883,7 @@ pub(crate) fn call_in<R: RngCore + ?Sized>(
             let step = match (local, ex.plan.take().map(|p| *p)) {
                 (Some((l, may_wait)), Some(local::Plan::Quota(plan))) => l.quota(config, caller, ex, plan, may_wait)?,
                 (Some((l, _)), Some(local::Plan::Decision(plan))) => l.decision(ex, plan),
-                #[allow(unused_mut)]
-                (Some((l, _)), Some(local::Plan::Forget(mut f))) => {
-                    l.forget(&f);
-                    #[cfg(feature = "lease-refunds")]
-                    if let Some(r) = l.refund(&mut ex, &mut f) {
-                        return Ok(Step::Respond(r));
-                    }
-                    ex.plan = Some(Box::new(local::Plan::Forget(f)));
-                    Step::Send(ex)
-                }
+                (Some((l, _)), Some(local::Plan::Forget(f))) => l.refund(ex, f),
                 _ => Step::Send(ex),
             };
             match step {

@@ -25,10 +25,10 @@
 //!   never exceed the limit; what a shell holds (the running lease's last half and the next
 //!   lease: at most 1.5 × `units`) is unavailable to the others for at most `ms` (until the
 //!   window ends, for a shell that dies). One borrow per subject is in flight per shell;
-//!   meanwhile a take of the subject that finds no stock is told to [`Wait`] for it. With the
-//!   `lease-refunds` feature (not in the worker), a refund through this shell (without an
-//!   `Idempotency-Key`) puts units back into its running lease of the subject first, as many
-//!   as that lease has admitted at most, with no Redis call; only the rest goes to Redis.
+//!   meanwhile a take of the subject that finds no stock is told to [`Wait`] for it. A refund
+//!   through this shell (without an `Idempotency-Key`) of no more units than its running
+//!   lease of the subject has admitted is put back into that lease, with no Redis call; any
+//!   other goes to Redis.
 //!
 //! A request whose every byte was seen before (over HTTP, [`Local::handle`]) is looked up
 //! before it is routed or parsed: the take it was, when the policy's definition and the admin
@@ -68,8 +68,6 @@ use crate::config::{Borrow, LocalMode};
 use crate::{ApiRequest, ApiResponse, Caller, Config, Exchange, Input, Route, Step};
 use redcount_core::keys::{Level, Namespace};
 use redcount_core::ops::decision::{Decision, PartOutcome};
-#[cfg(feature = "lease-refunds")]
-use redcount_core::ops::quota::RefundQuota;
 use redcount_core::ops::quota::{Algorithm, BorrowQuota, Borrowed, QuotaOutcome, ReturnQuota};
 
 /// The answer of [`Local::handle`] and [`Local::call`] when a borrow for the same subject is
@@ -146,10 +144,10 @@ pub(crate) struct Forgets {
     /// one of these, ending in the tenant mark) and every user's decisions (starting with the
     /// last) go too.
     tenant: Option<(Vec<String>, String)>,
-    /// A refund of a policy with leases, without an `Idempotency-Key`: the subject's take, of
-    /// the refund's cost ([`Local::refund`]).
-    #[cfg(feature = "lease-refunds")]
-    pub(crate) refund: Option<Box<QuotaPlan>>,
+    /// A refund without an `Idempotency-Key`: the subject's lease key and the units asked
+    /// ([`Local::refund`]).
+    /// (Boxed: every plan is as large as this one.)
+    pub(crate) refund: Option<Box<(String, i64)>>,
 }
 
 /// The end of a tenant-level part's key (after the cost's digits, so never a policy's name).
@@ -516,7 +514,9 @@ impl Local {
         match r.plan.take().map(|p| *p) {
             Some(Plan::Quota(plan)) => self.learn_quota(&plan, seen),
             Some(Plan::Decision(plan)) => self.learn_decision(&plan, seen),
-            Some(Plan::Forget(f)) => self.forget(&f),
+            Some(Plan::Forget(f)) => {
+                self.forget(&f);
+            }
             Some(Plan::Nothing) | None => {}
         }
         r
@@ -1025,53 +1025,41 @@ impl Local {
         });
     }
 
-    /// A refund through this shell, about to be sent (`ex`, its plan `f`, whose denials are
-    /// forgotten): a refund of a policy with leases ([`Forgets::refund`]) first puts units back
-    /// into this shell's running lease of the subject (a used-up one not yet named by a borrow
-    /// runs again until its end), as many as that lease has admitted at most (never more than
-    /// it was lent, so what it gives back to Redis at its end never exceeds what Redis lent),
-    /// with no Redis call: the answer when that is all of them; else `ex` becomes the call
-    /// giving back only the rest, which Redis gives back if it counts them and no lease holds
-    /// them. Units are alike: one put back here that another shell admitted still keeps
-    /// admissions less refunds within the limit. (Should the rest's call fail, the part given
-    /// back here stays given: the error says `may_have_run`.)
-    #[cfg(feature = "lease-refunds")]
-    pub(crate) fn refund(&mut self, ex: &mut Exchange, f: &mut Forgets) -> Option<ApiResponse> {
-        let plan = f.refund.take()?;
-        let here = self.put_back(&plan);
-        if here == plan.cost {
-            return Some(ApiResponse::flat(&mut [("refunded", crate::Field::Int(here))]));
+    /// An override, refund or reset through this shell, about to be sent (`ex`, its plan
+    /// `f`): the subject's denials go ([`Local::forget`]). A refund ([`Forgets::refund`]) of
+    /// no more units than this shell's running lease of the subject has admitted (lent less
+    /// stock) is put back into that lease's stock and answered with no Redis call: never more
+    /// than the lease was lent, so what it gives back to Redis at its end never exceeds what
+    /// Redis lent. Units are alike: one put back here that another shell admitted still keeps
+    /// admissions less refunds within the limit. Any other refund goes to Redis whole, which
+    /// gives back what it counts and no lease holds. (A larger refund is not split between the
+    /// lease and Redis, nor does a used-up lease run again: each cost the worker's bundle more
+    /// than its 100 KB allows.)
+    pub(crate) fn refund(&mut self, ex: Exchange, f: Forgets) -> Step {
+        self.forget(&f);
+        let (mut here, now) = (0, self.now);
+        if let Some((key, cost)) = f.refund.as_deref() {
+            let hash = self.key_hash(key);
+            if let Some(l) = self.leases.get(hash, key)
+                && l.id.is_some()
+                && l.until > now
+                && l.lent - l.stock >= *cost
+            {
+                l.stock += cost;
+                here = *cost;
+            }
         }
-        if here > 0
-            && let Ok(op) = RefundQuota::new(&plan.policy, &plan.subject, plan.algorithm, plan.cost - here)
-        {
-            // The rest, with the refund's bounds (its CORS headers are added after).
-            let rest = crate::routes::refunding(redcount_core::ops::Idempotent::new(op, None), here);
-            *ex = Exchange { timeout_ms: ex.timeout_ms, writes: ex.writes, ..rest };
+        let ex = ex.with_plan(Plan::Forget(f));
+        if here > 0 {
+            // (Through the exchange, which drops itself: no second copy of its drop here.)
+            return Step::Respond(ex.finish(ApiResponse::flat(&mut [("refunded", crate::Field::Int(here))])));
         }
-        None
+        Step::Send(ex)
     }
 
-    /// Puts up to `plan.cost` units back into this shell's running lease of `plan`'s subject:
-    /// as many as it has admitted at most (lent less stock). The units put back.
-    #[cfg(feature = "lease-refunds")]
-    fn put_back(&mut self, plan: &QuotaPlan) -> i64 {
-        let now = self.now;
-        let hash = self.key_hash(&plan.lease_key);
-        let Some(l) = self.leases.get(hash, &plan.lease_key).filter(|_| !self.closed) else { return 0 };
-        l.expire(now, &mut self.returns);
-        if l.id.is_none() && l.until > now {
-            // Used up and not yet named by a borrow (its record, of `lent` units, still in
-            // Redis; `lent` and `until` still its own): it runs again.
-            l.id = l.used_up.take();
-        }
-        if l.id.is_none() {
-            return 0;
-        }
-        let here = plan.cost.min(l.lent - l.stock);
-        l.stock += here;
-        self.next_due = self.next_due.min(l.until);
-        here
+    /// The key of `caller`'s leases of `policy` for `subject` (a take's, [`Local::quota_plan`]).
+    pub(crate) fn lease_key(config: &Config, caller: &Caller, policy: &str, subject: &str) -> String {
+        subject_key(caller, policy, subject, config.fingerprint(policy).unwrap_or(0))
     }
 
     /// The plan of a take or peek of `policy` (a quota) by `caller`.
@@ -1174,7 +1162,6 @@ impl Local {
             prefixes: prefixes_of(subject),
             decisions: decisions_prefix(caller, subject),
             tenant,
-            #[cfg(feature = "lease-refunds")]
             refund: None,
         })
     }

@@ -491,28 +491,16 @@ fn refund(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     cx.require_admin()?;
     let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
     let op = cx.replayable(RefundQuota::new(policy, subject, algorithm, cost))?;
-    #[cfg(not(feature = "lease-refunds"))]
     let ex = Exchange::new(op, |_, given| ApiResponse::flat(&mut [("refunded", Field::Int(given))]));
-    #[cfg(feature = "lease-refunds")]
-    let ex = refunding(op, 0);
-    #[allow(unused_mut)]
     let mut ex = cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject);
-    // A shell's running lease of the subject may take the refund first ([`Local::refund`]);
-    // not one with an Idempotency-Key, whose retry would give back that part again.
-    #[cfg(feature = "lease-refunds")]
+    // A shell's running lease of the subject may take the refund ([`Local::refund`]); not one
+    // with an Idempotency-Key, whose retry would give back that part again.
     if cx.key.is_none()
-        && cx.config.local_mode(policy).borrow.is_some()
         && let Some(local::Plan::Forget(f)) = ex.plan.as_deref_mut()
     {
-        f.refund = Some(Local::quota_plan(cx.config, cx.caller, policy, subject, algorithm, cost, false));
+        f.refund = Some(Box::new((Local::lease_key(cx.config, cx.caller, policy, subject), cost)));
     }
     send(ex)
-}
-
-/// A refund's call to Redis, `here` units already given back by a shell's lease.
-#[cfg(feature = "lease-refunds")]
-pub(crate) fn refunding(op: ops::Idempotent<RefundQuota>, here: i64) -> Exchange {
-    Exchange::new(op, move |_, given| ApiResponse::flat(&mut [("refunded", Field::Int(given + here))]))
 }
 
 /// A quota's algorithm (`Some`) or a semaphore (`None`): the policies an override sizes.

@@ -564,7 +564,7 @@ fn three_taken(subject: &str, lent: i64) -> (Shell, String, String) {
 }
 
 #[test]
-fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_first() {
+fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted() {
     let (mut s, path, refund) = three_taken("lee", 5);
     // A take of 10 is more than the lease holds (2): Redis denies it, and the denial is
     // repeated from memory.
@@ -576,31 +576,30 @@ fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_fi
     assert_eq!((r.status, json_of(&r)), (200, json!({"refunded": 2})));
     assert_eq!(s.local.lent(), 4);
     assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 10}"#, false), 41), Ok(Step::Send(_))));
-    // A refund of 5: the 1 the lease still has admitted here, the other 4 asked of Redis, whose
-    // 3 (what it counts and no lease holds) make 4 in all.
+    // A refund of more than the lease has admitted (1) goes to Redis whole, which gives back
+    // what it counts and no lease holds; the lease keeps its stock.
     let ex = s.sends(req("POST", &refund, r#"{"cost": 5}"#, true), 50);
-    assert_eq!(refund_units(&ex), "4");
+    assert_eq!(refund_units(&ex), "5");
+    assert_eq!(json_of(&s.reply(ex, json!([3]), 55)), json!({"refunded": 3}));
+    assert_eq!(s.local.lent(), 4);
+    assert_eq!(json_of(&s.answers(req("POST", &refund, r#"{"cost": 1}"#, true), 60)), json!({"refunded": 1}));
     assert_eq!(s.local.lent(), 5);
-    assert_eq!(json_of(&s.reply(ex, json!([3]), 55)), json!({"refunded": 4}));
-    // Nothing more admitted here: a refund goes to Redis whole, as does one with an
-    // Idempotency-Key (its retry would give a local part back again) and one of a subject
-    // this shell holds no lease of.
-    let ex = s.sends(req("POST", &refund, r#"{"cost": 2}"#, true), 60);
-    assert_eq!(refund_units(&ex), "2");
-    assert_eq!(json_of(&s.reply(ex, json!([0]), 65)), json!({"refunded": 0}));
+    // Nothing more admitted here: to Redis.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 1}"#, true), 61)), "1");
+    // One admitted again; a refund with an Idempotency-Key (its retry would give a local part
+    // back again) and one of a subject this shell holds no lease of go to Redis all the same.
     s.answers(req("POST", &path, "", false), 70);
     let keyed = ApiRequest { idempotency_key: Some("k-1"), ..req("POST", &refund, r#"{"cost": 1}"#, true) };
     assert_eq!(refund_units(&s.sends(keyed, 71)), "1");
     let other = format!("{}/refund", take("hot", "nobody"));
-    assert_eq!(refund_units(&s.sends(req("POST", &other, r#"{"cost": 3}"#, true), 72)), "3");
+    assert_eq!(refund_units(&s.sends(req("POST", &other, r#"{"cost": 1}"#, true), 72)), "1");
     assert_eq!(s.local.lent(), 4);
-    // Through a Service binding (the RPC path) alike.
+    // Through a Service binding (the RPC path) as through HTTP.
     let route = Route::QuotaRefund { policy: "hot".into(), subject: "lee".into() };
     let step =
-        s.local.call(&s.config, route, Input::Json(br#"{"cost": 3}"#), &Caller::admin(), None, 73, true, &mut s.rng);
-    let Ok(Step::Send(ex)) = step else { panic!("{step:?}") };
-    assert_eq!(refund_units(&ex), "2");
-    assert_eq!(json_of(&s.reply(ex, json!([2]), 74)), json!({"refunded": 3}));
+        s.local.call(&s.config, route, Input::Json(br#"{"cost": 1}"#), &Caller::admin(), None, 73, true, &mut s.rng);
+    let Ok(Step::Respond(r)) = step else { panic!("{step:?}") };
+    assert_eq!(json_of(&r), json!({"refunded": 1}));
     assert_eq!(s.local.lent(), 5);
     // Its end gives back its stock, never more than it was lent.
     assert_eq!(drained(&mut s), 5);
@@ -609,24 +608,21 @@ fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted_fi
 }
 
 #[test]
-fn a_refund_runs_a_used_up_lease_again_until_its_end_and_a_policy_without_leases_is_as_before() {
+fn a_refund_of_a_lease_used_up_or_out_of_time_and_of_a_policy_without_leases_goes_to_redis() {
     let (mut s, path, refund) = three_taken("uma", 3);
     assert_eq!(s.local.lent(), 0);
-    // Used up, its record still in Redis until a borrow names it: a refund runs it again.
-    let r = s.answers(req("POST", &refund, r#"{"cost": 2}"#, true), 20);
-    assert_eq!(json_of(&r), json!({"refunded": 2}));
-    s.answers(req("POST", &path, "", false), 30);
-    assert_eq!(s.local.lent(), 1);
-    // Its time is up (1,000 ms after its borrow): what is left goes back under its own id.
-    let back = s.local.due(1_000);
-    assert_eq!(back.len(), 1);
-    assert_eq!(borrow_args(&back[0])[..2], ["return", "1"]);
-    // Once ended, a refund goes to Redis whole.
-    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 2}"#, true), 1_001)), "2");
+    // Used up: its units are Redis's to give back once it has ended.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 2}"#, true), 20)), "2");
+    // A lease whose time is up (1,000 ms after its borrow), not yet given back: to Redis too.
+    let ex = s.sends(req("POST", &path, "", false), 30);
+    s.reply(ex, json!([1, 1000, 5, 30_000, 0, 4]), 35);
+    s.answers(req("POST", &path, "", false), 40);
+    assert_eq!(json_of(&s.answers(req("POST", &refund, r#"{"cost": 1}"#, true), 1_029)), json!({"refunded": 1}));
+    s.answers(req("POST", &path, "", false), 1_029);
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 1}"#, true), 1_030)), "1");
     // A policy without leases: the whole refund to Redis, as before.
-    let ex = s.sends(req("POST", &format!("{}/refund", take("daily", "uma")), r#"{"cost": 2}"#, true), 1_002);
-    let body = rest(&ex);
-    assert_eq!((body[1].as_str(), body[7].as_str()), (Some(script::QUOTA_REFUND.sha1()), Some("2")));
+    let ex = s.sends(req("POST", &format!("{}/refund", take("daily", "uma")), r#"{"cost": 2}"#, true), 1_031);
+    assert_eq!(refund_units(&ex), "2");
 }
 
 #[test]
