@@ -514,9 +514,7 @@ impl Local {
         match r.plan.take().map(|p| *p) {
             Some(Plan::Quota(plan)) => self.learn_quota(&plan, seen),
             Some(Plan::Decision(plan)) => self.learn_decision(&plan, seen),
-            Some(Plan::Forget(f)) => {
-                self.forget(&f);
-            }
+            Some(Plan::Forget(f)) => self.forget(&f),
             Some(Plan::Nothing) | None => {}
         }
         r
