@@ -887,7 +887,29 @@ async fn a_flood_of_one_exhausted_subject_barely_reaches_redis_through_serve_and
     floods("redcount serve", std::sync::Arc::new(redcount_tests::Api::new(serve.url(), &admin)), &redis).await;
 
     let (_front, worker) = worker_on(&redis, &admin);
-    floods("the worker", std::sync::Arc::new(redcount_tests::Api::new(worker.url(), &admin)), &redis).await;
+    let api = std::sync::Arc::new(redcount_tests::Api::new(worker.url(), &admin));
+    floods("the worker", api.clone(), &redis).await;
+    refund_into_the_lease(&api, &redis, &worker.log()).await;
+}
+
+/// Through a shell (here the worker): three takes (one borrow, two from its stock), a refund
+/// of the two put back into the lease at once with no Redis call, and Redis counting the one
+/// take left once the lease has ended and given back its stock.
+async fn refund_into_the_lease(api: &redcount_tests::Api, redis: &RedisServer, log: &str) {
+    let subject = redcount_tests::uid("w");
+    let path = format!("/api/quotas/hot/{subject}");
+    for _ in 0..3 {
+        assert_eq!(api.post(&path, "").await.json["allowed"], true);
+    }
+    let calls = script_calls(redis);
+    let r = api.call("POST", &format!("{path}/refund"), Some(r#"{"cost": 2}"#), true).await;
+    assert_eq!((r.status, &r.json["refunded"]), (200, &Value::from(2)), "{}\n{log}", r.json);
+    assert_eq!(script_calls(redis), calls, "no Redis call for what the lease admitted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hot_count(redis, &subject) != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(hot_count(redis, &subject), 1, "three takes, two refunded\n{log}");
 }
 
 /// The worker under wrangler dev with [`SHELL_POLICIES`], through a REST front of `redis`.
