@@ -883,11 +883,7 @@ pub(crate) fn call_in<R: RngCore + ?Sized>(
             let step = match (local, ex.plan.take().map(|p| *p)) {
                 (Some((l, may_wait)), Some(local::Plan::Quota(plan))) => l.quota(config, caller, ex, plan, may_wait)?,
                 (Some((l, _)), Some(local::Plan::Decision(plan))) => l.decision(ex, plan),
-                (Some((l, _)), Some(local::Plan::Forget(f))) => {
-                    l.forget(&f);
-                    ex.plan = Some(Box::new(local::Plan::Forget(f)));
-                    Step::Send(ex)
-                }
+                (Some((l, _)), Some(local::Plan::Forget(f))) => l.refund(ex, f),
                 _ => Step::Send(ex),
             };
             match step {

@@ -25,7 +25,10 @@
 //!   never exceed the limit; what a shell holds (the running lease's last half and the next
 //!   lease: at most 1.5 × `units`) is unavailable to the others for at most `ms` (until the
 //!   window ends, for a shell that dies). One borrow per subject is in flight per shell;
-//!   meanwhile a take of the subject that finds no stock is told to [`Wait`] for it.
+//!   meanwhile a take of the subject that finds no stock is told to [`Wait`] for it. A refund
+//!   through this shell (without an `Idempotency-Key`) of no more units than its running
+//!   lease of the subject has admitted is put back into that lease, with no Redis call; any
+//!   other goes to Redis.
 //!
 //! A request whose every byte was seen before (over HTTP, [`Local::handle`]) is looked up
 //! before it is routed or parsed: the take it was, when the policy's definition and the admin
@@ -141,6 +144,10 @@ pub(crate) struct Forgets {
     /// one of these, ending in the tenant mark) and every user's decisions (starting with the
     /// last) go too.
     tenant: Option<(Vec<String>, String)>,
+    /// A refund without an `Idempotency-Key`: the subject's lease key and the units asked
+    /// ([`Local::refund`]).
+    /// (Boxed: every plan is as large as this one.)
+    pub(crate) refund: Option<Box<(String, i64)>>,
 }
 
 /// The end of a tenant-level part's key (after the cost's digits, so never a policy's name).
@@ -1016,6 +1023,43 @@ impl Local {
         });
     }
 
+    /// An override, refund or reset through this shell, about to be sent (`ex`, its plan
+    /// `f`): the subject's denials go ([`Local::forget`]). A refund ([`Forgets::refund`]) of
+    /// no more units than this shell's running lease of the subject has admitted (lent less
+    /// stock) is put back into that lease's stock and answered with no Redis call: never more
+    /// than the lease was lent, so what it gives back to Redis at its end never exceeds what
+    /// Redis lent. Units are alike: one put back here that another shell admitted still keeps
+    /// admissions less refunds within the limit. Any other refund goes to Redis whole, which
+    /// gives back what it counts and no lease holds. (A larger refund is not split between the
+    /// lease and Redis, nor does a used-up lease run again: each cost the worker's bundle more
+    /// than its 100 KB allows.)
+    pub(crate) fn refund(&mut self, ex: Exchange, f: Forgets) -> Step {
+        self.forget(&f);
+        let (mut here, now) = (0, self.now);
+        if let Some((key, cost)) = f.refund.as_deref() {
+            let hash = self.key_hash(key);
+            if let Some(l) = self.leases.get(hash, key)
+                && l.id.is_some()
+                && l.until > now
+                && l.lent - l.stock >= *cost
+            {
+                l.stock += cost;
+                here = *cost;
+            }
+        }
+        let ex = ex.with_plan(Plan::Forget(f));
+        if here > 0 {
+            // (Through the exchange, which drops itself: no second copy of its drop here.)
+            return Step::Respond(ex.finish(ApiResponse::flat(&mut [("refunded", crate::Field::Int(here))])));
+        }
+        Step::Send(ex)
+    }
+
+    /// The key of `caller`'s leases of `policy` for `subject` (a take's, [`Local::quota_plan`]).
+    pub(crate) fn lease_key(config: &Config, caller: &Caller, policy: &str, subject: &str) -> String {
+        subject_key(caller, policy, subject, config.fingerprint(policy).unwrap_or(0))
+    }
+
     /// The plan of a take or peek of `policy` (a quota) by `caller`.
     pub(crate) fn quota_plan(
         config: &Config,
@@ -1112,7 +1156,12 @@ impl Local {
             decisions.pop();
             (parts, decisions)
         });
-        Plan::Forget(Forgets { prefixes: prefixes_of(subject), decisions: decisions_prefix(caller, subject), tenant })
+        Plan::Forget(Forgets {
+            prefixes: prefixes_of(subject),
+            decisions: decisions_prefix(caller, subject),
+            tenant,
+            refund: None,
+        })
     }
 }
 

@@ -492,7 +492,15 @@ fn refund(cx: &Cx<'_>, policy: &str, subject: &str) -> Routed {
     let cost = cx.body(&["cost"])?.int("cost", 1, algorithm.limit(), Some(1))?;
     let op = cx.replayable(RefundQuota::new(policy, subject, algorithm, cost))?;
     let ex = Exchange::new(op, |_, given| ApiResponse::flat(&mut [("refunded", Field::Int(given))]));
-    send(cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject))
+    let mut ex = cx.forgetting(ex.bounded_by(cx.config, policy), policy, subject);
+    // A shell's running lease of the subject may take the refund ([`Local::refund`]); not one
+    // with an Idempotency-Key, whose retry would give back that part again.
+    if cx.key.is_none()
+        && let Some(local::Plan::Forget(f)) = ex.plan.as_deref_mut()
+    {
+        f.refund = Some(Box::new((Local::lease_key(cx.config, cx.caller, policy, subject), cost)));
+    }
+    send(ex)
 }
 
 /// A quota's algorithm (`Some`) or a semaphore (`None`): the policies an override sizes.

@@ -531,6 +531,100 @@ fn a_lease_running_low_is_renewed_in_the_background_and_each_lease_gives_back_it
     }
 }
 
+/// A refund's call to Redis: the units it asks Redis to give back.
+fn refund_units(ex: &Exchange) -> String {
+    let body = rest(ex);
+    assert_eq!(body[1], script::QUOTA_REFUND.sha1(), "{body}");
+    // After its keys (an Idempotency-Key adds one).
+    let at = 3 + body[2].as_str().unwrap().parse::<usize>().unwrap();
+    assert_eq!(body[at], "fw");
+    body[at + 1].as_str().unwrap().to_string()
+}
+
+/// The one return [`Local::drain`] hands out: the units it gives back.
+fn drained(s: &mut Shell) -> i64 {
+    let back = s.local.drain();
+    assert_eq!(back.len(), 1);
+    borrow_args(&back[0])[1].parse().unwrap()
+}
+
+/// A shell whose lease of `hot` for `subject`, lent `lent` units, admitted three takes (its
+/// renewal lost): the shell, the take's path and the refund's.
+fn three_taken(subject: &str, lent: i64) -> (Shell, String, String) {
+    let mut s = shell();
+    let path = take("hot", subject);
+    let ex = s.sends(req("POST", &path, "", false), 0);
+    s.reply(ex, json!([1, 1000, 10, 30_000, 0, lent]), 5);
+    for _ in 0..3 {
+        s.answers(req("POST", &path, "", false), 10);
+    }
+    lose_renewal(&mut s, 10);
+    let refund = format!("{path}/refund");
+    (s, path, refund)
+}
+
+#[test]
+fn a_refund_through_a_shell_holding_a_lease_puts_back_what_the_lease_admitted() {
+    let (mut s, path, refund) = three_taken("lee", 5);
+    // A take of 10 is more than the lease holds (2): Redis denies it, and the denial is
+    // repeated from memory.
+    s.through(req("POST", &path, r#"{"cost": 10}"#, false), json!([0, 1000, 0, 29_000, 29_000]), 20);
+    assert_eq!(json_of(&s.answers(req("POST", &path, r#"{"cost": 10}"#, false), 30))["cached"], true);
+    // A refund of 2 of the 3 the lease admitted: back in its stock, no Redis call, and the
+    // subject's denials dropped as by any refund.
+    let r = s.answers(req("POST", &refund, r#"{"cost": 2}"#, true), 40);
+    assert_eq!((r.status, json_of(&r)), (200, json!({"refunded": 2})));
+    assert_eq!(s.local.lent(), 4);
+    assert!(matches!(s.ask(req("POST", &path, r#"{"cost": 10}"#, false), 41), Ok(Step::Send(_))));
+    // A refund of more than the lease has admitted (1) goes to Redis whole, which gives back
+    // what it counts and no lease holds; the lease keeps its stock.
+    let ex = s.sends(req("POST", &refund, r#"{"cost": 5}"#, true), 50);
+    assert_eq!(refund_units(&ex), "5");
+    assert_eq!(json_of(&s.reply(ex, json!([3]), 55)), json!({"refunded": 3}));
+    assert_eq!(s.local.lent(), 4);
+    assert_eq!(json_of(&s.answers(req("POST", &refund, r#"{"cost": 1}"#, true), 60)), json!({"refunded": 1}));
+    assert_eq!(s.local.lent(), 5);
+    // Nothing more admitted here: to Redis.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 1}"#, true), 61)), "1");
+    // One admitted again; a refund with an Idempotency-Key (its retry would give a local part
+    // back again) and one of a subject this shell holds no lease of go to Redis all the same.
+    s.answers(req("POST", &path, "", false), 70);
+    let keyed = ApiRequest { idempotency_key: Some("k-1"), ..req("POST", &refund, r#"{"cost": 1}"#, true) };
+    assert_eq!(refund_units(&s.sends(keyed, 71)), "1");
+    let other = format!("{}/refund", take("hot", "nobody"));
+    assert_eq!(refund_units(&s.sends(req("POST", &other, r#"{"cost": 1}"#, true), 72)), "1");
+    assert_eq!(s.local.lent(), 4);
+    // Through a Service binding (the RPC path) as through HTTP.
+    let route = Route::QuotaRefund { policy: "hot".into(), subject: "lee".into() };
+    let step =
+        s.local.call(&s.config, route, Input::Json(br#"{"cost": 1}"#), &Caller::admin(), None, 73, true, &mut s.rng);
+    let Ok(Step::Respond(r)) = step else { panic!("{step:?}") };
+    assert_eq!(json_of(&r), json!({"refunded": 1}));
+    assert_eq!(s.local.lent(), 5);
+    // Its end gives back its stock, never more than it was lent.
+    assert_eq!(drained(&mut s), 5);
+    // Nor does a drained shell take refunds: every lease has ended.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 1}"#, true), 80)), "1");
+}
+
+#[test]
+fn a_refund_of_a_lease_used_up_or_out_of_time_and_of_a_policy_without_leases_goes_to_redis() {
+    let (mut s, path, refund) = three_taken("uma", 3);
+    assert_eq!(s.local.lent(), 0);
+    // Used up: its units are Redis's to give back once it has ended.
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 2}"#, true), 20)), "2");
+    // A lease whose time is up (1,000 ms after its borrow), not yet given back: to Redis too.
+    let ex = s.sends(req("POST", &path, "", false), 30);
+    s.reply(ex, json!([1, 1000, 5, 30_000, 0, 4]), 35);
+    s.answers(req("POST", &path, "", false), 40);
+    assert_eq!(json_of(&s.answers(req("POST", &refund, r#"{"cost": 1}"#, true), 1_029)), json!({"refunded": 1}));
+    s.answers(req("POST", &path, "", false), 1_029);
+    assert_eq!(refund_units(&s.sends(req("POST", &refund, r#"{"cost": 1}"#, true), 1_030)), "1");
+    // A policy without leases: the whole refund to Redis, as before.
+    let ex = s.sends(req("POST", &format!("{}/refund", take("daily", "uma")), r#"{"cost": 2}"#, true), 1_031);
+    assert_eq!(refund_units(&ex), "2");
+}
+
 #[test]
 fn one_borrow_at_a_time_the_others_wait_or_ask_redis_themselves() {
     let mut s = shell();

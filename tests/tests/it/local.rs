@@ -15,7 +15,11 @@
 //! of a fixed-window policy, the units admitted (from Redis or from a lease's stock) never
 //! exceed the largest limit in force (since the last reset, counting the limits of the
 //! `borrow.ms` before it, when lent units still in use were charged), less what refunds gave
-//! back.
+//! back. A refund through a shell holding a lease of the subject puts units back into it
+//! first: every return a lease makes is checked against its record in Redis (never more than
+//! it was lent), and for `long`, whose window outlasts the run and which is only taken and
+//! refunded (of more units at times than were admitted), admissions less refunds stay within
+//! the limit at every answer and Redis ends counting exactly admissions less refunds.
 //!
 //! Shell clocks never lag the real one (Redis's, on this machine): a lease's end is reckoned
 //! on the shell's clock from the time its borrow was sent, and a clock that lags would stretch
@@ -36,8 +40,12 @@ const WINDOW: i64 = 1_000;
 const POLICIES: &str = r#"{
   "lease": {"kind": "quota", "algorithm": "fixed", "limit": 16, "window_ms": 1000, "max_cost": 3, "cache_denials_ms": 300, "borrow": {"units": 4, "ms": 500}},
   "plain": {"kind": "quota", "algorithm": "fixed", "limit": 6, "window_ms": 1000, "max_cost": 2, "cache_denials_ms": 400},
-  "rate": {"kind": "quota", "algorithm": "gcra", "rate": 4, "period_ms": 1000, "burst": 4, "max_cost": 2, "cache_denials_ms": 250}
+  "rate": {"kind": "quota", "algorithm": "gcra", "rate": 4, "period_ms": 1000, "burst": 4, "max_cost": 2, "cache_denials_ms": 250},
+  "long": {"kind": "quota", "algorithm": "fixed", "limit": 200, "window_ms": 3600000, "max_cost": 3, "cache_denials_ms": 300, "borrow": {"units": 8, "ms": 500}}
 }"#;
+/// `long`'s limit: its window outlasts the run, so Redis's count is checked against every
+/// admission and refund of it, exactly.
+const LONG_LIMIT: i64 = 200;
 const ADMIN: &str = "local-model-admin-token-0123";
 const SHELLS: usize = 3;
 const SUBJECTS: [&str; 2] = ["ann", "bo"];
@@ -114,6 +122,11 @@ struct Run {
     /// Renewals: handed out, answered with units while the shell still held some (two leases
     /// at once), failed, answered after their shell was drained.
     renewals: [u64; 4],
+    /// `long`, by subject: units admitted, units refunded, units lent to a renewal that ran
+    /// and whose answer was lost (stranded until the window ends).
+    long: BTreeMap<&'static str, [i64; 3]>,
+    /// Refunds a shell put back into its own lease (some of their units, or all), and units.
+    refunds_here: [i64; 2],
     log: Vec<String>,
 }
 
@@ -195,12 +208,19 @@ impl Run {
         let Held { ex, mut asked } = held;
         asked.delivered_real = unix_ms();
         let renewal = asked.policy == "-" && ex.must_finish();
+        if asked.policy == "-" && !renewal {
+            self.check_return(i, &ex).await;
+        }
         let r = if renewal && self.rng.percent(20) {
             // A renewal that fails: lost before Redis, or run there and its answer lost (its
             // units stranded until the window ends: fewer admissions, never more).
             let ran = self.rng.percent(50);
             if ran {
+                let before = self.long_counts().await;
                 let _ = self.redis.send(ex.command()).await;
+                for (&subject, (was, now)) in SUBJECTS.iter().zip(before.into_iter().zip(self.long_counts().await)) {
+                    self.long.entry(subject).or_default()[2] += now - was;
+                }
             }
             self.log.push(format!("  shell {i}: a renewal fails ({})", if ran { "ran" } else { "never sent" }));
             self.renewals[2] += 1;
@@ -215,6 +235,46 @@ impl Run {
             r
         };
         self.check(i, &asked, &r, true);
+    }
+
+    /// Redis's count of `long` for each subject.
+    async fn long_counts(&self) -> Vec<i64> {
+        let mut counts = Vec::new();
+        for subject in SUBJECTS {
+            let key = redcount_core::keys::quota("long", subject, "fw");
+            counts.push(match self.redis.send(&redcount_core::Command::new("GET").arg(&key)).await {
+                Ok(redcount_core::Value::Bytes(b)) => String::from_utf8(b).unwrap().parse().unwrap(),
+                _ => 0,
+            });
+        }
+        counts
+    }
+
+    /// A lease's return, before it is sent: never more units than Redis lent that lease (its
+    /// record), whatever refunds put back into its stock; a `long` lease's record is there
+    /// while it holds units (its window outlasts the run).
+    async fn check_return(&mut self, i: usize, ex: &Exchange) {
+        let parts = ex.command().parts();
+        let [.., lent_key, op, units, id] = parts else { return };
+        if op != "return" {
+            return;
+        }
+        let units: i64 = units.parse().unwrap();
+        let cmd = redcount_core::Command::new("HGET").arg(lent_key).arg(id);
+        let record = match self.redis.send(&cmd).await {
+            Ok(redcount_core::Value::Bytes(b)) => Some(String::from_utf8(b).unwrap().parse::<i64>().unwrap()),
+            _ => None,
+        };
+        self.log.push(format!("  shell {i}: returns {units} of lease {id} (lent {record:?})"));
+        match record {
+            Some(lent) if units > lent => {
+                self.fail(format!("shell {i}: lease {id} returns {units} units, more than the {lent} it was lent"))
+            }
+            None if units > 0 && lent_key.contains(":long:") => {
+                self.fail(format!("shell {i}: lease {id} returns {units} units with no record of them in Redis"))
+            }
+            _ => {}
+        }
     }
 
     /// A lease given back, or a renewal, as `Held`.
@@ -318,7 +378,14 @@ impl Run {
                 retry,
             });
         }
-        if allowed && !asked.peek && asked.policy != "rate" {
+        if allowed && !asked.peek && asked.policy == "long" {
+            let [admitted, refunded, _] = self.long.entry(asked.subject).or_default();
+            *admitted += asked.cost;
+            if *admitted - *refunded > LONG_LIMIT {
+                let (a, r) = (*admitted, *refunded);
+                self.fail(format!("long/{}: {a} units admitted, {r} refunded, past {LONG_LIMIT}", asked.subject));
+            }
+        } else if allowed && !asked.peek && asked.policy != "rate" {
             // The window the units count in: from Redis, the one whose end `reset_ms` names
             // (reckoned from when the call was handed to Redis: one held back goes later than
             // it was asked, by more than half a window at times); from a lease's stock, now's
@@ -341,17 +408,26 @@ impl Run {
                 self.deliver(s, held).await;
             }
         }
-        let policy = ["lease", "plain"][self.rng.index(2)];
+        let policy = ["lease", "plain", "long"][self.rng.index(3)];
         let subject = SUBJECTS[self.rng.index(SUBJECTS.len())];
         let default = if policy == "lease" { 16 } else { 6 };
-        let (method, path, body) = match self.rng.below(5) {
+        // `long` is only refunded (its count is checked exactly): of more units at times than
+        // were ever admitted, as an attacker holding the admin token would.
+        let what = if policy == "long" { 3 } else { self.rng.below(5) };
+        // Mostly through the shell holding the most units (likeliest to hold a lease of it).
+        let i = if policy == "long" && self.rng.percent(70) {
+            (0..self.shells.len()).max_by_key(|&s| self.shells[s].local.lent()).unwrap_or(i)
+        } else {
+            i
+        };
+        let (method, path, body) = match what {
             0 | 1 => {
                 let limit = self.rng.range(1, 24);
                 ("PUT", format!("/api/overrides/{policy}/{subject}"), format!(r#"{{"limit": {limit}}}"#))
             }
             2 => ("DELETE", format!("/api/overrides/{policy}/{subject}"), String::new()),
             3 => {
-                let cost = self.rng.range(1, 3);
+                let cost = self.rng.range(1, if policy == "long" { 6 } else { 3 });
                 ("POST", format!("/api/quotas/{policy}/{subject}/refund"), format!(r#"{{"cost": {cost}}}"#))
             }
             _ => ("DELETE", format!("/api/quotas/{policy}/{subject}"), String::new()),
@@ -369,10 +445,18 @@ impl Run {
             body: body.as_bytes(),
         };
         let now = self.shell_now(i);
-        let Ok(Step::Send(ex)) = self.shells[i].local.handle(&self.config, &req, now, true, &mut self.rng) else {
-            self.fail(format!("{method} {path} was not sent"))
+        let lent = self.shells[i].local.lent();
+        let r = match self.shells[i].local.handle(&self.config, &req, now, true, &mut self.rng) {
+            Ok(Step::Send(ex)) => self.drive(i, ex).await,
+            // A refund put back whole into this shell's lease.
+            Ok(Step::Respond(r)) if method == "POST" => r,
+            _ => self.fail(format!("{method} {path} was neither sent nor a refund answered here")),
         };
-        let r = self.drive(i, ex).await;
+        let here = self.shells[i].local.lent() - lent;
+        if here > 0 {
+            self.refunds_here[0] += 1;
+            self.refunds_here[1] += here;
+        }
         self.log.push(format!("  shell {i}: {method} {path} {body}: {} {}", r.status, r.body));
         if r.status != 200 {
             self.fail(format!("{method} {path}: {} {}", r.status, r.body));
@@ -383,6 +467,9 @@ impl Run {
         match (method, path.contains("overrides")) {
             ("PUT", _) => limits.push((now_real, j["limit"].as_i64().unwrap())),
             ("DELETE", true) => limits.push((now_real, default)),
+            ("POST", _) if policy == "long" => {
+                self.long.entry(subject).or_default()[1] += j["refunded"].as_i64().unwrap();
+            }
             ("POST", _) => {
                 let seg = self.segment(policy, subject);
                 *self.refunded.entry((policy, subject, now_real / WINDOW, seg)).or_default() +=
@@ -457,8 +544,10 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
         refunded: BTreeMap::new(),
         segments: BTreeMap::new(),
         limits: BTreeMap::new(),
-        cache_ms: [("lease", 300), ("plain", 400), ("rate", 250)].into_iter().collect(),
+        cache_ms: [("lease", 300), ("plain", 400), ("rate", 250), ("long", 300)].into_iter().collect(),
         renewals: [0; 4],
+        long: BTreeMap::new(),
+        refunds_here: [0; 2],
         log: Vec::new(),
     };
     let mut admitted_local = 0;
@@ -467,9 +556,9 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
         run.log.push(format!("step {step}, shell {i}"));
         match run.rng.below(100) {
             0..=61 => {
-                let policy = ["lease", "lease", "plain", "rate"][run.rng.index(4)];
+                let policy = ["lease", "lease", "plain", "rate", "long", "long"][run.rng.index(6)];
                 let subject = SUBJECTS[run.rng.index(SUBJECTS.len())];
-                let cost = run.rng.range(1, if policy == "lease" { 3 } else { 2 });
+                let cost = run.rng.range(1, if policy == "lease" || policy == "long" { 3 } else { 2 });
                 let peek = run.rng.percent(10);
                 run.seq += 1;
                 let asked = Asked {
@@ -576,12 +665,26 @@ async fn shells_with_caches_and_leases_never_admit_past_the_limit_nor_deny_from_
         windows += 1;
     }
     assert!(windows > 4, "the run crossed too few windows to say anything");
+    // Every shell drained: Redis counts exactly what was admitted less what was refunded (and
+    // what lost renewals stranded), so no refund gave back a unit twice and none was lost.
+    let counts = run.long_counts().await;
+    for (subject, count) in SUBJECTS.iter().zip(counts) {
+        let [admitted, refunded, stranded] = run.long.get(subject).copied().unwrap_or_default();
+        if count != admitted - refunded + stranded {
+            run.fail(format!(
+                "long/{subject}: Redis counts {count}, {admitted} admitted less {refunded} refunded plus {stranded} stranded"
+            ));
+        }
+    }
+    let [refunds_here, units_here] = run.refunds_here;
+    assert!(refunds_here > 0, "no refund was put back into a lease");
     assert!(admitted_local > 0, "no take was admitted from a lease's stock");
     let [renewed, overlapped, failed, late] = run.renewals;
     assert!(renewed > 0, "no lease was renewed");
     eprintln!(
-        "local model: seed {}, {steps} steps, {windows} windows, {admitted_local} admissions from stock, {renewed} renewals ({overlapped} answered while the old stock lasted, {failed} failed, {late} after the drain)",
-        seed()
+        "local model: seed {}, {steps} steps, {windows} windows, {admitted_local} admissions from stock, {renewed} renewals ({overlapped} answered while the old stock lasted, {failed} failed, {late} after the drain), {refunds_here} refunds put back {units_here} units into a lease, long: {:?}",
+        seed(),
+        run.long
     );
 }
 
@@ -784,7 +887,29 @@ async fn a_flood_of_one_exhausted_subject_barely_reaches_redis_through_serve_and
     floods("redcount serve", std::sync::Arc::new(redcount_tests::Api::new(serve.url(), &admin)), &redis).await;
 
     let (_front, worker) = worker_on(&redis, &admin);
-    floods("the worker", std::sync::Arc::new(redcount_tests::Api::new(worker.url(), &admin)), &redis).await;
+    let api = std::sync::Arc::new(redcount_tests::Api::new(worker.url(), &admin));
+    floods("the worker", api.clone(), &redis).await;
+    refund_into_the_lease(&api, &redis, &worker.log()).await;
+}
+
+/// Through a shell (here the worker): three takes (one borrow, two from its stock), a refund
+/// of the two put back into the lease at once with no Redis call, and Redis counting the one
+/// take left once the lease has ended and given back its stock.
+async fn refund_into_the_lease(api: &redcount_tests::Api, redis: &RedisServer, log: &str) {
+    let subject = redcount_tests::uid("w");
+    let path = format!("/api/quotas/hot/{subject}");
+    for _ in 0..3 {
+        assert_eq!(api.post(&path, "").await.json["allowed"], true);
+    }
+    let calls = script_calls(redis);
+    let r = api.call("POST", &format!("{path}/refund"), Some(r#"{"cost": 2}"#), true).await;
+    assert_eq!((r.status, &r.json["refunded"]), (200, &Value::from(2)), "{}\n{log}", r.json);
+    assert_eq!(script_calls(redis), calls, "no Redis call for what the lease admitted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hot_count(redis, &subject) != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(hot_count(redis, &subject), 1, "three takes, two refunded\n{log}");
 }
 
 /// The worker under wrangler dev with [`SHELL_POLICIES`], through a REST front of `redis`.
@@ -893,19 +1018,23 @@ async fn lease_storm(worker: bool) {
     assert_eq!(hot_count(&redis, &subject), admitted as i64, "units lent and not used are given back\n{}", log());
 }
 
-/// Refunds of units a shell admitted from its lease: while the lease runs, a refund gives back
-/// only what Redis counts and no lease holds (it cannot tell a lease's used units from those its
-/// shell holds), the rest once the lease has ended; a used-up lease's record is forgotten by
-/// then, so a shell left idle holds no refund back. Redis ends counting exactly what was
-/// admitted less what was refunded.
+/// Refunds of units a shell admitted from its lease. Through that shell, at once and with no
+/// Redis call: back into its lease's stock (a refund of no more than the lease admitted; a
+/// larger one goes to Redis whole), so the subject is admitted exactly up to the limit again. Through a shell
+/// holding no lease of the subject, while another's runs: only what Redis counts and no lease
+/// holds, the rest once the lease has ended; a used-up lease's record is forgotten by then, so
+/// a shell left idle holds no refund back. Redis ends counting exactly what was admitted less
+/// what was refunded.
 #[tokio::test]
-async fn units_admitted_from_a_lease_are_refundable_once_it_ends() {
+async fn units_admitted_from_a_lease_are_refundable_at_once_through_its_shell() {
     let redis = RedisServer::start();
     let admin = redcount_tests::secret("admin");
     let mut serve = redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, SHELL_POLICIES);
-    let api = redcount_tests::Api::new(serve.url(), &admin);
-    let refund = |path: String, cost: i64| {
-        let api = &api;
+    let mut other = redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, SHELL_POLICIES);
+    let api = std::sync::Arc::new(redcount_tests::Api::new(serve.url(), &admin));
+    let api2 = std::sync::Arc::new(redcount_tests::Api::new(other.url(), &admin));
+    let refund = |api: &std::sync::Arc<redcount_tests::Api>, path: String, cost: i64| {
+        let api = api.clone();
         async move {
             let body = format!(r#"{{"cost": {cost}}}"#);
             let r = api.call("POST", &format!("{path}/refund"), Some(&body), true).await;
@@ -913,31 +1042,115 @@ async fn units_admitted_from_a_lease_are_refundable_once_it_ends() {
             r.json["refunded"].as_i64().unwrap()
         }
     };
-    // Three takes (one borrow, two from its stock): while the lease runs, the borrow's own
-    // take is refundable, the two from its stock are not yet (never more than was used).
+    // Takes until a round admits none (units a lease gave back meanwhile are borrowed again).
+    let exhaust = |path: String| {
+        let api = api.clone();
+        async move {
+            let mut admitted = 0;
+            loop {
+                let mut round = 0;
+                while api.post(&path, "").await.json["allowed"] == Value::Bool(true) {
+                    round += 1;
+                }
+                if round == 0 {
+                    return admitted;
+                }
+                admitted += round;
+                // Every lease ends (1 s) and gives back what it did not use.
+                tokio::time::sleep(Duration::from_millis(1_300)).await;
+            }
+        }
+    };
+    // Five takes (one borrow, four from its stock): a refund of 4 through this shell is put
+    // back into its lease at once, with no Redis call; of 3 more (to Redis), only the borrow's
+    // own take is left to give back, never more than was admitted.
     let subject = redcount_tests::uid("r");
     let path = format!("/api/quotas/hot/{subject}");
-    for _ in 0..3 {
+    for _ in 0..5 {
         assert_eq!(api.post(&path, "").await.json["allowed"], true);
     }
-    assert_eq!(refund(path.clone(), 3).await, 1, "only the units no lease holds, while it runs");
-    // The lease (1 s) ends and gives back its unused units: the other two are refundable.
+    let calls = script_calls(&redis);
+    assert_eq!(refund(&api, path.clone(), 4).await, 4, "put back into this shell's lease");
+    assert_eq!(script_calls(&redis), calls, "no Redis call for what the lease admitted");
+    assert_eq!(refund(&api, path.clone(), 3).await, 1, "never more than was admitted");
+    // Nothing is held back: the subject is admitted exactly up to the limit again.
+    let admitted = exhaust(path.clone()).await;
+    assert_eq!(admitted, 500, "after 5 admitted and 5 refunded");
+    // At the limit, through the shell that admitted the last units, and again up to it exactly.
+    assert_eq!(refund(&api, path.clone(), 3).await, 3);
+    assert_eq!(exhaust(path.clone()).await, 3);
+    // Through a shell holding no lease of the subject, while another's runs: only what no lease
+    // holds (the borrow's own take), the rest once the lease has ended.
+    let bounded = redcount_tests::uid("b");
+    let bounded_path = format!("/api/quotas/hot/{bounded}");
+    for _ in 0..3 {
+        assert_eq!(api.post(&bounded_path, "").await.json["allowed"], true);
+    }
+    assert_eq!(refund(&api2, bounded_path.clone(), 3).await, 1, "only the units no lease holds, while it runs");
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    assert_eq!(refund(path.clone(), 2).await, 2, "refundable once the lease has ended");
+    assert_eq!(refund(&api2, bounded_path.clone(), 2).await, 2, "refundable once the lease has ended");
     // Takes until a lease is used up and renewed, then the shell idles past the leases' end.
     let idle = redcount_tests::uid("i");
-    let path = format!("/api/quotas/hot/{idle}");
-    let mut admitted = 0;
+    let path_idle = format!("/api/quotas/hot/{idle}");
+    let mut taken = 0;
     for _ in 0..60 {
-        admitted += i64::from(api.post(&path, "").await.json["allowed"] == Value::Bool(true));
+        taken += i64::from(api.post(&path_idle, "").await.json["allowed"] == Value::Bool(true));
     }
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     // Every lease ended, used-up ones too: no record is left to hold a refund back.
     let lent = redcount_core::keys::quota_lent("hot", &idle, "fw");
     let left: i64 = redis::cmd("HLEN").arg(&lent).query(&mut redis.conn()).unwrap();
     assert_eq!(left, 0, "lease records left after the shell idled past its leases");
-    let given = refund(path.clone(), admitted).await;
+    let given = refund(&api2, path_idle.clone(), taken).await;
     serve.stop(Duration::from_secs(10));
-    assert_eq!(hot_count(&redis, &subject), 0, "three takes, three refunds");
-    assert_eq!((given, hot_count(&redis, &idle)), (admitted, 0), "{admitted} takes, each refunded");
+    other.stop(Duration::from_secs(10));
+    assert_eq!(hot_count(&redis, &subject), 500, "{} admitted, 8 refunded", 5 + admitted + 3);
+    assert_eq!(hot_count(&redis, &bounded), 0, "three takes, three refunds");
+    assert_eq!((given, hot_count(&redis, &idle)), (taken, 0), "{taken} takes, each refunded");
+}
+
+/// An admin refunding while takes run, through two `redcount serve` processes with `borrow`,
+/// each refund of more units at times than were admitted: whatever each shell puts back into
+/// its own lease and Redis gives back, admissions less refunds never pass the limit, and once
+/// both have stopped Redis counts exactly that difference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refunds_racing_takes_through_two_serve_processes_never_admit_past_the_limit() {
+    let redis = RedisServer::start();
+    let admin = redcount_tests::secret("admin");
+    let mut shells: Vec<redcount_tests::NativeServer> = (0..2)
+        .map(|_| redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, SHELL_POLICIES))
+        .collect();
+    let apis: Vec<_> = shells.iter().map(|s| std::sync::Arc::new(redcount_tests::Api::new(s.url(), &admin))).collect();
+    let subject = redcount_tests::uid("x");
+    let path = format!("/api/quotas/hot/{subject}");
+    // 1,200 takes and 150 refunds of 1 to 6 units, at once, spread over both shells.
+    let tasks: Vec<_> = (0..1_350)
+        .map(|i| {
+            let (api, path) = (apis[i % 2].clone(), path.clone());
+            tokio::spawn(async move {
+                if i % 9 == 4 {
+                    let body = format!(r#"{{"cost": {}}}"#, 1 + i % 6);
+                    let r = api.call("POST", &format!("{path}/refund"), Some(&body), true).await;
+                    assert_eq!(r.status, 200, "{}", r.json);
+                    (0, r.json["refunded"].as_i64().unwrap())
+                } else {
+                    let r = api.post(&path, "").await;
+                    assert_eq!(r.status, 200, "{}", r.json);
+                    (i64::from(r.json["allowed"] == Value::Bool(true)), 0)
+                }
+            })
+        })
+        .collect();
+    let (mut admitted, mut refunded) = (0, 0);
+    for t in tasks {
+        let (a, r) = t.await.unwrap();
+        (admitted, refunded) = (admitted + a, refunded + r);
+    }
+    eprintln!("2 shells, 1,200 takes and 150 refunds of a limit of 500: {admitted} admitted, {refunded} refunded");
+    assert!(refunded <= admitted, "{refunded} refunded of {admitted} admitted");
+    assert!(admitted - refunded <= 500, "{admitted} admitted, {refunded} refunded");
+    for s in &mut shells {
+        s.stop(Duration::from_secs(10));
+    }
+    assert_eq!(hot_count(&redis, &subject), admitted - refunded, "Redis counts admissions less refunds");
 }
