@@ -295,7 +295,7 @@ impl<A: App> Conn<A> {
     /// while it has no request at work (before its first request, between requests, and
     /// while a request's body is still arriving) and closed if evicted meanwhile.
     fn start(self, tcp: TcpStream, permit: tokio::sync::OwnedSemaphorePermit, ip_slot: IpSlot) {
-        let slot = Arc::new(Slot { key: AtomicU64::new(UNLISTED), ip: ip_slot.ip, close: tokio::sync::Notify::new() });
+        let slot = Arc::new(Slot::new(ip_slot.ip));
         self.idle.list(&slot);
         let app = self.app;
         let (idle, watched) = (self.idle.clone(), slot.clone());
@@ -335,7 +335,7 @@ impl<A: App> Conn<A> {
                     let conn = graceful.watch(builder.serve_connection(TokioIo::new(stalling), service));
                     tokio::select! {
                         _ = conn => {}
-                        () = slot.close.notified() => {}
+                        () = slot.closed() => {}
                     }
                 }
                 Some(acceptor) => {
@@ -349,7 +349,7 @@ impl<A: App> Conn<A> {
                                 return;
                             }
                         },
-                        () = slot.close.notified() => {
+                        () = slot.closed() => {
                             idle.unlist(&slot);
                             return;
                         }
@@ -357,7 +357,7 @@ impl<A: App> Conn<A> {
                     let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
                     tokio::select! {
                         _ = conn => {}
-                        () = slot.close.notified() => {}
+                        () = slot.closed() => {}
                     }
                 }
             }
@@ -486,8 +486,37 @@ struct Slot {
     key: AtomicU64,
     /// The client's address.
     ip: IpAddr,
-    /// Told when the connection is evicted.
-    close: tokio::sync::Notify,
+    /// Set when the connection is evicted.
+    evicted: std::sync::atomic::AtomicBool,
+    /// The connection's task, woken when it is evicted. Registering costs a few atomic
+    /// operations where a `Notify` takes a lock: the task does it on every wake-up.
+    waker: atomic_waker::AtomicWaker,
+}
+
+impl Slot {
+    fn new(ip: IpAddr) -> Slot {
+        Slot {
+            key: AtomicU64::new(UNLISTED),
+            ip,
+            evicted: std::sync::atomic::AtomicBool::new(false),
+            waker: atomic_waker::AtomicWaker::new(),
+        }
+    }
+
+    /// Tells the connection's task to close.
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Completes once the connection is evicted.
+    fn closed(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            // Registered before looking, so an eviction in between wakes the task.
+            self.waker.register(cx.waker());
+            if self.evicted.load(Ordering::Acquire) { Poll::Ready(()) } else { Poll::Pending }
+        })
+    }
 }
 
 /// Connections with no request at work, oldest first, so that at the cap the oldest can be
@@ -497,8 +526,11 @@ struct Slot {
 #[derive(Default)]
 struct Idle {
     next: AtomicU64,
-    list: Mutex<std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>>,
+    list: Mutex<IdleList>,
 }
+
+/// Idle connections by listing order: when each was listed, and its slot.
+type IdleList = std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>;
 
 impl Idle {
     fn list(&self, slot: &Arc<Slot>) {
@@ -507,20 +539,34 @@ impl Idle {
 
     fn list_at(&self, slot: &Arc<Slot>, since: std::time::Instant) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        Self::insert(&mut list, &self.next, slot, since);
+    }
+
+    fn insert(list: &mut IdleList, next: &AtomicU64, slot: &Arc<Slot>, since: std::time::Instant) {
         if slot.key.load(Ordering::Relaxed) == UNLISTED {
-            let key = self.next.fetch_add(1, Ordering::Relaxed);
+            let key = next.fetch_add(1, Ordering::Relaxed);
             slot.key.store(key, Ordering::Relaxed);
             list.insert(key, (since, slot.clone()));
         }
     }
 
-    /// Lists `slot` as idle from now (at the back of the line).
+    /// Lists `slot` as idle from now (at the back of the line), under one lock.
     fn relist(&self, slot: &Arc<Slot>) {
-        self.unlist(slot);
-        self.list(slot);
+        let now = std::time::Instant::now();
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let key = slot.key.swap(UNLISTED, Ordering::Relaxed);
+        if key != UNLISTED {
+            list.remove(&key);
+        }
+        Self::insert(&mut list, &self.next, slot, now);
     }
 
     fn unlist(&self, slot: &Arc<Slot>) {
+        // Only the connection's own task lists it, so one seen unlisted here stays so (an
+        // eviction only unlists): no lock needed to leave it.
+        if slot.key.load(Ordering::Relaxed) == UNLISTED {
+            return;
+        }
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let key = slot.key.swap(UNLISTED, Ordering::Relaxed);
         if key != UNLISTED {
@@ -536,8 +582,8 @@ impl Idle {
         let Some((_, slot)) = list.remove(&key) else { return false };
         slot.key.store(UNLISTED, Ordering::Relaxed);
         metrics::counter!("redcount_http_evicted_connections_total").increment(1);
-        // Stores a permit if the task is not waiting yet: it closes when it next looks.
-        slot.close.notify_one();
+        // Seen when the task next looks, if it is not waiting yet.
+        slot.evict();
         true
     }
 }
@@ -545,12 +591,7 @@ impl Idle {
 /// The key of the connection listed longest (of address `of`, when given), if it has been
 /// listed at least `age` at `now`. The list is in listing order, so the first one found is
 /// the oldest; a scan at the per-address cap only, which few connections meet.
-fn oldest(
-    list: &std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>,
-    now: std::time::Instant,
-    age: Duration,
-    of: Option<IpAddr>,
-) -> Option<u64> {
+fn oldest(list: &IdleList, now: std::time::Instant, age: Duration, of: Option<IpAddr>) -> Option<u64> {
     let (key, (since, _)) = list.iter().find(|(_, (_, slot))| of.is_none_or(|ip| slot.ip == ip))?;
     (now.saturating_duration_since(*since) >= age).then_some(*key)
 }
@@ -794,7 +835,7 @@ mod tests {
     use super::*;
 
     fn slot(ip: [u8; 4]) -> Arc<Slot> {
-        Arc::new(Slot { key: AtomicU64::new(UNLISTED), ip: IpAddr::from(ip), close: tokio::sync::Notify::new() })
+        Arc::new(Slot::new(IpAddr::from(ip)))
     }
 
     #[test]
