@@ -259,33 +259,36 @@ impl Table {
     }
 }
 
-/// A command name in ASCII capitals, made without an allocation: every name the rules match
-/// is short, so a name longer than the buffer matches none of them (its text is then empty).
-pub(crate) struct Upper {
-    buf: [u8; 32],
-    len: usize,
+/// A command name in ASCII capitals, made without an allocation: as sent when it is in
+/// capitals already (most clients send it so), else copied into a buffer; every name the rules
+/// match is short, so a longer one matches none of them (its text is then empty).
+pub(crate) enum Upper<'a> {
+    As(&'a str),
+    Copied([u8; 32], usize),
 }
 
-impl Upper {
-    pub(crate) fn new(name: &str) -> Upper {
+impl<'a> Upper<'a> {
+    pub(crate) fn new(name: &'a str) -> Upper<'a> {
+        if !name.bytes().any(|b| b.is_ascii_lowercase()) {
+            return Upper::As(name);
+        }
         let mut buf = [0u8; 32];
         let len = if name.len() <= buf.len() { name.len() } else { 0 };
         for (to, from) in buf.iter_mut().zip(&name.as_bytes()[..len]) {
             *to = from.to_ascii_uppercase();
         }
-        Upper { buf, len }
+        Upper::Copied(buf, len)
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        // ASCII case changes keep UTF-8 valid.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+        match self {
+            Upper::As(name) => name,
+            // ASCII case changes keep UTF-8 valid.
+            Upper::Copied(buf, len) => std::str::from_utf8(&buf[..*len]).unwrap_or_default(),
+        }
     }
 }
 
-/// Commands a read-only token may not run although Redis flags them read-only: keyspace
-/// walks and counts (Upstash refuses KEYS and SCAN to read-only tokens too; RANDOMKEY, called
-/// often enough, lists every key name) and PFCOUNT. (Its Redis user is denied them too, with
-/// the few reads of the whole keyspace the table does not flag: `Table::keyspace_walk_rules`.)
 pub fn readonly_refusal(name: &str) -> Option<String> {
     let upper = Upper::new(name);
     let upper = upper.as_str();
