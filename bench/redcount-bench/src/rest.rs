@@ -101,7 +101,8 @@ pub fn markdown(timed: &[(Row, f64)], s: Shape) -> String {
     let rows: Vec<&Row> = timed.iter().map(|(r, _)| r).collect();
     table.push_str("\n| scenario | REST/direct throughput | p99 added by the front (ms) |\n|---|---|---|\n");
     for scenario in [GRAB, QUOTA] {
-        let pick = |t: &str| rows.iter().copied().filter(|r| r.scenario == scenario && r.variant == t).collect::<Vec<_>>();
+        let pick =
+            |t: &str| rows.iter().copied().filter(|r| r.scenario == scenario && r.variant == t).collect::<Vec<_>>();
         let (d, r) = (pick(DIRECT), pick(REST));
         let tput = |v: &[&Row]| v.iter().map(|m| m.ops_per_sec()).sum::<f64>() / v.len() as f64;
         let p99 = |v: &[&Row]| v.iter().map(|m| m.p99.as_secs_f64() * 1000.0).sum::<f64>() / v.len() as f64;
