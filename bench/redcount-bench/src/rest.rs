@@ -17,8 +17,9 @@ const QUOTA: &str = "quota take";
 const DIRECT: &str = "direct RESP";
 const REST: &str = "REST front";
 
-/// Runs both scenarios through both transports, three rounds; returns the rows in order.
-pub async fn run(redis: &str, rest_url: &str, token: &str, s: Shape) -> Result<Vec<Row>, Error> {
+/// Runs both scenarios through both transports, three rounds; returns the rows in order, each
+/// with the load generator's own CPU time per operation (this process's, µs).
+pub async fn run(redis: &str, rest_url: &str, token: &str, s: Shape) -> Result<Vec<(Row, f64)>, Error> {
     let direct = || connect_all(s.concurrency, || Direct::connect(redis));
     let rest = || connect_all(s.concurrency, || LeanRest::connect(rest_url, token));
     // Warm up both paths (script caches, connections).
@@ -28,12 +29,21 @@ pub async fn run(redis: &str, rest_url: &str, token: &str, s: Shape) -> Result<V
     // Interleaved, so drift on a noisy machine hits both transports alike.
     for round in 0..3 {
         eprintln!("round {}/3 …", round + 1);
-        rows.push(grab_storm(DIRECT, direct().await?, s.ops).await?);
-        rows.push(grab_storm(REST, rest().await?, s.ops).await?);
-        rows.push(quota_burst(DIRECT, direct().await?, s.ops).await?);
-        rows.push(quota_burst(REST, rest().await?, s.ops).await?);
+        rows.push(timed(grab_storm(DIRECT, direct().await?, s.ops)).await?);
+        rows.push(timed(grab_storm(REST, rest().await?, s.ops)).await?);
+        rows.push(timed(quota_burst(DIRECT, direct().await?, s.ops)).await?);
+        rows.push(timed(quota_burst(REST, rest().await?, s.ops)).await?);
     }
     Ok(rows)
+}
+
+/// A row, with this process's CPU time per operation while it ran (µs).
+async fn timed(row: impl Future<Output = Result<Row, Error>>) -> Result<(Row, f64), Error> {
+    let me = std::process::id();
+    let before = cpu_us(me)?;
+    let row = row.await?;
+    let cpu = (cpu_us(me)? - before) / row.ops as f64;
+    Ok((row, cpu))
 }
 
 /// Red-packet storm: `ops` distinct users grab from packets of 10,000 shares (one per
@@ -68,14 +78,17 @@ async fn quota_burst<D: Driver + Send + Sync + 'static>(
 }
 
 /// The rows, then REST against direct per scenario (averaged over the rounds), as Markdown.
-pub fn markdown(rows: &[Row], s: Shape) -> String {
+pub fn markdown(timed: &[(Row, f64)], s: Shape) -> String {
     let mut table = format!(
-        "concurrency {}, {} ops per row\n\n| scenario | transport | ops/s | p50 ms | p99 ms | errors | successes |\n|---|---|---|---|---|---|---|\n",
+        "concurrency {}, {} ops per row; the load generator's CPU per operation is this process's\n\
+         (user + system, from `/proc`, 10 ms ticks) over the row\n\n\
+         | scenario | transport | ops/s | p50 ms | p99 ms | errors | successes | load generator CPU per op |\n\
+         |---|---|---|---|---|---|---|---:|\n",
         s.concurrency, s.ops
     );
-    for r in rows {
+    for (r, cpu) in timed {
         table.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {cpu:.1} µs |\n",
             r.scenario,
             r.variant,
             r.ops_per_sec(),
@@ -85,9 +98,11 @@ pub fn markdown(rows: &[Row], s: Shape) -> String {
             r.successes
         ));
     }
+    let rows: Vec<&Row> = timed.iter().map(|(r, _)| r).collect();
     table.push_str("\n| scenario | REST/direct throughput | p99 added by the front (ms) |\n|---|---|---|\n");
     for scenario in [GRAB, QUOTA] {
-        let pick = |t: &str| rows.iter().filter(|r| r.scenario == scenario && r.variant == t).collect::<Vec<_>>();
+        let pick =
+            |t: &str| rows.iter().copied().filter(|r| r.scenario == scenario && r.variant == t).collect::<Vec<_>>();
         let (d, r) = (pick(DIRECT), pick(REST));
         let tput = |v: &[&Row]| v.iter().map(|m| m.ops_per_sec()).sum::<f64>() / v.len() as f64;
         let p99 = |v: &[&Row]| v.iter().map(|m| m.p99.as_secs_f64() * 1000.0).sum::<f64>() / v.len() as f64;
@@ -156,15 +171,15 @@ async fn front_once(
     let variant = if webdis { "webdis" } else { "redcount-rest" };
     let pid = if webdis { f.webdis_pid } else { f.rest_pid };
     let totals = if webdis {
-        let clients = connect_all(s.concurrency, || crate::harness::LeanHttp::connect(&f.webdis_url)).await?;
+        let clients = connect_all(s.concurrency, || crate::harness::KeptAlive::connect(&f.webdis_url, &[])).await?;
         for c in &clients {
-            c.post("/", &[], "PING".into()).await?;
+            c.post("/", "PING").await?;
         }
         let before = (cpu_us(pid)?, cpu_us(me)?);
         let t = crate::harness::drive(None, clients, s.ops, move |c, i| {
             let body = webdis_path(command(i).parts());
             async move {
-                let (status, reply) = c.post("/", &[], body).await?;
+                let (status, reply) = c.post("/", &body).await?;
                 // A Redis error comes back as `[false, "…"]` with status 200 too.
                 Ok(crate::harness::Sample::one(status == 200 && !reply.starts_with(b"{\"EVALSHA\":[false")))
             }

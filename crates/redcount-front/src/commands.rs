@@ -90,8 +90,9 @@ const READS_THE_CONNECTION: &[&str] = &[
 
 /// Command name (lower case, `container|sub` for subcommands) → its flags.
 pub struct Table {
-    flags: HashMap<String, Flags>,
-    containers: HashMap<String, ()>,
+    // A fast hash: the table is Redis's, filled once; clients only look names up.
+    flags: HashMap<String, Flags, foldhash::fast::RandomState>,
+    containers: HashMap<String, (), foldhash::fast::RandomState>,
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -112,7 +113,7 @@ fn items(v: &Value) -> &[Value] {
 impl Table {
     pub async fn load(backend: &Backend) -> Result<Self, String> {
         let reply = backend.query(&redis::cmd("COMMAND")).await.map_err(|e| e.to_string())?;
-        let mut t = Table { flags: HashMap::new(), containers: HashMap::new() };
+        let mut t = Table { flags: HashMap::default(), containers: HashMap::default() };
         for entry in items(&reply) {
             t.add(entry);
         }
@@ -165,14 +166,32 @@ impl Table {
     /// The flags of a command (its subcommand's for a container); unknown commands have
     /// none, so they are never read-only.
     pub fn flags(&self, name: &str, args: &[Vec<u8>]) -> Flags {
-        let name = name.to_lowercase();
-        if self.containers.contains_key(&name)
+        // Redis matches names in ASCII case only: a name that is not ASCII is no command of
+        // the table, whatever its Unicode lower case.
+        if !name.is_ascii() {
+            return Flags::default();
+        }
+        // Most names fit the buffer: no allocation for them.
+        let mut buf = [0u8; 32];
+        let long;
+        let lower = match buf.get_mut(..name.len()) {
+            Some(to) => {
+                to.copy_from_slice(name.as_bytes());
+                to.make_ascii_lowercase();
+                std::str::from_utf8(to).unwrap_or_default()
+            }
+            None => {
+                long = name.to_ascii_lowercase();
+                long.as_str()
+            }
+        };
+        if self.containers.contains_key(lower)
             && let Some(sub) = args.first()
         {
-            let key = format!("{name}|{}", String::from_utf8_lossy(sub).to_lowercase());
+            let key = format!("{lower}|{}", String::from_utf8_lossy(sub).to_lowercase());
             return self.flags.get(&key).copied().unwrap_or_default();
         }
-        self.flags.get(&name).copied().unwrap_or_default()
+        self.flags.get(lower).copied().unwrap_or_default()
     }
 
     /// True when the command is one Redis knows, with as many arguments as it takes (so
@@ -240,13 +259,40 @@ impl Table {
     }
 }
 
-/// Commands a read-only token may not run although Redis flags them read-only: keyspace
-/// walks and counts (Upstash refuses KEYS and SCAN to read-only tokens too; RANDOMKEY, called
-/// often enough, lists every key name) and PFCOUNT. (Its Redis user is denied them too, with
-/// the few reads of the whole keyspace the table does not flag: `Table::keyspace_walk_rules`.)
+/// A command name in ASCII capitals, made without an allocation: as sent when it is in
+/// capitals already (most clients send it so), else copied into a buffer; every name the rules
+/// match is short, so a longer one matches none of them (its text is then empty).
+pub(crate) enum Upper<'a> {
+    As(&'a str),
+    Copied([u8; 32], usize),
+}
+
+impl<'a> Upper<'a> {
+    pub(crate) fn new(name: &'a str) -> Upper<'a> {
+        if !name.bytes().any(|b| b.is_ascii_lowercase()) {
+            return Upper::As(name);
+        }
+        let mut buf = [0u8; 32];
+        let len = if name.len() <= buf.len() { name.len() } else { 0 };
+        for (to, from) in buf.iter_mut().zip(&name.as_bytes()[..len]) {
+            *to = from.to_ascii_uppercase();
+        }
+        Upper::Copied(buf, len)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Upper::As(name) => name,
+            // ASCII case changes keep UTF-8 valid.
+            Upper::Copied(buf, len) => std::str::from_utf8(&buf[..*len]).unwrap_or_default(),
+        }
+    }
+}
+
 pub fn readonly_refusal(name: &str) -> Option<String> {
-    let upper = name.to_ascii_uppercase();
-    match upper.as_str() {
+    let upper = Upper::new(name);
+    let upper = upper.as_str();
+    match upper {
         "KEYS" | "SCAN" | "RANDOMKEY" | "DBSIZE" => Some(format!(
             "NOPERM this token is read-only and may not run {upper}: it walks or counts the whole keyspace"
         )),
@@ -265,8 +311,9 @@ pub fn readonly_refusal(name: &str) -> Option<String> {
 /// elements (repeats allowed) of at least 4 bytes each, however small the key; Redis would
 /// spend seconds and gigabytes building a reply the front then refuses.
 pub fn oversized(name: &str, args: &[Vec<u8>], max_response: usize) -> Option<String> {
-    let upper = name.to_ascii_uppercase();
-    if !matches!(upper.as_str(), "SRANDMEMBER" | "ZRANDMEMBER" | "HRANDFIELD") {
+    let upper = Upper::new(name);
+    let upper = upper.as_str();
+    if !matches!(upper, "SRANDMEMBER" | "ZRANDMEMBER" | "HRANDFIELD") {
         return None;
     }
     let count: i64 = std::str::from_utf8(args.get(1)?).ok()?.parse().ok()?;
@@ -282,12 +329,13 @@ pub fn oversized(name: &str, args: &[Vec<u8>], max_response: usize) -> Option<St
 /// whole work again for every copy, so `SUNION` of one 10,000-member set named 30,000 times
 /// (a 210 KB request) holds Redis for 25 s, and no one can stop a single command.
 pub fn repeated_keys(name: &str, args: &[Vec<u8>]) -> Option<String> {
-    let upper = name.to_ascii_uppercase();
+    let upper = Upper::new(name);
+    let upper = upper.as_str();
     let numkeys = |at: usize| -> Option<&[Vec<u8>]> {
         let n: usize = std::str::from_utf8(args.get(at)?).ok()?.parse().ok()?;
         args.get(at + 1..(at + 1).checked_add(n)?.min(args.len()))
     };
-    let keys: &[Vec<u8>] = match upper.as_str() {
+    let keys: &[Vec<u8>] = match upper {
         "SUNION" | "SINTER" | "SDIFF" => args,
         "SUNIONSTORE" | "SINTERSTORE" | "SDIFFSTORE" => args.get(1..)?,
         "SINTERCARD" | "ZUNION" | "ZINTER" | "ZDIFF" | "ZINTERCARD" => numkeys(0)?,
@@ -305,9 +353,10 @@ pub fn repeated_keys(name: &str, args: &[Vec<u8>]) -> Option<String> {
 
 /// Why a command cannot run over REST, if it cannot.
 pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
-    let upper = name.to_ascii_uppercase();
+    let upper = Upper::new(name);
+    let upper = upper.as_str();
     let arg = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
-    match upper.as_str() {
+    match upper {
         "SUBSCRIBE" | "PSUBSCRIBE" => Some(format!(
             "ERR {upper} holds a connection open and is not available as a command: POST /{}/<channel> with Accept: text/event-stream",
             upper.to_ascii_lowercase()

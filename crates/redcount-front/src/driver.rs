@@ -376,10 +376,11 @@ pub(crate) fn small_reply(c: &Cmd) -> bool {
 /// True when `c` runs one of redcount's own scripts (EVALSHA of its SHA-1): those reply a few
 /// integers by design.
 fn runs_our_script(c: &Cmd) -> bool {
-    static OURS: std::sync::LazyLock<std::collections::HashSet<&'static str>> =
-        std::sync::LazyLock::new(|| redcount_core::script::ALL.iter().map(|s| s.sha1()).collect());
+    type Shas = std::collections::HashSet<&'static [u8], foldhash::fast::RandomState>;
+    static OURS: std::sync::LazyLock<Shas> =
+        std::sync::LazyLock::new(|| redcount_core::script::ALL.iter().map(|s| s.sha1().as_bytes()).collect());
     (c.name.eq_ignore_ascii_case("EVALSHA") || c.name.eq_ignore_ascii_case("EVALSHA_RO"))
-        && c.args.first().is_some_and(|sha| std::str::from_utf8(sha).is_ok_and(|s| OURS.contains(s)))
+        && c.args.first().is_some_and(|sha| OURS.contains(sha.as_slice()))
 }
 
 /// The connections a request runs on.

@@ -37,8 +37,9 @@ pub(crate) enum Fixup {
 impl Fixup {
     /// Prepares `cmd` for Redis and says what to do with its reply.
     pub(crate) fn prepare(scripts: &Scripts, access: &Access, cmd: &mut Cmd) -> Fixup {
-        let upper = cmd.name.to_ascii_uppercase();
-        match upper.as_str() {
+        let upper = crate::commands::Upper::new(&cmd.name);
+        let upper = upper.as_str();
+        match upper {
             "EVAL_RO" if access.readonly() && !cmd.args.is_empty() => {
                 let _ = scripts.prepare_source(&mut cmd.args[0]);
                 let sha = scripts::sha_hex(&cmd.args[0]);

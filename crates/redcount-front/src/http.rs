@@ -69,9 +69,7 @@ async fn handle(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, bo
     static SYNC_TOKEN: HeaderName = HeaderName::from_static("upstash-sync-token");
     response.headers_mut().insert(&SYNC_TOKEN, HeaderValue::from(token));
     let (route, status, elapsed) = (path_kind(uri.path()), response.status().as_u16(), start.elapsed());
-    // Labels from a fixed set only (route, status): never the client's command names.
-    metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status_label(status)).increment(1);
-    metrics::histogram!("redcount_rest_request_duration_seconds", "route" => route).record(elapsed.as_secs_f64());
+    st.requests.count(route, status, elapsed);
     if tracing::enabled!(tracing::Level::DEBUG) {
         // The command name is the client's text: cut short in the log.
         let command: String = what
@@ -79,35 +77,63 @@ async fn handle(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, bo
             .take(32)
             .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '|') { c } else { '?' })
             .collect();
-        tracing::debug!(%method, route, %command, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
+        tracing::debug!(%method, route = ROUTES[route], %command, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
     }
     response
 }
 
-/// A status as a metric label: the common ones without an allocation per request.
-fn status_label(status: u16) -> metrics::SharedString {
-    match status {
-        200 => metrics::SharedString::const_str("200"),
-        400 => metrics::SharedString::const_str("400"),
-        401 => metrics::SharedString::const_str("401"),
-        403 => metrics::SharedString::const_str("403"),
-        503 => metrics::SharedString::const_str("503"),
-        other => metrics::SharedString::from_owned(other.to_string()),
+/// The routes, as metric labels.
+const ROUTES: [&str; 4] = ["/", "/pipeline", "/multi-exec", "/<command>"];
+
+/// The statuses most requests end with, registered ahead.
+const STATUSES: [u16; 5] = [200, 400, 401, 403, 503];
+
+/// The requests' metrics, by route and status: labels from a fixed set only, never the
+/// client's command names. The common ones are registered once, when the front is made (after
+/// `--metrics-listen` installed its recorder), so a request only adds to them.
+pub(crate) struct Requests {
+    counted: [[metrics::Counter; STATUSES.len()]; ROUTES.len()],
+    durations: [metrics::Histogram; ROUTES.len()],
+}
+
+impl Requests {
+    pub(crate) fn new() -> Requests {
+        let counter = |route: &'static str, status: u16| metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status.to_string());
+        Requests {
+            counted: ROUTES.map(|r| STATUSES.map(|s| counter(r, s))),
+            durations: ROUTES.map(|r| metrics::histogram!("redcount_rest_request_duration_seconds", "route" => r)),
+        }
+    }
+
+    fn count(&self, route: usize, status: u16, elapsed: std::time::Duration) {
+        match STATUSES.iter().position(|s| *s == status) {
+            Some(i) => self.counted[route][i].increment(1),
+            None => {
+                let (route, status) = (ROUTES[route], status.to_string());
+                metrics::counter!("redcount_rest_requests_total", "route" => route, "status" => status).increment(1);
+            }
+        }
+        self.durations[route].record(elapsed.as_secs_f64());
     }
 }
 
-/// The route, without path-style arguments (they may be data).
-fn path_kind(path: &str) -> &'static str {
+/// The route (its place in [`ROUTES`]), without path-style arguments (they may be data).
+fn path_kind(path: &str) -> usize {
     match path {
-        "/" => "/",
-        "/pipeline" => "/pipeline",
-        "/multi-exec" => "/multi-exec",
-        _ => "/<command>",
+        "/" => 0,
+        "/pipeline" => 1,
+        "/multi-exec" => 2,
+        _ => 3,
     }
 }
 
 /// A response, or a failure; with what the request ran, for the log.
 type Served = Result<(Response, String), (Failure, String)>;
+
+/// What the log names a request by, made only when requests are logged.
+fn logged(what: impl FnOnce() -> String) -> String {
+    if tracing::enabled!(tracing::Level::DEBUG) { what() } else { String::new() }
+}
 
 /// What the log names a request by before its commands are known.
 fn none() -> String {
@@ -185,7 +211,7 @@ async fn read_body(st: &State, body: Body) -> Result<Bytes, Failure> {
 /// One command, whichever way it came (a JSON array or a path): checked against the token's
 /// access, run, and a lost connection explained; with its name for the log.
 async fn one(st: &State, access: &Access, cmd: Cmd, format: Format) -> Served {
-    let what = cmd.name.to_ascii_uppercase();
+    let what = logged(|| cmd.name.to_ascii_uppercase());
     if let Err(f) = st.rules().check(&cmd, access) {
         return Err((f, what));
     }
@@ -209,8 +235,10 @@ async fn many(st: &State, access: &Access, entries: Vec<Result<Cmd, Failure>>, a
         );
         return Err((error(StatusCode::BAD_REQUEST, why), none()));
     }
-    let first = entries.iter().find_map(|e| e.as_ref().ok()).map(|c| c.name.to_ascii_uppercase());
-    let what = format!("{}x{}", entries.len(), first.unwrap_or_default());
+    let what = logged(|| {
+        let first = entries.iter().find_map(|e| e.as_ref().ok()).map(|c| c.name.to_ascii_uppercase());
+        format!("{}x{}", entries.len(), first.unwrap_or_default())
+    });
     // A transaction is all or nothing: one refused entry refuses it whole.
     let entries = if atomic {
         match entries.into_iter().collect::<Result<Vec<Cmd>, Failure>>() {

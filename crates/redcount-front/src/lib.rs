@@ -146,6 +146,8 @@ pub(crate) struct State {
     /// --cluster): a connection closed while it stays the same was closed on purpose. Taken at
     /// start, and again after a restart once the limit is back (set on every new connection).
     pub run_id: std::sync::Mutex<Option<String>>,
+    /// The requests' metrics.
+    pub requests: http::Requests,
 }
 
 impl State {
@@ -246,6 +248,7 @@ pub async fn app(config: &Config) -> Result<(Front, Background), String> {
         commands,
         output_limit,
         run_id: std::sync::Mutex::new(run_id),
+        requests: http::Requests::new(),
     });
     if let Some(path) = &config.tokens {
         background.0.push(setup::scoped_tokens(&state, config, path.clone(), settings, wait, keeper).await?);

@@ -50,7 +50,6 @@ pub fn write_result(v: &Value, base64: bool, out: &mut String) {
 }
 
 fn write_json(v: &Value, base64: bool, out: &mut String) {
-    use std::fmt::Write;
     let string = |b: &[u8], out: &mut String| {
         if base64 {
             out.push('"');
@@ -62,9 +61,7 @@ fn write_json(v: &Value, base64: bool, out: &mut String) {
     };
     match v {
         Value::Nil => out.push_str("null"),
-        Value::Int(n) => {
-            let _ = write!(out, "{n}");
-        }
+        Value::Int(n) => out.push_str(itoa::Buffer::new().format(*n)),
         Value::BulkString(b) => string(b, out),
         // A literal OK stays unencoded in base64 mode (as in `to_json`).
         Value::Okay => out.push_str("\"OK\""),

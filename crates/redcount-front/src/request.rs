@@ -17,7 +17,10 @@ pub(crate) struct Cmd {
 impl Cmd {
     /// As redis-rs sends it.
     pub(crate) fn to_redis(&self) -> redis::Cmd {
-        let mut c = redis::cmd(&self.name);
+        // Sized once: growing its buffers argument by argument reallocated them.
+        let size = self.name.len() + self.args.iter().map(Vec::len).sum::<usize>();
+        let mut c = redis::Cmd::with_capacity(self.args.len() + 1, size);
+        c.arg(&self.name);
         for a in &self.args {
             c.arg(&a[..]);
         }

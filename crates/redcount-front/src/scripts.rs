@@ -26,6 +26,9 @@ pub struct Rewritten {
 #[derive(Default)]
 pub struct Scripts {
     by_client_sha: Mutex<Map>,
+    /// How many rewrites are remembered (changed under the lock): most calls look up a SHA
+    /// while none is, and skip the lock.
+    known: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -97,10 +100,14 @@ impl Scripts {
         }
         map.bytes += size;
         map.entries.insert(client_sha, rw);
+        self.known.store(map.entries.len(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The Redis-side script for a SHA the client sent, if it is a rewritten one.
     pub fn lookup(&self, client_sha: &[u8]) -> Option<Rewritten> {
+        if self.known.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
         let key = String::from_utf8_lossy(client_sha).to_ascii_lowercase();
         self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner()).entries.get(&key).cloned()
     }
@@ -116,6 +123,7 @@ impl Scripts {
         let mut map = self.by_client_sha.lock().unwrap_or_else(|e| e.into_inner());
         map.entries.clear();
         map.bytes = 0;
+        self.known.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

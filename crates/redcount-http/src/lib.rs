@@ -163,7 +163,7 @@ pub async fn serve_tls<A: App>(
         refusing: AtomicUsize::new(0),
     });
     let idle = Arc::new(Idle::default());
-    let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
+    let serving = Arc::new(Serving::default());
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -183,7 +183,7 @@ pub async fn serve_tls<A: App>(
             app: app.clone(),
             limits,
             idle: idle.clone(),
-            graceful: graceful.clone(),
+            serving: serving.clone(),
             tls: tls.as_ref().map(Tls::acceptor),
         };
         // Both places at once, or the slower way (a cap is full).
@@ -197,9 +197,8 @@ pub async fn serve_tls<A: App>(
         }
     }
     drop(listener);
-    if let Ok(graceful) = Arc::try_unwrap(graceful) {
-        let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
-    }
+    serving.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(5), serving.drained()).await;
     Ok(())
 }
 
@@ -285,7 +284,7 @@ struct Conn<A> {
     app: A,
     limits: Limits,
     idle: Arc<Idle>,
-    graceful: Arc<hyper_util::server::graceful::GracefulShutdown>,
+    serving: Arc<Serving>,
     /// The TLS acceptor in force when the connection arrived.
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -295,7 +294,7 @@ impl<A: App> Conn<A> {
     /// while it has no request at work (before its first request, between requests, and
     /// while a request's body is still arriving) and closed if evicted meanwhile.
     fn start(self, tcp: TcpStream, permit: tokio::sync::OwnedSemaphorePermit, ip_slot: IpSlot) {
-        let slot = Arc::new(Slot { key: AtomicU64::new(UNLISTED), ip: ip_slot.ip, close: tokio::sync::Notify::new() });
+        let slot = Arc::new(Slot::new(ip_slot.ip));
         self.idle.list(&slot);
         let app = self.app;
         let (idle, watched) = (self.idle.clone(), slot.clone());
@@ -321,10 +320,10 @@ impl<A: App> Conn<A> {
             }
         });
         let stalling = Stalling::new(tcp, self.limits.stall_timeout);
-        let (limits, graceful, idle, tls) = (self.limits, self.graceful, self.idle, self.tls);
+        let (limits, serving, idle, tls) = (self.limits, self.serving, self.idle, self.tls);
         tokio::spawn(async move {
             // Dropped when the connection ends or is evicted: gives back its places.
-            let _held = (permit, ip_slot, Open::new());
+            let _held = (permit, ip_slot, Open::new(), serving.enter(&slot));
             let builder = {
                 let mut b = hyper::server::conn::http1::Builder::new();
                 b.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(64 * 1024);
@@ -332,11 +331,7 @@ impl<A: App> Conn<A> {
             };
             match tls {
                 None => {
-                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stalling), service));
-                    tokio::select! {
-                        _ = conn => {}
-                        () = slot.close.notified() => {}
-                    }
+                    drive(builder.serve_connection(TokioIo::new(stalling), service), &slot).await;
                 }
                 Some(acceptor) => {
                     // The handshake counts as the wait for the first request head.
@@ -349,16 +344,12 @@ impl<A: App> Conn<A> {
                                 return;
                             }
                         },
-                        () = slot.close.notified() => {
+                        () = slot.closed() => {
                             idle.unlist(&slot);
                             return;
                         }
                     };
-                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-                    tokio::select! {
-                        _ = conn => {}
-                        () = slot.close.notified() => {}
-                    }
+                    drive(builder.serve_connection(TokioIo::new(stream), service), &slot).await;
                 }
             }
             idle.unlist(&slot);
@@ -477,6 +468,86 @@ impl Drop for Open {
     }
 }
 
+/// Serves `conn` until it ends or is evicted (then dropped at once); once the server stops,
+/// asks it to finish the request at work and close.
+async fn drive<C: hyper_util::server::graceful::GracefulConnection>(conn: C, slot: &Slot) {
+    let mut conn = std::pin::pin!(conn);
+    let mut finishing = false;
+    std::future::poll_fn(|cx| {
+        // Registered before looking, so a signal in between wakes the task.
+        slot.waker.register(cx.waker());
+        if slot.evicted.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        if !finishing && slot.finish.load(Ordering::Acquire) {
+            finishing = true;
+            conn.as_mut().graceful_shutdown();
+        }
+        conn.as_mut().poll(cx).map(|_| ())
+    })
+    .await;
+}
+
+/// The connections being served, so that a stopping server can ask each to finish.
+#[derive(Default)]
+struct Serving {
+    next: AtomicU64,
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    stopping: std::sync::atomic::AtomicBool,
+    /// Told when the last connection ends.
+    none_left: tokio::sync::Notify,
+}
+
+/// A connection's place in [`Serving`], given back when dropped.
+struct Served {
+    of: Arc<Serving>,
+    id: u64,
+}
+
+impl Serving {
+    fn enter(self: &Arc<Self>, slot: &Arc<Slot>) -> Served {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).insert(id, slot.clone());
+        // Read after listing: a stop in between either sees this one or is seen here.
+        if self.stopping.load(Ordering::SeqCst) {
+            slot.finish();
+        }
+        Served { of: self.clone(), id }
+    }
+
+    /// Asks every connection to finish the request at work and close.
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for slot in self.slots.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            slot.finish();
+        }
+    }
+
+    /// Completes once no connection is left.
+    async fn drained(&self) {
+        loop {
+            let none_left = self.none_left.notified();
+            let mut none_left = std::pin::pin!(none_left);
+            // Registered before looking, so the last one leaving in between is not missed.
+            none_left.as_mut().enable();
+            if self.slots.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                return;
+            }
+            none_left.await;
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let mut slots = self.of.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.remove(&self.id);
+        if slots.is_empty() {
+            self.of.none_left.notify_waiters();
+        }
+    }
+}
+
 /// [`Slot::key`] of a connection that is not listed.
 const UNLISTED: u64 = u64::MAX;
 
@@ -486,8 +557,46 @@ struct Slot {
     key: AtomicU64,
     /// The client's address.
     ip: IpAddr,
-    /// Told when the connection is evicted.
-    close: tokio::sync::Notify,
+    /// Set when the connection is evicted.
+    evicted: std::sync::atomic::AtomicBool,
+    /// Set when the server stops: the connection finishes its request at work and closes.
+    finish: std::sync::atomic::AtomicBool,
+    /// The connection's task, woken when it is evicted. Registering costs a few atomic
+    /// operations where a `Notify` takes a lock: the task does it on every wake-up.
+    waker: atomic_waker::AtomicWaker,
+}
+
+impl Slot {
+    fn new(ip: IpAddr) -> Slot {
+        Slot {
+            key: AtomicU64::new(UNLISTED),
+            ip,
+            evicted: std::sync::atomic::AtomicBool::new(false),
+            finish: std::sync::atomic::AtomicBool::new(false),
+            waker: atomic_waker::AtomicWaker::new(),
+        }
+    }
+
+    /// Tells the connection's task to close.
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Tells the connection's task to finish its request at work and close.
+    fn finish(&self) {
+        self.finish.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Completes once the connection is evicted.
+    fn closed(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            // Registered before looking, so an eviction in between wakes the task.
+            self.waker.register(cx.waker());
+            if self.evicted.load(Ordering::Acquire) { Poll::Ready(()) } else { Poll::Pending }
+        })
+    }
 }
 
 /// Connections with no request at work, oldest first, so that at the cap the oldest can be
@@ -497,8 +606,11 @@ struct Slot {
 #[derive(Default)]
 struct Idle {
     next: AtomicU64,
-    list: Mutex<std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>>,
+    list: Mutex<IdleList>,
 }
+
+/// Idle connections by listing order: when each was listed, and its slot.
+type IdleList = std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>;
 
 impl Idle {
     fn list(&self, slot: &Arc<Slot>) {
@@ -507,20 +619,34 @@ impl Idle {
 
     fn list_at(&self, slot: &Arc<Slot>, since: std::time::Instant) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        Self::insert(&mut list, &self.next, slot, since);
+    }
+
+    fn insert(list: &mut IdleList, next: &AtomicU64, slot: &Arc<Slot>, since: std::time::Instant) {
         if slot.key.load(Ordering::Relaxed) == UNLISTED {
-            let key = self.next.fetch_add(1, Ordering::Relaxed);
+            let key = next.fetch_add(1, Ordering::Relaxed);
             slot.key.store(key, Ordering::Relaxed);
             list.insert(key, (since, slot.clone()));
         }
     }
 
-    /// Lists `slot` as idle from now (at the back of the line).
+    /// Lists `slot` as idle from now (at the back of the line), under one lock.
     fn relist(&self, slot: &Arc<Slot>) {
-        self.unlist(slot);
-        self.list(slot);
+        let now = std::time::Instant::now();
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let key = slot.key.swap(UNLISTED, Ordering::Relaxed);
+        if key != UNLISTED {
+            list.remove(&key);
+        }
+        Self::insert(&mut list, &self.next, slot, now);
     }
 
     fn unlist(&self, slot: &Arc<Slot>) {
+        // Only the connection's own task lists it, so one seen unlisted here stays so (an
+        // eviction only unlists): no lock needed to leave it.
+        if slot.key.load(Ordering::Relaxed) == UNLISTED {
+            return;
+        }
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let key = slot.key.swap(UNLISTED, Ordering::Relaxed);
         if key != UNLISTED {
@@ -536,8 +662,8 @@ impl Idle {
         let Some((_, slot)) = list.remove(&key) else { return false };
         slot.key.store(UNLISTED, Ordering::Relaxed);
         metrics::counter!("redcount_http_evicted_connections_total").increment(1);
-        // Stores a permit if the task is not waiting yet: it closes when it next looks.
-        slot.close.notify_one();
+        // Seen when the task next looks, if it is not waiting yet.
+        slot.evict();
         true
     }
 }
@@ -545,12 +671,7 @@ impl Idle {
 /// The key of the connection listed longest (of address `of`, when given), if it has been
 /// listed at least `age` at `now`. The list is in listing order, so the first one found is
 /// the oldest; a scan at the per-address cap only, which few connections meet.
-fn oldest(
-    list: &std::collections::BTreeMap<u64, (std::time::Instant, Arc<Slot>)>,
-    now: std::time::Instant,
-    age: Duration,
-    of: Option<IpAddr>,
-) -> Option<u64> {
+fn oldest(list: &IdleList, now: std::time::Instant, age: Duration, of: Option<IpAddr>) -> Option<u64> {
     let (key, (since, _)) = list.iter().find(|(_, (_, slot))| of.is_none_or(|ip| slot.ip == ip))?;
     (now.saturating_duration_since(*since) >= age).then_some(*key)
 }
@@ -794,7 +915,7 @@ mod tests {
     use super::*;
 
     fn slot(ip: [u8; 4]) -> Arc<Slot> {
-        Arc::new(Slot { key: AtomicU64::new(UNLISTED), ip: IpAddr::from(ip), close: tokio::sync::Notify::new() })
+        Arc::new(Slot::new(IpAddr::from(ip)))
     }
 
     #[test]
