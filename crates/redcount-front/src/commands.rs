@@ -194,6 +194,16 @@ impl Table {
         self.flags.get(lower).copied().unwrap_or_default()
     }
 
+    /// The name as the log may show it: a command of the table, upper-cased; else `?` (the
+    /// client's text, which may be anything, a misplaced token too, never reaches the log).
+    pub fn log_name(&self, name: &str) -> String {
+        if name.is_ascii() && self.flags.contains_key(name.to_ascii_lowercase().as_str()) {
+            name.to_ascii_uppercase()
+        } else {
+            String::from("?")
+        }
+    }
+
     /// True when the command is one Redis knows, with as many arguments as it takes (so
     /// Redis will not refuse it for its name or its argument count).
     pub fn is_well_formed(&self, name: &str, args: &[Vec<u8>]) -> bool {

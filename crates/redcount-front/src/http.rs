@@ -71,7 +71,7 @@ async fn handle(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, bo
     let (route, status, elapsed) = (path_kind(uri.path()), response.status().as_u16(), start.elapsed());
     st.requests.count(route, status, elapsed);
     if tracing::enabled!(tracing::Level::DEBUG) {
-        // The command name is the client's text: cut short in the log.
+        // A known command's name (see `Table::log_name`), cut short in the log.
         let command: String = what
             .chars()
             .take(32)
@@ -211,7 +211,7 @@ async fn read_body(st: &State, body: Body) -> Result<Bytes, Failure> {
 /// One command, whichever way it came (a JSON array or a path): checked against the token's
 /// access, run, and a lost connection explained; with its name for the log.
 async fn one(st: &State, access: &Access, cmd: Cmd, format: Format) -> Served {
-    let what = logged(|| cmd.name.to_ascii_uppercase());
+    let what = logged(|| st.commands.log_name(&cmd.name));
     if let Err(f) = st.rules().check(&cmd, access) {
         return Err((f, what));
     }
@@ -236,7 +236,7 @@ async fn many(st: &State, access: &Access, entries: Vec<Result<Cmd, Failure>>, a
         return Err((error(StatusCode::BAD_REQUEST, why), none()));
     }
     let what = logged(|| {
-        let first = entries.iter().find_map(|e| e.as_ref().ok()).map(|c| c.name.to_ascii_uppercase());
+        let first = entries.iter().find_map(|e| e.as_ref().ok()).map(|c| st.commands.log_name(&c.name));
         format!("{}x{}", entries.len(), first.unwrap_or_default())
     });
     // A transaction is all or nothing: one refused entry refuses it whole.

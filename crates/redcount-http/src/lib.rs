@@ -327,6 +327,10 @@ impl<A: App> Conn<A> {
             let builder = {
                 let mut b = hyper::server::conn::http1::Builder::new();
                 b.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(64 * 1024);
+                // A client that half-closes right after its request (one-shot clients do) still
+                // gets the answer: without this hyper drops the request at the read side's end,
+                // though its command may already have run.
+                b.half_close(true);
                 b
             };
             match tls {

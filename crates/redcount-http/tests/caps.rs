@@ -47,12 +47,23 @@ impl Drop for Server {
     }
 }
 
+/// Requests to `/slow` the app has run to their end.
+static SLOW_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// What both servers do with a request, as far as the caps see it: the body read whole, then
-/// an answer.
-async fn answer(headers: HeaderMap, body: Body) -> (StatusCode, [(header::HeaderName, &'static str); 1], &'static str) {
+/// an answer (after 20 ms on `/slow`, as a call waits for Redis).
+async fn answer(
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1], &'static str) {
     let json = [(header::CONTENT_TYPE, "application/json")];
     if axum::body::to_bytes(body, 1 << 20).await.is_err() {
         return (StatusCode::PAYLOAD_TOO_LARGE, json, r#"{"error":"too large"}"#);
+    }
+    if uri.path() == "/slow" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        SLOW_RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
     match headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         Some("Bearer wrong") => (StatusCode::UNAUTHORIZED, json, r#"{"error":"Unauthorized"}"#),
@@ -399,4 +410,30 @@ fn busy_keep_alive_connections_make_room_at_the_caps() {
     for t in flood {
         t.join().unwrap();
     }
+}
+
+/// A client that sends its request and half-closes its side at once (`shutdown(Write)`, as
+/// one-shot clients do) gets the answer of every request the server ran: none is dropped at
+/// the read side's end after its work (a command) was done, alone or after pipelined ones.
+#[test]
+fn a_request_followed_by_a_half_close_is_answered() {
+    let server = Server::start(Limits::default());
+    let before = SLOW_RUN.load(std::sync::atomic::Ordering::SeqCst);
+    let request = "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    let mut answered = 0;
+    for pipelined in [1, 1, 1, 1, 1, 3] {
+        for _ in 0..10 {
+            let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.write_all(request.repeat(pipelined).as_bytes()).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            let n = out.matches("HTTP/1.1 200 OK").count();
+            assert_eq!(n, pipelined, "{pipelined} request(s) then a half-close: {out:?}");
+            answered += n;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(SLOW_RUN.load(std::sync::atomic::Ordering::SeqCst) - before, answered, "every request run was answered");
 }
