@@ -206,7 +206,7 @@ async function drive(step, env, finish, ask) {
     // slice: the REST body is copied out of wasm memory once, for the fetch to keep. The
     // module bounds every call (the policy's timeout_ms, or its own); past it the fetch and
     // the reply's read are aborted ("timed out"). A timer cleared once the reply is read:
-    // AbortSignal.timeout's stays pending to its end, about 5% of a take's CPU.
+    // AbortSignal.timeout's stays pending to its end, a measurable share of a take's CPU.
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(Error("timed out")), word(step, 5));
     let status;

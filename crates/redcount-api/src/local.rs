@@ -24,11 +24,11 @@
 //!   take waits for Redis. The units are counted in Redis before any is used, so admissions
 //!   never exceed the limit; what a shell holds (the running lease's last half and the next
 //!   lease: at most 1.5 × `units`, 2 × after refunds put back into the running lease) is
-//!   unavailable to the others for at most `ms` (until the window ends, for a shell that dies). One borrow per subject is in flight per shell;
-//!   meanwhile a take of the subject that finds no stock is told to [`Wait`] for it. A refund
-//!   through this shell (without an `Idempotency-Key`) of no more units than its running
-//!   lease of the subject has admitted is put back into that lease, with no Redis call; any
-//!   other goes to Redis.
+//!   unavailable to the others for at most `ms` (until the window ends, for a shell that
+//!   dies). One borrow per subject is in flight per shell; meanwhile a take of the subject
+//!   that finds no stock is told to [`Wait`] for it. A refund through this shell (without an
+//!   `Idempotency-Key`) of no more units than its running lease of the subject has admitted
+//!   is put back into that lease, with no Redis call; any other goes to Redis.
 //!
 //! A request whose every byte was seen before (over HTTP, [`Local::handle`]) is looked up
 //! before it is routed or parsed: the take it was, when the policy's definition and the admin
