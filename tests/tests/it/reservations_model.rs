@@ -138,7 +138,11 @@ impl Quota {
             _ => units,
         };
         let n = units.min(self.count()).max(0);
-        self.add(-n, None);
+        // Nothing given writes nothing (lib_give.lua): a bucket holding more than a lowered
+        // size keeps its key.
+        if n > 0 {
+            self.add(-n, None);
+        }
         n
     }
 
