@@ -148,12 +148,14 @@ async fn serve(st: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body
     // Bodies being received count against --max-inflight-body-bytes (their declared length,
     // else the largest allowed) until the response: thousands of slow 1 MB bodies cannot add
     // up to gigabytes.
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(st.max_body)
-        .min(st.max_body);
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    // A body declared over the bound is refused before any of it is read, not after the
+    // request timeout for a body that may never come.
+    if declared.is_some_and(|n| n > st.max_body as u64) {
+        return Err((too_large(st), none()));
+    }
+    let declared = declared.map_or(st.max_body, |n| n as usize);
     // Small bodies (most commands) are not counted, so large slow ones cannot starve them;
     // all of them together are bounded by the connection cap.
     let kib = if declared <= 16 * 1024 { 0 } else { u32::try_from(declared.div_ceil(1024)).unwrap_or(u32::MAX) };
@@ -202,10 +204,12 @@ async fn read_body(st: &State, body: Body) -> Result<Bytes, Failure> {
             StatusCode::REQUEST_TIMEOUT,
             format!("ERR the request body did not arrive within {} ms", st.timeout.as_millis()),
         )),
-        Ok(read) => read.map_err(|_| {
-            error(StatusCode::PAYLOAD_TOO_LARGE, format!("ERR request body larger than {} bytes", st.max_body))
-        }),
+        Ok(read) => read.map_err(|_| too_large(st)),
     }
+}
+
+fn too_large(st: &State) -> Failure {
+    error(StatusCode::PAYLOAD_TOO_LARGE, format!("ERR request body larger than {} bytes", st.max_body))
 }
 
 /// One command, whichever way it came (a JSON array or a path): checked against the token's

@@ -81,6 +81,44 @@ fn error_of(v: &Value) -> &str {
     v["error"].as_str().unwrap_or_else(|| panic!("expected an error object, got {v}"))
 }
 
+/// A body declared larger than `--max-body-bytes` is refused at once with 413 and a JSON error,
+/// before any of it is read: not a 408 once `--timeout-ms` has passed for a body never sent.
+#[tokio::test]
+async fn a_declared_body_over_the_limit_is_refused_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis = shared_redis();
+    let front = Front::start_with(&redis.url(), false, &["--max-body-bytes", "4096", "--timeout-ms", "20000"]);
+    let addr = front.url().trim_start_matches("http://").to_string();
+    for (path, declared) in [("/", 4097u64), ("/pipeline", 1 << 20), ("/set/declared-too-large", u64::MAX / 2)] {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: {declared}\r\n\r\n[\"SET\"",
+            front.token
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        // The whole answer (head and JSON body) within 5 s; the request never completes.
+        while !String::from_utf8_lossy(&got).contains("}") {
+            match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+                other => panic!(
+                    "{path} ({declared}): no answer after {:?}: {other:?}, {:?}",
+                    started.elapsed(),
+                    String::from_utf8_lossy(&got)
+                ),
+            }
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 413"), "{path} ({declared}): {text}");
+        let body: Value = serde_json::from_str(&text[text.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+        assert!(error_of(&body).contains("4096"), "{body}");
+    }
+    // Nothing of the refused bodies ran.
+    assert_eq!(Raw::new(&front).post("/", r#"["EXISTS","declared-too-large"]"#).await.1, json!({"result": 0}));
+}
+
 #[tokio::test]
 async fn raw_http_edge_cases() {
     let redis = shared_redis();
