@@ -165,6 +165,9 @@ fn a_server_holds_against_idle_slow_and_too_many_connections() {
     for i in 0..5u8 {
         let (status, body) = request(capped.port, "POST", "/", "t", r#"["PING"]"#);
         assert_eq!(status, 200, "request {i} while the cap is full of head-less connections: {body}");
+        // The request's place is given back just after the client sees its connection end;
+        // until then a newcomer would find the cap full and take a second old one's place.
+        std::thread::sleep(Duration::from_millis(100));
         // A newcomer that sends nothing takes the freed place (too young to be evicted).
         newer.extend(hold_from([127, 0, 3, i], capped.port, 1));
         std::thread::sleep(Duration::from_millis(100));
