@@ -1154,3 +1154,49 @@ async fn refunds_racing_takes_through_two_serve_processes_never_admit_past_the_l
     }
     assert_eq!(hot_count(&redis, &subject), admitted - refunded, "Redis counts admissions less refunds");
 }
+
+/// SIGTERM of `redcount serve` while Redis does not answer (SIGSTOP): serve exits within its
+/// shutdown bound, and the give-back of every lease it held was sent before it did, so Redis
+/// runs them all once it answers again (none of the lent units stays charged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_stopped_while_redis_is_paused_sends_every_give_back_within_its_bound() {
+    let redis = RedisServer::start();
+    let admin = redcount_tests::secret("admin");
+    let policies = r#"{"held": {"kind": "quota", "algorithm": "fixed", "limit": 100000,
+        "window_ms": 1000000000000, "borrow": {"units": 50, "ms": 30000}}}"#;
+    let mut serve = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        &admin,
+        policies,
+        &["--timeout-ms", "700"],
+    );
+    let api = redcount_tests::Api::new(serve.url(), &admin);
+    let count = |subject: &str| -> i64 {
+        let key = redcount_core::keys::quota("held", subject, "fw");
+        redis::cmd("GET").arg(key).query::<Option<i64>>(&mut redis.conn()).unwrap().unwrap_or(0)
+    };
+    // Each subject's first take borrows a lease: 1 admitted, 50 lent.
+    let subjects: Vec<String> = (0..20).map(|_| redcount_tests::uid("p")).collect();
+    for s in &subjects {
+        assert_eq!(api.post(&format!("/api/quotas/held/{s}"), "").await.json["allowed"], true);
+        assert_eq!(count(s), 51, "{s}: a take and its lease");
+    }
+    let paused = redcount_tests::Stopped::stop(redis.pid());
+    let started = Instant::now();
+    serve.stop(Duration::from_secs(60));
+    let took = started.elapsed();
+    drop(paused);
+    // Its bound: 5 s for the give-back, after the HTTP server's own drain.
+    assert!(took < Duration::from_secs(8), "SIGTERM took {took:?} while Redis was paused\n{}", serve.log());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let back = || subjects.iter().filter(|s| count(s) == 1).count();
+    while back() < subjects.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        back(),
+        subjects.len(),
+        "leases given back once Redis answered (SIGTERM took {took:?})\n{}",
+        serve.log()
+    );
+}
