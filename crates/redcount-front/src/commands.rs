@@ -171,20 +171,8 @@ impl Table {
         if !name.is_ascii() {
             return Flags::default();
         }
-        // Most names fit the buffer: no allocation for them.
-        let mut buf = [0u8; 32];
-        let long;
-        let lower = match buf.get_mut(..name.len()) {
-            Some(to) => {
-                to.copy_from_slice(name.as_bytes());
-                to.make_ascii_lowercase();
-                std::str::from_utf8(to).unwrap_or_default()
-            }
-            None => {
-                long = name.to_ascii_lowercase();
-                long.as_str()
-            }
-        };
+        let lower = Cased::lower(name);
+        let lower = lower.as_str();
         if self.containers.contains_key(lower)
             && let Some(sub) = args.first()
         {
@@ -269,38 +257,54 @@ impl Table {
     }
 }
 
-/// A command name in ASCII capitals, made without an allocation: as sent when it is in
-/// capitals already (most clients send it so), else copied into a buffer; every name the rules
-/// match is short, so a longer one matches none of them (its text is then empty).
-pub(crate) enum Upper<'a> {
+/// A command name in one ASCII case, made without an allocation when it is short (every name
+/// the table and the rules know is): as sent when it is in that case already (most clients
+/// send capitals), else copied into a buffer; a longer name is copied to the heap.
+pub(crate) enum Cased<'a> {
     As(&'a str),
     Copied([u8; 32], usize),
+    Long(String),
 }
 
-impl<'a> Upper<'a> {
-    pub(crate) fn new(name: &'a str) -> Upper<'a> {
-        if !name.bytes().any(|b| b.is_ascii_lowercase()) {
-            return Upper::As(name);
+impl<'a> Cased<'a> {
+    pub(crate) fn upper(name: &'a str) -> Cased<'a> {
+        Cased::to(name, true)
+    }
+
+    pub(crate) fn lower(name: &'a str) -> Cased<'a> {
+        Cased::to(name, false)
+    }
+
+    fn to(name: &'a str, upper: bool) -> Cased<'a> {
+        let other = |b: &u8| if upper { b.is_ascii_lowercase() } else { b.is_ascii_uppercase() };
+        if !name.as_bytes().iter().any(other) {
+            return Cased::As(name);
         }
         let mut buf = [0u8; 32];
-        let len = if name.len() <= buf.len() { name.len() } else { 0 };
-        for (to, from) in buf.iter_mut().zip(&name.as_bytes()[..len]) {
-            *to = from.to_ascii_uppercase();
+        let Some(to) = buf.get_mut(..name.len()) else {
+            return Cased::Long(if upper { name.to_ascii_uppercase() } else { name.to_ascii_lowercase() });
+        };
+        to.copy_from_slice(name.as_bytes());
+        if upper {
+            to.make_ascii_uppercase();
+        } else {
+            to.make_ascii_lowercase();
         }
-        Upper::Copied(buf, len)
+        Cased::Copied(buf, name.len())
     }
 
     pub(crate) fn as_str(&self) -> &str {
         match self {
-            Upper::As(name) => name,
+            Cased::As(name) => name,
             // ASCII case changes keep UTF-8 valid.
-            Upper::Copied(buf, len) => std::str::from_utf8(&buf[..*len]).unwrap_or_default(),
+            Cased::Copied(buf, len) => std::str::from_utf8(&buf[..*len]).unwrap_or_default(),
+            Cased::Long(name) => name,
         }
     }
 }
 
 pub fn readonly_refusal(name: &str) -> Option<String> {
-    let upper = Upper::new(name);
+    let upper = Cased::upper(name);
     let upper = upper.as_str();
     match upper {
         "KEYS" | "SCAN" | "RANDOMKEY" | "DBSIZE" => Some(format!(
@@ -321,7 +325,7 @@ pub fn readonly_refusal(name: &str) -> Option<String> {
 /// elements (repeats allowed) of at least 4 bytes each, however small the key; Redis would
 /// spend seconds and gigabytes building a reply the front then refuses.
 pub fn oversized(name: &str, args: &[Vec<u8>], max_response: usize) -> Option<String> {
-    let upper = Upper::new(name);
+    let upper = Cased::upper(name);
     let upper = upper.as_str();
     if !matches!(upper, "SRANDMEMBER" | "ZRANDMEMBER" | "HRANDFIELD") {
         return None;
@@ -339,7 +343,7 @@ pub fn oversized(name: &str, args: &[Vec<u8>], max_response: usize) -> Option<St
 /// whole work again for every copy, so `SUNION` of one 10,000-member set named 30,000 times
 /// (a 210 KB request) holds Redis for 25 s, and no one can stop a single command.
 pub fn repeated_keys(name: &str, args: &[Vec<u8>]) -> Option<String> {
-    let upper = Upper::new(name);
+    let upper = Cased::upper(name);
     let upper = upper.as_str();
     let numkeys = |at: usize| -> Option<&[Vec<u8>]> {
         let n: usize = std::str::from_utf8(args.get(at)?).ok()?.parse().ok()?;
@@ -363,7 +367,7 @@ pub fn repeated_keys(name: &str, args: &[Vec<u8>]) -> Option<String> {
 
 /// Why a command cannot run over REST, if it cannot.
 pub fn refusal(name: &str, args: &[Vec<u8>]) -> Option<String> {
-    let upper = Upper::new(name);
+    let upper = Cased::upper(name);
     let upper = upper.as_str();
     let arg = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
     match upper {

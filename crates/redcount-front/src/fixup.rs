@@ -37,7 +37,7 @@ pub(crate) enum Fixup {
 impl Fixup {
     /// Prepares `cmd` for Redis and says what to do with its reply.
     pub(crate) fn prepare(scripts: &Scripts, access: &Access, cmd: &mut Cmd) -> Fixup {
-        let upper = crate::commands::Upper::new(&cmd.name);
+        let upper = crate::commands::Cased::upper(&cmd.name);
         let upper = upper.as_str();
         match upper {
             "EVAL_RO" if access.readonly() && !cmd.args.is_empty() => {
