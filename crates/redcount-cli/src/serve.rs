@@ -203,7 +203,9 @@ async fn give_back(s: &Arc<Server>) {
     if tokio::time::timeout(std::time::Duration::from_secs(5), all).await.is_err() {
         tracing::warn!("shutdown: not every lease's give-back was answered within 5 s");
     }
-    tracing::info!("shutdown: {n} leases given back, {answered} answered");
+    // Unanswered ones may have run (or run later, once Redis reads them), or not: their units
+    // then stay charged.
+    tracing::info!("shutdown: {answered} of {n} leases given back, the rest unanswered");
 }
 
 async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {

@@ -240,6 +240,9 @@ impl Config {
             max_per_ip: self.max_connections_per_ip,
             header_timeout: Duration::from_millis(self.header_timeout_ms.max(1)),
             stall_timeout: self.timeout().max(Duration::from_secs(1)),
+            // The longest a request takes: its body and its Redis time (--timeout-ms each), and
+            // a second to write the answer.
+            drain_timeout: (2 * self.timeout() + Duration::from_secs(1)).max(Duration::from_secs(5)),
         }
     }
 }

@@ -81,6 +81,9 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Longest a write to the client may make no progress.
     pub stall_timeout: Duration,
+    /// Longest a shutdown waits for open connections to finish the requests they are serving;
+    /// at least the longest a request may take, so none is cut off unanswered.
+    pub drain_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -90,6 +93,7 @@ impl Default for Limits {
             max_per_ip: 1_000,
             header_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -135,7 +139,7 @@ where
 }
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
-/// accepting and gives open connections up to 5 s to finish.
+/// accepting and gives open connections up to [`Limits::drain_timeout`] to finish.
 pub async fn serve(
     listener: TcpListener,
     app: impl App,
@@ -198,7 +202,7 @@ pub async fn serve_tls<A: App>(
     }
     drop(listener);
     serving.stop();
-    let _ = tokio::time::timeout(Duration::from_secs(5), serving.drained()).await;
+    let _ = tokio::time::timeout(limits.drain_timeout, serving.drained()).await;
     Ok(())
 }
 

@@ -1200,3 +1200,47 @@ async fn serve_stopped_while_redis_is_paused_sends_every_give_back_within_its_bo
         serve.log()
     );
 }
+
+/// SIGTERM of `redcount serve` while a take waits on a paused Redis with a `--timeout-ms` over
+/// the 5 s a shutdown waits for open connections by default: the take is still answered (503,
+/// "may have run") before serve exits, not cut off unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_stopped_during_a_call_longer_than_five_seconds_answers_it() {
+    let redis = RedisServer::start();
+    let admin = redcount_tests::secret("admin");
+    let policies = r#"{"plain": {"kind": "quota", "algorithm": "fixed", "limit": 10, "window_ms": 1000000000000}}"#;
+    let mut serve = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        &admin,
+        policies,
+        &["--timeout-ms", "6500"],
+    );
+    let api = redcount_tests::Api::new(serve.url(), &admin);
+    let subject = redcount_tests::uid("t");
+    let path = format!("/api/quotas/plain/{subject}");
+    assert_eq!(api.post(&path, "").await.json["allowed"], true, "{}", serve.log());
+    let paused = redcount_tests::Stopped::stop(redis.pid());
+    let url = format!("{}{path}", serve.url());
+    let call = tokio::spawn(async move {
+        let resp = redcount_tests::http().post(url).send().await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.map_err(|e| e.to_string())?;
+        let json: Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+        Ok::<_, String>((status, json))
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || {
+        serve.stop(Duration::from_secs(30));
+        serve
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    drop(paused);
+    let answer = call.await.unwrap();
+    let (status, json) =
+        answer.unwrap_or_else(|e| panic!("the take in flight got no answer ({e}); SIGTERM took {took:?}"));
+    assert_eq!(status, 503, "{json}");
+    assert_eq!(json["may_have_run"], true, "{json}");
+}
