@@ -222,6 +222,9 @@ async fn handle(State(s): State<Arc<Server>>, method: Method, uri: Uri, headers:
     }
     let bytes = match tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, api::MAX_BODY)).await {
         Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) if redcount_http::body_framing_error(&e) => {
+            return own(ApiResponse::error(400, format!("malformed request body: {e}"), None));
+        }
         Ok(Err(_)) => return own(api::too_large()),
         Err(_) => return own(api::body_timeout(s.body_timeout.as_millis() as u64)),
     };

@@ -204,6 +204,9 @@ async fn read_body(st: &State, body: Body) -> Result<Bytes, Failure> {
             StatusCode::REQUEST_TIMEOUT,
             format!("ERR the request body did not arrive within {} ms", st.timeout.as_millis()),
         )),
+        Ok(Err(e)) if redcount_http::body_framing_error(&e) => {
+            Err(error(StatusCode::BAD_REQUEST, format!("ERR malformed request body: {e}")))
+        }
         Ok(read) => read.map_err(|_| too_large(st)),
     }
 }

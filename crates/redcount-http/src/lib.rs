@@ -98,6 +98,20 @@ impl Default for Limits {
     }
 }
 
+/// Whether reading a request's body failed on its HTTP framing (a chunk size that is not hex,
+/// a chunk longer than its size, the connection ending mid-body) rather than on a length
+/// limit: bad input (400), not a body too large (413).
+pub fn body_framing_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if err.is::<hyper::Error>() {
+            return true;
+        }
+        at = err.source();
+    }
+    false
+}
+
 /// Raises the soft open-file limit to the hard one where the system allows; returns the
 /// soft limit in force afterwards.
 fn raise_open_file_limit() -> u64 {

@@ -119,6 +119,55 @@ async fn a_declared_body_over_the_limit_is_refused_at_once() {
     assert_eq!(Raw::new(&front).post("/", r#"["EXISTS","declared-too-large"]"#).await.1, json!({"result": 0}));
 }
 
+/// What a server answers to `request` sent whole on a fresh connection: the response's text,
+/// read until its JSON body is complete or the server closes (at most 5 s).
+async fn raw_exchange(addr: &str, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).ends_with('}') {
+        match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A chunked body that breaks HTTP's framing (a chunk size that is not hex, a chunk longer
+/// than its size) is bad input, 400 with a JSON error, on both servers, and nothing of it is
+/// applied: not 413 "larger than", which would send the client looking at its size.
+#[tokio::test]
+async fn a_malformed_chunked_body_is_a_400_not_a_413() {
+    let redis = shared_redis();
+    let front = Front::start_with(&redis.url(), false, &["--max-body-bytes", "4096"]);
+    let admin = secret("admin");
+    let policies = r#"{"plain": {"kind": "quota", "algorithm": "fixed", "limit": 10, "window_ms": 1000000000000}}"#;
+    let serve = redcount_tests::NativeServer::start(&[("REDIS_URL", &redis.url())], &admin, policies);
+    let subject = redcount_tests::uid("c");
+    let bad = ["zz\r\n[\"SET\"]\r\n0\r\n\r\n", "2\r\n[\"SET\",\"x\"]\r\n0\r\n\r\n"];
+    for body in bad {
+        let to_front = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
+            front.token
+        );
+        let to_serve =
+            format!("POST /api/quotas/plain/{subject} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        for (server, addr, request) in [("front", front.url(), to_front), ("serve", serve.url(), to_serve)] {
+            let text = raw_exchange(addr.trim_start_matches("http://"), request.as_bytes()).await;
+            assert!(text.starts_with("HTTP/1.1 400"), "{server}, {body:?}: {text}");
+            let json: Value = serde_json::from_str(&text[text.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+            assert!(error_of(&json).contains("body"), "{server}: {json}");
+        }
+    }
+    let peek = redcount_tests::Api::new(serve.url(), &admin)
+        .call("GET", &format!("/api/quotas/plain/{subject}"), None, false)
+        .await;
+    assert_eq!(peek.json["remaining"], 10, "nothing charged: {}", peek.json);
+}
+
 #[tokio::test]
 async fn raw_http_edge_cases() {
     let redis = shared_redis();
