@@ -1155,22 +1155,28 @@ async fn refunds_racing_takes_through_two_serve_processes_never_admit_past_the_l
     assert_eq!(hot_count(&redis, &subject), admitted - refunded, "Redis counts admissions less refunds");
 }
 
+/// A Redis of its own and one `redcount serve` of `policies` on it, with `--timeout-ms`.
+fn serve_alone(policies: &str, timeout_ms: &str) -> (RedisServer, redcount_tests::NativeServer, redcount_tests::Api) {
+    let redis = RedisServer::start();
+    let admin = redcount_tests::secret("admin");
+    let serve = redcount_tests::NativeServer::start_with(
+        &[("REDIS_URL", &redis.url())],
+        &admin,
+        policies,
+        &["--timeout-ms", timeout_ms],
+    );
+    let api = redcount_tests::Api::new(serve.url(), &admin);
+    (redis, serve, api)
+}
+
 /// SIGTERM of `redcount serve` while Redis does not answer (SIGSTOP): serve exits within its
 /// shutdown bound, and the give-back of every lease it held was sent before it did, so Redis
 /// runs them all once it answers again (none of the lent units stays charged).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn serve_stopped_while_redis_is_paused_sends_every_give_back_within_its_bound() {
-    let redis = RedisServer::start();
-    let admin = redcount_tests::secret("admin");
     let policies = r#"{"held": {"kind": "quota", "algorithm": "fixed", "limit": 100000,
         "window_ms": 1000000000000, "borrow": {"units": 50, "ms": 30000}}}"#;
-    let mut serve = redcount_tests::NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        &admin,
-        policies,
-        &["--timeout-ms", "700"],
-    );
-    let api = redcount_tests::Api::new(serve.url(), &admin);
+    let (redis, mut serve, api) = serve_alone(policies, "700");
     let count = |subject: &str| -> i64 {
         let key = redcount_core::keys::quota("held", subject, "fw");
         redis::cmd("GET").arg(key).query::<Option<i64>>(&mut redis.conn()).unwrap().unwrap_or(0)
@@ -1206,16 +1212,8 @@ async fn serve_stopped_while_redis_is_paused_sends_every_give_back_within_its_bo
 /// "may have run") before serve exits, not cut off unanswered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn serve_stopped_during_a_call_longer_than_five_seconds_answers_it() {
-    let redis = RedisServer::start();
-    let admin = redcount_tests::secret("admin");
     let policies = r#"{"plain": {"kind": "quota", "algorithm": "fixed", "limit": 10, "window_ms": 1000000000000}}"#;
-    let mut serve = redcount_tests::NativeServer::start_with(
-        &[("REDIS_URL", &redis.url())],
-        &admin,
-        policies,
-        &["--timeout-ms", "6500"],
-    );
-    let api = redcount_tests::Api::new(serve.url(), &admin);
+    let (redis, mut serve, api) = serve_alone(policies, "6500");
     let subject = redcount_tests::uid("t");
     let path = format!("/api/quotas/plain/{subject}");
     assert_eq!(api.post(&path, "").await.json["allowed"], true, "{}", serve.log());
