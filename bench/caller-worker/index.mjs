@@ -2,7 +2,8 @@
 // one quota take per request (POST /<how>/<policy>/<subject>), through its RPC entrypoint with
 // the typed client as a user's worker calls it (`rpc`: a client made per request, its denial
 // cache on as by default), as an HTTP request to the same worker through a plain Service
-// binding (`http`), or over the network to the redcount worker served on its own (`public`, at
+// binding (`http`), through a binding to the floor worker's `Floor` (`floor`: the hop and one
+// fetch, no decision), or over the network to the redcount worker served on its own (`public`, at
 // REDCOUNT_URL), the last two with plain fetches: the call's path and nothing else.
 // The client is packages/client as built (`cargo xtask build-client`), what its package holds.
 import { Redcount } from "../../packages/client/dist/index.js";
@@ -13,6 +14,12 @@ export default {
     if (how === "rpc") {
       // The same answer as bench/ratelimit-worker's, as a caller would build its own.
       const r = await new Redcount({ binding: env.REDCOUNT }).take(policy, subject);
+      return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
+    }
+    if (how === "floor") {
+      // The floor of any limiter behind a binding (bench/floor-worker's `Floor`): the hop and
+      // one fetch to the front in the callee, no decision.
+      const r = await env.FLOOR.take(policy, subject);
       return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
     }
     const path = `/api/quotas/${policy}/${subject}`;

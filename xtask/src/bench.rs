@@ -89,9 +89,15 @@ fn redcount_dir(
 
 /// bench/caller-worker in one workerd with the redcount worker of `wdir`: a take through its
 /// RPC entrypoint (`/rpc/<policy>/`), as an HTTP request through a plain Service binding
-/// (`/http/<policy>/`), or over the network to the redcount worker served at `public_url`
-/// (`/public/<policy>/`).
-pub fn callers(work: &std::path::Path, wdir: &std::path::Path, public_url: &str) -> Result<workerd::Prepared, String> {
+/// (`/http/<policy>/`), through a binding to the floor worker of `fdir` (`/floor/<policy>/`: the
+/// hop and one fetch, no decision), or over the network to the redcount worker served at
+/// `public_url` (`/public/<policy>/`).
+pub fn callers(
+    work: &std::path::Path,
+    wdir: &std::path::Path,
+    fdir: &std::path::Path,
+    public_url: &str,
+) -> Result<workerd::Prepared, String> {
     let date = compatibility_date()?;
     let cdir = work.join("caller");
     worker_dir(
@@ -106,7 +112,9 @@ pub fn callers(work: &std::path::Path, wdir: &std::path::Path, public_url: &str)
     let mut caller = workerd::Worker::from_dir(&root(), &cdir, &cdir.join("bundle"))?;
     caller.bindings.push(workerd::Binding::service("REDCOUNT", &callee.name, Some("Redcount"), None));
     caller.bindings.push(workerd::Binding::service("REDCOUNT_HTTP", &callee.name, None, None));
-    workerd::prepare_with(&cdir, &caller, &[&callee])
+    let floor = workerd::Worker::from_dir(&root(), fdir, &cdir.join("floor"))?;
+    caller.bindings.push(workerd::Binding::service("FLOOR", &floor.name, Some("Floor"), None));
+    workerd::prepare_with(&cdir, &caller, &[&callee, &floor])
 }
 
 /// The sentence under the CPU table comparing the two callers' rows (each is two isolates'
@@ -404,7 +412,7 @@ pub fn all(part: Part) -> Result<(), String> {
         println!("\n{}", local_decisions(&ours, &far, &peer_one, &none, redis_port)?);
         return Ok(());
     }
-    let callers = callers(&work, &wdir, &format!("http://127.0.0.1:{}", ours.port))?;
+    let callers = callers(&work, &wdir, &fdir, &format!("http://127.0.0.1:{}", ours.port))?;
     let users = binding::Parts { callers: &callers, redcount: &ours, peer: &peer, peer_one: &peer_one, redis_port };
     let pids = [front.id(), redis.id()];
     if part == Part::Binding {

@@ -129,19 +129,38 @@ fn tables(title: &str, load: &[Caller], runs: &[Vec<Vec<Run>>]) -> String {
         load[0].name, load[1].name
     );
     for (c, conns) in CONNS.iter().enumerate() {
-        let (a, b) = (&runs[0][c], &runs[1][c]);
-        let ratio =
-            |f: &dyn Fn(&Run) -> f64| workerd::median(&a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect::<Vec<_>>());
-        let speed = ratio(&|x| x[0]);
+        let (speed, cpu) = ratios(&runs[0][c], &runs[1][c]);
         let _ = writeln!(
             t,
-            "| | {conns} | {speed:.2}x | {:.2}x | ≥ 1.0x requests/s | {} |",
-            ratio(&total),
+            "| | {conns} | {speed:.2}x | {cpu:.2}x | ≥ 1.0x requests/s | {} |",
             if speed >= 1.0 { "yes" } else { "no" }
         );
     }
+    // The floor's ratios: what no limiter behind a binding can pass.
+    if let Some(f) = load.iter().position(|c| c.name == FLOOR) {
+        let _ = write!(
+            t,
+            "\n| {} / {} | conns | requests/s | CPU per request |\n|---|---:|---:|---:|\n",
+            load[f].name, load[1].name
+        );
+        for (c, conns) in CONNS.iter().enumerate() {
+            let (speed, cpu) = ratios(&runs[f][c], &runs[1][c]);
+            let _ = writeln!(t, "| | {conns} | {speed:.2}x | {cpu:.2}x |");
+        }
+    }
     t
 }
+
+/// Requests/s and CPU per request of `a` over `b`, each the median of the rounds' ratios.
+fn ratios(a: &[Run], b: &[Run]) -> (f64, f64) {
+    let ratio =
+        |f: &dyn Fn(&Run) -> f64| workerd::median(&a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect::<Vec<_>>());
+    (ratio(&|x| x[0]), ratio(&total))
+}
+
+/// The floor's row: a caller through a binding to a callee that makes one fetch and decides
+/// nothing (bench/floor-worker's `Floor`).
+const FLOOR: &str = "caller → binding floor (hop + one INCR, no decision)";
 
 /// Measures both loads and returns the section, heading first.
 pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<String, String> {
@@ -155,6 +174,7 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
         Caller { name: BINDING, worker: parts.callers, path: "/rpc/bench-quota/b{tag}-" },
         Caller { name: INLINE, worker: parts.peer, path: "/cached/i{tag}-" },
         Caller { name: PUBLIC, worker: parts.callers, path: "/public/bench-quota/p{tag}-" },
+        Caller { name: FLOOR, worker: parts.callers, path: "/floor/bench-quota/f{tag}-" },
     ];
     let exhausted = [
         Caller { name: BINDING, worker: parts.callers, path: "/rpc/storm/x" },
@@ -185,7 +205,10 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
          its default ephemeral cache, fixed window.\n\
          - **caller → public HTTP**: the same caller `fetch`ing the redcount worker's\n  \
          `POST /api/quotas/…` (a plain fetch, no client), served by a second workerd on its own\n  \
-         port: the path without a binding.\n\n\
+         port: the path without a binding.\n\
+         - **binding floor**: the same caller through a Service binding to `bench/floor-worker`'s\n  \
+         `Floor` entrypoint, whose `take` makes one fetch to the front (an INCR) and decides nothing:\n  \
+         the hop and a fetch, less than any limiter behind a binding can cost.\n\n\
          Both sides use redcount-rest (one worker thread, a release build) and one Redis, and the same\n\
          policy: a fixed window of 500 an hour (`bench-quota`) for allowed traffic over fresh subjects\n\
          (1,000 per connection), a limit of 1 (`storm`) for the flood of one exhausted subject; each\n\
