@@ -369,9 +369,10 @@ fn limits(args: &ServeArgs) -> redcount_http::Limits {
         max_per_ip: args.max_connections_per_ip,
         header_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
         stall_timeout: timeout.max(std::time::Duration::from_secs(1)),
-        // The longest a request takes: its body (--timeout-ms), a wait of 2 s at most for a
-        // borrow under way, two calls (EVAL after NOSCRIPT); and a second to write the answer.
-        drain_timeout: (3 * timeout + std::time::Duration::from_secs(3)).max(std::time::Duration::from_secs(5)),
+        // The longest a request takes: its body (--timeout-ms), a wait for a borrow under way,
+        // two calls (EVAL after NOSCRIPT); and a second to write the answer.
+        drain_timeout: (3 * timeout + redcount_cli::serve::MOST_WAIT + std::time::Duration::from_secs(1))
+            .max(std::time::Duration::from_secs(5)),
     }
 }
 

@@ -43,7 +43,10 @@ const DENIALS: usize = 16_384;
 /// Leases one process holds at most.
 const LEASES: usize = 1_024;
 /// Longest a take waits for a borrow of the same subject under way before asking Redis itself.
-const MOST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub const MOST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest a graceful shutdown waits for the answers of its give-backs (each call is bounded
+/// by `--timeout-ms` too); those unanswered by then may still run once Redis reads them.
+pub const GIVE_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How often leases that ended while the server was idle are looked for.
 const LEASE_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -162,7 +165,7 @@ fn background(s: &Arc<Server>) {
     }
 }
 
-/// A graceful shutdown: every unused unit of every lease given back (within 5 s), and those
+/// A graceful shutdown: every unused unit of every lease given back (within [`GIVE_BACK_WAIT`]), and those
 /// of borrows and renewals answered meanwhile. The give-backs go out at once, each in a task
 /// of its own: one round trip for all of them, and every one sent before the bound even while
 /// Redis does not answer (it runs them when it does).
@@ -200,8 +203,8 @@ async fn give_back(s: &Arc<Server>) {
         }
         while sent.join_next().await.is_some() {}
     };
-    if tokio::time::timeout(std::time::Duration::from_secs(5), all).await.is_err() {
-        tracing::warn!("shutdown: not every lease's give-back was answered within 5 s");
+    if tokio::time::timeout(GIVE_BACK_WAIT, all).await.is_err() {
+        tracing::warn!("shutdown: not every lease's give-back was answered within {GIVE_BACK_WAIT:?}");
     }
     // Unanswered ones may have run (or run later, once Redis reads them), or not: their units
     // then stay charged.
