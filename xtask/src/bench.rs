@@ -90,8 +90,9 @@ fn redcount_dir(
 /// bench/caller-worker in one workerd with the redcount worker of `wdir`: a take through its
 /// RPC entrypoint (`/rpc/<policy>/`), as an HTTP request through a plain Service binding
 /// (`/http/<policy>/`), through a binding to the floor worker of `fdir` (`/floor/<policy>/`: the
-/// hop and one fetch, no decision), or over the network to the redcount worker served at
-/// `public_url` (`/public/<policy>/`).
+/// hop and one fetch, no decision), with the redcount worker's module in the caller's isolate
+/// (`/inline/<policy>/`), or over the network to the redcount worker served at `public_url`
+/// (`/public/<policy>/`).
 pub fn callers(
     work: &std::path::Path,
     wdir: &std::path::Path,
@@ -103,10 +104,12 @@ pub fn callers(
     worker_dir(
         &cdir,
         &format!(
-            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\n[vars]\nREDCOUNT_URL = \"{public_url}\"\n",
-            root().join("bench/caller-worker/index.mjs").display()
+            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\nkeep_names = false\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nPUBLIC_URL = \"{public_url}\"\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
+            root().join("bench/caller-worker/index.mjs").display(),
+            root().join("www").display()
         ),
-        "",
+        // The redcount worker's REST target and admin token, for the module run inline.
+        &std::fs::read_to_string(wdir.join(".dev.vars")).map_err(|e| e.to_string())?,
     )?;
     let callee = workerd::Worker::from_dir(&root(), wdir, &cdir.join("callee"))?;
     let mut caller = workerd::Worker::from_dir(&root(), &cdir, &cdir.join("bundle"))?;

@@ -136,8 +136,9 @@ fn tables(title: &str, load: &[Caller], runs: &[Vec<Vec<Run>>]) -> String {
             if speed >= 1.0 { "yes" } else { "no" }
         );
     }
-    // The floor's ratios: what no limiter behind a binding can pass.
-    if let Some(f) = load.iter().position(|c| c.name == FLOOR) {
+    // The references' ratios: the floor (what no limiter behind a binding can pass) and
+    // redcount's module in the caller's isolate (no hop).
+    for f in (0..load.len()).filter(|&k| [FLOOR, INLINE_MODULE].contains(&load[k].name)) {
         let _ = write!(
             t,
             "\n| {} / {} | conns | requests/s | CPU per request |\n|---|---:|---:|---:|\n",
@@ -162,6 +163,9 @@ fn ratios(a: &[Run], b: &[Run]) -> (f64, f64) {
 /// nothing (bench/floor-worker's `Floor`).
 const FLOOR: &str = "caller → binding floor (hop + one INCR, no decision)";
 
+/// The row of redcount's module in the caller's own isolate: no binding, no hop.
+const INLINE_MODULE: &str = "redcount's module in the caller (no hop)";
+
 /// Measures both loads and returns the section, heading first.
 pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<String, String> {
     // The redcount worker on its own port, for the public HTTP path (idle otherwise).
@@ -175,11 +179,13 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
         Caller { name: INLINE, worker: parts.peer, path: "/cached/i{tag}-" },
         Caller { name: PUBLIC, worker: parts.callers, path: "/public/bench-quota/p{tag}-" },
         Caller { name: FLOOR, worker: parts.callers, path: "/floor/bench-quota/f{tag}-" },
+        Caller { name: INLINE_MODULE, worker: parts.callers, path: "/inline/bench-quota/n{tag}-" },
     ];
     let exhausted = [
         Caller { name: BINDING, worker: parts.callers, path: "/rpc/storm/x" },
         Caller { name: INLINE, worker: parts.peer_one, path: "/cached/x" },
         Caller { name: PUBLIC, worker: parts.callers, path: "/public/storm/x" },
+        Caller { name: INLINE_MODULE, worker: parts.callers, path: "/inline/storm/x" },
     ];
     let allowed_runs = measure(parts, &allowed, false, &pids)?;
     let exhausted_runs = measure(parts, &exhausted, true, &pids)?;
@@ -208,7 +214,11 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
          port: the path without a binding.\n\
          - **binding floor**: the same caller through a Service binding to `bench/floor-worker`'s\n  \
          `Floor` entrypoint, whose `take` makes one fetch to the front (an INCR) and decides nothing:\n  \
-         the hop and a fetch, less than any limiter behind a binding can cost.\n\n\
+         the hop and a fetch, less than any limiter behind a binding can cost.\n\
+         - **redcount's module in the caller**: the same caller with the redcount worker's module\n  \
+         imported into its own isolate, its `Redcount` entrypoint's `take` called as a function on\n  \
+         the caller's REDCOUNT_* vars: redcount run as a library, without the binding's hop (a\n  \
+         reference for that design; not an interface the client offers today).\n\n\
          Both sides use redcount-rest (one worker thread, a release build) and one Redis, and the same\n\
          policy: a fixed window of 500 an hour (`bench-quota`) for allowed traffic over fresh subjects\n\
          (1,000 per connection), a limit of 1 (`storm`) for the flood of one exhausted subject; each\n\
