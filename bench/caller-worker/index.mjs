@@ -3,13 +3,13 @@
 // the typed client as a user's worker calls it (`rpc`: a client made per request, its denial
 // cache on as by default), as an HTTP request to the same worker through a plain Service
 // binding (`http`), through a binding to the floor worker's `Floor` (`floor`: the hop and one
-// fetch, no decision), with the redcount worker's module in this isolate (`inline`: its
-// `Redcount` entrypoint's method called as a function, on this worker's REDCOUNT_* vars; no
-// binding, no hop, as a library runs), or over the network to the redcount worker served on its own (`public`, at
+// fetch, no decision), with redcount's engine in this isolate (`inline`: the typed client over
+// `@redcount/client/engine`, on this worker's REDCOUNT_* vars; no binding, no hop, as a
+// library runs), or over the network to the redcount worker served on its own (`public`, at
 // PUBLIC_URL), the last two with plain fetches: the call's path and nothing else.
 // The client is packages/client as built (`cargo xtask build-client`), what its package holds.
 import { Redcount } from "../../packages/client/dist/index.js";
-import { Redcount as Engine } from "../../crates/redcount-worker/build/index.js";
+import { engine } from "../../packages/client/dist/engine.js";
 
 export default {
   async fetch(request, env, ctx) {
@@ -20,7 +20,7 @@ export default {
       return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
     }
     if (how === "inline") {
-      const r = await Engine.prototype.take.call({ env, ctx }, policy, subject);
+      const r = await new Redcount({ binding: engine(env, ctx), cacheDenials: false }).take(policy, subject);
       return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
     }
     if (how === "floor") {

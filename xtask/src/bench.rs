@@ -90,8 +90,8 @@ fn redcount_dir(
 /// bench/caller-worker in one workerd with the redcount worker of `wdir`: a take through its
 /// RPC entrypoint (`/rpc/<policy>/`), as an HTTP request through a plain Service binding
 /// (`/http/<policy>/`), through a binding to the floor worker of `fdir` (`/floor/<policy>/`: the
-/// hop and one fetch, no decision), with the redcount worker's module in the caller's isolate
-/// (`/inline/<policy>/`), or over the network to the redcount worker served at `public_url`
+/// hop and one fetch, no decision), with redcount's engine in the caller's isolate
+/// (`/inline/<policy>/`: @redcount/client/engine), or over the network to the redcount worker served at `public_url`
 /// (`/public/<policy>/`).
 pub fn callers(
     work: &std::path::Path,
@@ -104,11 +104,10 @@ pub fn callers(
     worker_dir(
         &cdir,
         &format!(
-            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\nkeep_names = false\n[assets]\ndirectory = \"{}\"\nbinding = \"ASSETS\"\n[vars]\nPUBLIC_URL = \"{public_url}\"\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
-            root().join("bench/caller-worker/index.mjs").display(),
-            root().join("www").display()
+            "name = \"caller\"\nmain = \"{}\"\ncompatibility_date = \"{date}\"\nkeep_names = false\n[vars]\nPUBLIC_URL = \"{public_url}\"\nREDCOUNT_POLICIES = '''{BENCH_POLICIES}'''\n",
+            root().join("bench/caller-worker/index.mjs").display()
         ),
-        // The redcount worker's REST target and admin token, for the module run inline.
+        // The redcount worker's REST target and admin token, for the engine in the caller.
         &std::fs::read_to_string(wdir.join(".dev.vars")).map_err(|e| e.to_string())?,
     )?;
     let callee = workerd::Worker::from_dir(&root(), wdir, &cdir.join("callee"))?;

@@ -10,7 +10,8 @@ use crate::setup::{root, run, target_dir};
 /// The examples that depend on the client.
 const EXAMPLES: [&str; 2] = ["caller-worker", "llm-gateway"];
 
-/// Checks src/generated.ts against openapi.json, compiles the package into dist/, packs it
+/// Checks src/generated.ts against openapi.json, compiles the package into dist/ with the
+/// worker's module (crates/redcount-worker/build) as dist/engine/, packs it
 /// unpacks the tarball as each example's `@redcount/client` and type-checks the example with
 /// it. Returns the tarball.
 pub fn build() -> Result<PathBuf, String> {
@@ -18,6 +19,32 @@ pub fn build() -> Result<PathBuf, String> {
     let package = root.join("packages/client");
     run(Command::new("node").arg(package.join("scripts/generate.mjs")).arg("--check"))?;
     run(Command::new(root.join("node_modules/.bin/tsc")).arg("-p").arg(package.join("tsconfig.json")))?;
+    // `@redcount/client/engine`: the worker's module as build-worker leaves it, beside engine.js.
+    let engine = package.join("dist/engine");
+    let _ = std::fs::remove_dir_all(&engine);
+    std::fs::create_dir_all(&engine).map_err(|e| e.to_string())?;
+    let build = root.join("crates/redcount-worker/build");
+    for (from, to) in [("index.js", "worker.js"), ("redcount_worker_bg.wasm", "redcount_worker_bg.wasm")] {
+        std::fs::copy(build.join(from), engine.join(to))
+            .map_err(|e| format!("{}: {e} (run cargo xtask build-worker first)", build.join(from).display()))?;
+    }
+    // And the scripts it would fetch from its static assets after a NOSCRIPT, by SHA-1.
+    let mut scripts = String::from("export default {\n");
+    let lua = root.join("www/lua");
+    let mut names: Vec<_> = std::fs::read_dir(&lua)
+        .map_err(|e| format!("{}: {e} (run cargo xtask build-worker first)", lua.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "lua"))
+        .collect();
+    names.sort();
+    for path in names {
+        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        let sha = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let quoted = serde_json::to_string(&text).map_err(|e| e.to_string())?;
+        scripts.push_str(&format!("  \"{sha}\": {quoted},\n"));
+    }
+    scripts.push_str("};\n");
+    std::fs::write(engine.join("scripts.js"), scripts).map_err(|e| e.to_string())?;
     let packed = target_dir().join("client");
     let _ = std::fs::remove_dir_all(&packed);
     std::fs::create_dir_all(&packed).map_err(|e| e.to_string())?;

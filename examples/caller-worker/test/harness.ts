@@ -4,6 +4,7 @@
 // calls cancelled while in flight. Not part of the example a user copies.
 import app from "../src/index";
 import * as lib from "@redcount/client";
+import { type EngineContext, engine } from "@redcount/client/engine";
 import { contract } from "../../../packages/client/test/contract.mjs";
 
 type Bindings = { [name: string]: any };
@@ -19,9 +20,29 @@ test.post("/test/contract", async (c) => {
   }
 });
 
+// Every method with redcount's engine in this isolate (no binding; this worker's REDCOUNT_*
+// vars): the same contract.
+test.post("/test/contract-engine", async (c) => {
+  const make = (admin: boolean) =>
+    new lib.Redcount({ binding: engine(c.env, c.executionCtx, admin ? { admin: true } : undefined), cacheDenials: false });
+  try {
+    return c.json({ calls: await contract(lib, make, crypto.randomUUID().slice(0, 8)) });
+  } catch (e) {
+    return c.json({ failed: String(e) }, 500);
+  }
+});
+
+// The binding named `binding`; ENGINE (public rights) and ENGINE_ADMIN: the engine instead.
+function target(c: { env: Bindings; executionCtx: EngineContext }, name: string): lib.Binding {
+  if (name === "ENGINE" || name === "ENGINE_ADMIN") {
+    return engine(c.env, c.executionCtx, name === "ENGINE_ADMIN" ? { admin: true } : undefined);
+  }
+  return c.env[name];
+}
+
 // One call: `args` (the JSON body) to `method` through the binding named `binding`.
 test.post("/test/call/:binding/:method", async (c) => {
-  const client = new lib.Redcount({ binding: c.env[c.req.param("binding")] });
+  const client = new lib.Redcount({ binding: target(c, c.req.param("binding")) });
   try {
     return c.json({ value: await client.call(c.req.param("method") as lib.MethodName, await c.req.json()) });
   } catch (e) {

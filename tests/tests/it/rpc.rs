@@ -108,6 +108,13 @@ pub(crate) fn own_worker(
     write(&dir.join("caller"), &format!("name = \"caller\"\nmain = \"{}\"\n{date}\n{flags}\n", main.display()), "");
     let redcount = Worker::from_dir(&root, &dir.join("redcount"), &dir.join("redcount/bundle")).unwrap();
     let mut caller = Worker::from_dir(&root, &dir.join("caller"), &dir.join("caller/bundle")).unwrap();
+    // What @redcount/client/engine reads in the caller, as the redcount worker does.
+    let engine = [
+        ("REDCOUNT_POLICIES", policies.to_string()),
+        ("REDCOUNT_REST_URL", front.url()),
+        ("REDCOUNT_REST_TOKEN", front.token.clone()),
+    ];
+    caller.bindings.extend(engine.into_iter().map(|(k, v)| Binding::Text(k.to_string(), v)));
     caller.bindings.extend(vars.iter().map(|(k, v)| Binding::Text(k.to_string(), v.clone())));
     caller.bindings.extend(bindings);
     let port = free_port();
@@ -199,6 +206,23 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
     let c = s.api.post("/test/contract", "").await;
     assert_eq!(c.status, 200, "{}\n{}", c.json, s.log());
     assert!(c.json["calls"].as_u64().unwrap() > 40, "{}", c.json);
+
+    // redcount's engine in the caller's own isolate (@redcount/client/engine, no binding, the
+    // caller's REDCOUNT_* vars): the same contract and typed errors, the same state as the
+    // binding's calls, the rights only its props give, and the scripts at hand when Redis has
+    // lost them.
+    let c = s.api.post("/test/contract-engine", "").await;
+    assert_eq!(c.status, 200, "{}\n{}", c.json, s.log());
+    assert!(c.json["calls"].as_u64().unwrap() > 40, "{}", c.json);
+    refused(s.call("ENGINE", "take", json!(["daily-prize", "e", {"cost": 2.5}])).await, 400, Some("cost"));
+    refused(s.call("ENGINE", "take", json!(["nope", "e"])).await, 404, Some("policy"));
+    let shared = format!("shared-{run}");
+    assert!(allowed(s.call("REDCOUNT", "take", json!(["one-a-day", shared])).await));
+    assert!(!allowed(s.call("ENGINE", "take", json!(["one-a-day", shared])).await));
+    refused(s.call("ENGINE", "reset", json!(["one-a-day", shared])).await, 401, None);
+    s.call("ENGINE_ADMIN", "reset", json!(["one-a-day", shared])).await.unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.redis.conn()).unwrap();
+    assert!(allowed(s.call("ENGINE", "take", json!(["one-a-day", shared])).await));
 
     // Typed errors: status, message and field survive the binding.
     refused(s.call("REDCOUNT", "take", json!(["daily-prize", "e", {"cost": 2.5}])).await, 400, Some("cost"));

@@ -163,8 +163,8 @@ fn ratios(a: &[Run], b: &[Run]) -> (f64, f64) {
 /// nothing (bench/floor-worker's `Floor`).
 const FLOOR: &str = "caller → binding floor (hop + one INCR, no decision)";
 
-/// The row of redcount's module in the caller's own isolate: no binding, no hop.
-const INLINE_MODULE: &str = "redcount's module in the caller (no hop)";
+/// The row of redcount's engine in the caller's own isolate: no binding, no hop.
+const INLINE_MODULE: &str = "redcount's engine in the caller (no hop)";
 
 /// Measures both loads and returns the section, heading first.
 pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<String, String> {
@@ -215,10 +215,10 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
          - **binding floor**: the same caller through a Service binding to `bench/floor-worker`'s\n  \
          `Floor` entrypoint, whose `take` makes one fetch to the front (an INCR) and decides nothing:\n  \
          the hop and a fetch, less than any limiter behind a binding can cost.\n\
-         - **redcount's module in the caller**: the same caller with the redcount worker's module\n  \
-         imported into its own isolate, its `Redcount` entrypoint's `take` called as a function on\n  \
-         the caller's REDCOUNT_* vars: redcount run as a library, without the binding's hop (a\n  \
-         reference for that design; not an interface the client offers today).\n\n\
+         - **redcount's engine in the caller**: the same caller with redcount's engine in its own\n  \
+         isolate (`new Redcount({{ binding: engine(env, ctx), cacheDenials: false }})`, the engine from\n  \
+         `@redcount/client/engine`, on the caller's REDCOUNT_* vars): redcount run as a library,\n  \
+         without the binding's hop.\n\n\
          Both sides use redcount-rest (one worker thread, a release build) and one Redis, and the same\n\
          policy: a fixed window of 500 an hour (`bench-quota`) for allowed traffic over fresh subjects\n\
          (1,000 per connection), a limit of 1 (`storm`) for the flood of one exhausted subject; each\n\

@@ -1,0 +1,70 @@
+// redcount's decisions in the caller's own isolate: the redcount worker's module (its wasm and
+// shell, as `cargo xtask build-worker` makes them, copied beside this file as engine/ by
+// `cargo xtask build-client`), called as a library, with no Service binding between. The
+// caller then holds the REST front's token itself, as with @upstash/ratelimit.
+import type { Binding } from "./index.js";
+// @ts-ignore: plain JavaScript, copied into dist/engine/ when the package is built.
+import { Redcount as Entrypoint } from "./engine/worker.js";
+// @ts-ignore: the worker's Lua scripts by SHA-1 (www/lua), written there at the same time.
+import scripts from "./engine/scripts.js";
+
+// What the worker gets from its static assets: a script's text when Redis has lost it (NOSCRIPT).
+const ASSETS = {
+  async fetch(url: string): Promise<Response> {
+    const sha = /\/lua\/([0-9a-f]{40})\.lua$/.exec(url)?.[1];
+    const text = sha === undefined ? undefined : (scripts as Record<string, string>)[sha];
+    return text === undefined ? new Response(null, { status: 404 }) : new Response(text);
+  },
+};
+
+// The environment the worker's module reads: the caller's, with the scripts as its assets;
+// one per caller env, so the module reads the configuration once (it re-reads on a new object).
+const envs = new WeakMap<object, object>();
+
+/** What the engine needs of the caller's request context: its `waitUntil`. */
+export interface EngineContext {
+  waitUntil(promise: Promise<unknown>): void;
+}
+
+/** The rights a call gets, as a Service binding's props give them to the worker. */
+export interface EngineProps {
+  /** Confines every key the calls touch to this tenant. */
+  namespace?: string;
+  /** The admin rights (within the namespace). */
+  admin?: boolean;
+}
+
+/**
+ * redcount in this isolate, for `new Redcount({ binding: engine(env, ctx) })`: the same methods,
+ * answers and typed errors as the Service binding, without its hop. `env` holds the worker's
+ * configuration (`REDCOUNT_POLICIES`, `REDCOUNT_REST_URL`, `REDCOUNT_REST_TOKEN`, as the redcount
+ * worker reads them); `ctx` is this request's (its `waitUntil` keeps lease renewals and
+ * give-backs running after the answer). Make one per request. The engine keeps its own denial
+ * cache and leases in this isolate, so the client's cache adds nothing: pass
+ * `cacheDenials: false`.
+ *
+ * ```ts
+ * import { Redcount } from "@redcount/client";
+ * import { engine } from "@redcount/client/engine";
+ *
+ * export default {
+ *   async fetch(request: Request, env: Env, ctx: ExecutionContext) {
+ *     const redcount = new Redcount({ binding: engine(env, ctx), cacheDenials: false });
+ *     const r = await redcount.take("per-user", "alice");
+ *     return r.allowed ? new Response("hello") : new Response("later", { status: 429 });
+ *   },
+ * };
+ * ```
+ */
+export function engine(env: object, ctx: EngineContext, props?: EngineProps): Binding {
+  // The entrypoint's methods read `this.env` and `this.ctx` (its `waitUntil` and `props`).
+  let own = envs.get(env);
+  if (own === undefined) {
+    own = { ...env, ASSETS };
+    envs.set(env, own);
+  }
+  const self = Object.create(Entrypoint.prototype);
+  self.env = own;
+  self.ctx = { waitUntil: (p: Promise<unknown>) => ctx.waitUntil(p), props };
+  return self as Binding;
+}
