@@ -20,7 +20,7 @@ export default {
       return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
     }
     if (how === "inline") {
-      const r = await new Redcount({ binding: engine(env, ctx), cacheDenials: false }).take(policy, subject);
+      const r = await new Redcount({ binding: engine(env, ctx) }).take(policy, subject);
       return Response.json({ allowed: r.allowed, remaining: r.remaining, limit: r.limit, reset: r.reset_ms });
     }
     if (how === "floor") {

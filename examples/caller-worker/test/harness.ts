@@ -24,7 +24,7 @@ test.post("/test/contract", async (c) => {
 // vars): the same contract.
 test.post("/test/contract-engine", async (c) => {
   const make = (admin: boolean) =>
-    new lib.Redcount({ binding: engine(c.env, c.executionCtx, admin ? { admin: true } : undefined), cacheDenials: false });
+    new lib.Redcount({ binding: engine(c.env, c.executionCtx, admin ? { admin: true } : undefined) });
   try {
     return c.json({ calls: await contract(lib, make, crypto.randomUUID().slice(0, 8)) });
   } catch (e) {

@@ -80,13 +80,22 @@ function now(): number {
   return t;
 }
 
+/** Objects that stand for another target (an engine made per request, for its env and props). */
+const aliases = new WeakMap<object, object>();
+
+/** Makes `o` the same target as `as` for the denial cache. */
+export function alias(o: object, as: object): void {
+  aliases.set(o, as);
+}
+
 /** A number for an object (a binding, a fetch), the same for as long as it lives (0 for none). */
 export function idOf(o: unknown): number {
   if ((typeof o !== "object" && typeof o !== "function") || o === null) return 0;
-  let id = ids.get(o);
+  o = aliases.get(o) ?? o;
+  let id = ids.get(o as object);
   if (id === undefined) {
     id = ++made;
-    ids.set(o, id);
+    ids.set(o as object, id);
   }
   return id;
 }

@@ -2,6 +2,7 @@
 // shell, as `cargo xtask build-worker` makes them, copied beside this file as engine/ by
 // `cargo xtask build-client`), called as a library, with no Service binding between. The
 // caller then holds the REST front's token itself, as with @upstash/ratelimit.
+import { alias } from "./cache.js";
 import type { Binding } from "./index.js";
 // @ts-ignore: plain JavaScript, copied into dist/engine/ when the package is built.
 import { Redcount as Entrypoint } from "./engine/worker.js";
@@ -19,7 +20,8 @@ const ASSETS = {
 
 // The environment the worker's module reads: the caller's, with the scripts as its assets;
 // one per caller env, so the module reads the configuration once (it re-reads on a new object).
-const envs = new WeakMap<object, object>();
+// And per props, the one target the client's denial cache sees for every engine of those.
+const envs = new WeakMap<object, { env: object; targets: Map<string, object> }>();
 
 /** What the engine needs of the caller's request context: its `waitUntil`. */
 export interface EngineContext {
@@ -39,9 +41,9 @@ export interface EngineProps {
  * answers and typed errors as the Service binding, without its hop. `env` holds the worker's
  * configuration (`REDCOUNT_POLICIES`, `REDCOUNT_REST_URL`, `REDCOUNT_REST_TOKEN`, as the redcount
  * worker reads them); `ctx` is this request's (its `waitUntil` keeps lease renewals and
- * give-backs running after the answer). Make one per request. The engine keeps its own denial
- * cache and leases in this isolate, so the client's cache adds nothing: pass
- * `cacheDenials: false`.
+ * give-backs running after the answer). Make one per request: engines of the same `env` and
+ * props are one target for the client's denial cache, which answers a denied subject again
+ * before the engine is asked (the engine keeps its own denials and leases too).
  *
  * ```ts
  * import { Redcount } from "@redcount/client";
@@ -49,7 +51,7 @@ export interface EngineProps {
  *
  * export default {
  *   async fetch(request: Request, env: Env, ctx: ExecutionContext) {
- *     const redcount = new Redcount({ binding: engine(env, ctx), cacheDenials: false });
+ *     const redcount = new Redcount({ binding: engine(env, ctx) });
  *     const r = await redcount.take("per-user", "alice");
  *     return r.allowed ? new Response("hello") : new Response("later", { status: 429 });
  *   },
@@ -60,11 +62,19 @@ export function engine(env: object, ctx: EngineContext, props?: EngineProps): Bi
   // The entrypoint's methods read `this.env` and `this.ctx` (its `waitUntil` and `props`).
   let own = envs.get(env);
   if (own === undefined) {
-    own = { ...env, ASSETS };
+    own = { env: { ...env, ASSETS }, targets: new Map() };
     envs.set(env, own);
   }
   const self = Object.create(Entrypoint.prototype);
-  self.env = own;
+  self.env = own.env;
   self.ctx = { waitUntil: (p: Promise<unknown>) => ctx.waitUntil(p), props };
+  // Engines of one env and the same props answer alike: one target for the client's cache.
+  const scope = JSON.stringify([props?.namespace ?? null, props?.admin === true]);
+  let target = own.targets.get(scope);
+  if (target === undefined) {
+    target = {};
+    own.targets.set(scope, target);
+  }
+  alias(self, target);
   return self as Binding;
 }

@@ -216,7 +216,7 @@ pub fn section(parts: &Parts, front_and_redis: &[Option<u32>; 2]) -> Result<Stri
          `Floor` entrypoint, whose `take` makes one fetch to the front (an INCR) and decides nothing:\n  \
          the hop and a fetch, less than any limiter behind a binding can cost.\n\
          - **redcount's engine in the caller**: the same caller with redcount's engine in its own\n  \
-         isolate (`new Redcount({{ binding: engine(env, ctx), cacheDenials: false }})`, the engine from\n  \
+         isolate (`new Redcount({{ binding: engine(env, ctx) }})`, the engine from\n  \
          `@redcount/client/engine`, on the caller's REDCOUNT_* vars): redcount run as a library,\n  \
          without the binding's hop.\n\n\
          Both sides use redcount-rest (one worker thread, a release build) and one Redis, and the same\n\
