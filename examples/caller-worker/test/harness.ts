@@ -32,13 +32,25 @@ test.post("/test/contract-engine", async (c) => {
   }
 });
 
-// The binding named `binding`; ENGINE (public rights) and ENGINE_ADMIN: the engine instead.
+// The binding named `binding`; ENGINE (public rights), ENGINE_ADMIN and ENGINE_BAD (props that
+// are no rights): the engine instead.
+const ENGINES: { [name: string]: object | undefined } = { ENGINE: undefined, ENGINE_ADMIN: { admin: true }, ENGINE_BAD: { zzz: 1 } };
 function target(c: { env: Bindings; executionCtx: EngineContext }, name: string): lib.Binding {
-  if (name === "ENGINE" || name === "ENGINE_ADMIN") {
-    return engine(c.env, c.executionCtx, name === "ENGINE_ADMIN" ? { admin: true } : undefined);
-  }
+  if (name in ENGINES) return engine(c.env, c.executionCtx, ENGINES[name]);
   return c.env[name];
 }
+
+// A take through an engine of another env object: `same` REDCOUNT_* vars, or `other` ones
+// (one configuration per isolate: refused). The answer, or the thrown message.
+test.post("/test/engine-env/:kind/:subject", async (c) => {
+  const env = c.req.param("kind") === "same" ? { ...c.env } : { ...c.env, REDCOUNT_POLICIES: "{}" };
+  try {
+    const client = new lib.Redcount({ binding: engine(env, c.executionCtx) });
+    return c.json({ value: await client.take("one-a-day", c.req.param("subject")) });
+  } catch (e) {
+    return c.json({ thrown: e instanceof Error ? `${e.name}: ${e.message}` : String(e) });
+  }
+});
 
 // One call: `args` (the JSON body) to `method` through the binding named `binding`.
 test.post("/test/call/:binding/:method", async (c) => {

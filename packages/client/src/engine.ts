@@ -20,8 +20,31 @@ const ASSETS = {
 
 // The environment the worker's module reads: the caller's, with the scripts as its assets;
 // one per caller env, so the module reads the configuration once (it re-reads on a new object).
-// And per props, the one target the client's denial cache sees for every engine of those.
+// And per props (as written), the one target the client's denial cache sees for every engine
+// of those; at most TARGETS of them kept, so props made per request cannot grow the isolate.
 const envs = new WeakMap<object, { env: object; targets: Map<string, object> }>();
+const TARGETS = 1024;
+
+// The REDCOUNT_* vars of the first env: the module keeps one configuration (its leases, denials
+// and calls in flight are of it), so an env that configures it otherwise is refused rather than
+// switched to under those calls.
+let configuration: string | undefined;
+
+function configurationOf(env: object): string {
+  const parts: string[] = [];
+  for (const [name, value] of Object.entries(env)) {
+    if (typeof value === "string" && name.startsWith("REDCOUNT_")) parts.push(name, value);
+  }
+  return parts.join("\0");
+}
+
+function json(value: unknown): string | undefined {
+  try {
+    return JSON.stringify(value ?? null);
+  } catch {
+    return undefined;
+  }
+}
 
 /** What the engine needs of the caller's request context: its `waitUntil`. */
 export interface EngineContext {
@@ -43,7 +66,9 @@ export interface EngineProps {
  * worker reads them); `ctx` is this request's (its `waitUntil` keeps lease renewals and
  * give-backs running after the answer). Make one per request: engines of the same `env` and
  * props are one target for the client's denial cache, which answers a denied subject again
- * before the engine is asked (the engine keeps its own denials and leases too).
+ * before the engine is asked (the engine keeps its own denials and leases too). One
+ * configuration per isolate: an `env` whose `REDCOUNT_*` vars differ from the first one's is
+ * refused (a `TypeError`).
  *
  * ```ts
  * import { Redcount } from "@redcount/client";
@@ -59,22 +84,33 @@ export interface EngineProps {
  * ```
  */
 export function engine(env: object, ctx: EngineContext, props?: EngineProps): Binding {
+  if (typeof env !== "object" || env === null) throw new TypeError("engine(env, ctx): env is the Worker's env");
+  if (typeof ctx?.waitUntil !== "function") throw new TypeError("engine(env, ctx): ctx is the request's context");
   // The entrypoint's methods read `this.env` and `this.ctx` (its `waitUntil` and `props`).
   let own = envs.get(env);
   if (own === undefined) {
+    const vars = configurationOf(env);
+    configuration ??= vars;
+    if (vars !== configuration) {
+      throw new TypeError("engine(env, ctx): one redcount configuration per isolate, and this env's REDCOUNT_* vars differ from the first one's");
+    }
     own = { env: { ...env, ASSETS }, targets: new Map() };
     envs.set(env, own);
   }
   const self = Object.create(Entrypoint.prototype);
   self.env = own.env;
   self.ctx = { waitUntil: (p: Promise<unknown>) => ctx.waitUntil(p), props };
-  // Engines of one env and the same props answer alike: one target for the client's cache.
-  const scope = JSON.stringify([props?.namespace ?? null, props?.admin === true]);
-  let target = own.targets.get(scope);
-  if (target === undefined) {
-    target = {};
-    own.targets.set(scope, target);
+  // Engines of one env and the same props answer alike: one target for the client's cache
+  // (props that are not JSON, or longer than any valid ones, get none: the module refuses them).
+  const scope = json(props);
+  if (scope !== undefined && scope.length <= 256) {
+    let target = own.targets.get(scope);
+    if (target === undefined) {
+      if (own.targets.size >= TARGETS) own.targets.clear();
+      target = {};
+      own.targets.set(scope, target);
+    }
+    alias(self, target);
   }
-  alias(self, target);
   return self as Binding;
 }

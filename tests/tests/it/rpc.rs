@@ -219,6 +219,18 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
     let shared = format!("shared-{run}");
     assert!(allowed(s.call("REDCOUNT", "take", json!(["one-a-day", shared])).await));
     assert!(!allowed(s.call("ENGINE", "take", json!(["one-a-day", shared])).await));
+    // Props that give no rights are refused, never answered from the denial just cached.
+    refused(s.call("ENGINE_BAD", "take", json!(["one-a-day", shared])).await, 500, None);
+    // One configuration per isolate: another env object with the same REDCOUNT_* vars is the
+    // same engine; one with others is refused (switching under calls in flight over-admitted).
+    let same = s.api.post(&format!("/test/engine-env/same/{shared}"), "").await;
+    assert_eq!(same.json["value"]["allowed"], json!(false), "{}", same.json);
+    let other = s.api.post(&format!("/test/engine-env/other/{shared}"), "").await;
+    assert!(
+        other.json["thrown"].as_str().is_some_and(|m| m.starts_with("TypeError") && m.contains("one redcount configuration")),
+        "{}",
+        other.json
+    );
     refused(s.call("ENGINE", "reset", json!(["one-a-day", shared])).await, 401, None);
     s.call("ENGINE_ADMIN", "reset", json!(["one-a-day", shared])).await.unwrap();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.redis.conn()).unwrap();
