@@ -227,7 +227,9 @@ async fn a_worker_of_ones_own_through_a_service_binding() {
     assert_eq!(same.json["value"]["allowed"], json!(false), "{}", same.json);
     let other = s.api.post(&format!("/test/engine-env/other/{shared}"), "").await;
     assert!(
-        other.json["thrown"].as_str().is_some_and(|m| m.starts_with("TypeError") && m.contains("one redcount configuration")),
+        other.json["thrown"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("TypeError") && m.contains("one redcount configuration")),
         "{}",
         other.json
     );
