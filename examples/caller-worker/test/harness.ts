@@ -40,15 +40,41 @@ function target(c: { env: Bindings; executionCtx: EngineContext }, name: string)
   return c.env[name];
 }
 
-// A take through an engine of another env object: `same` REDCOUNT_* vars, or `other` ones
-// (one configuration per isolate: refused). The answer, or the thrown message.
+// A take through an engine of another env object: the `same` REDCOUNT_* vars, the same in
+// another `order`, `other` ones (one configuration per isolate: refused), or a `getter` whose
+// policies are the same on the first read and none after. The answer, or the thrown message.
+function otherEnv(env: Bindings, kind: string): object {
+  if (kind === "same") return { ...env };
+  if (kind === "other") return { ...env, REDCOUNT_POLICIES: "{}" };
+  if (kind === "order") {
+    const names = Object.keys(env).filter((k) => k.startsWith("REDCOUNT_")).reverse();
+    return { ...Object.fromEntries(names.map((k) => [k, env[k]])), ...env };
+  }
+  let reads = 0;
+  const copy = { ...env };
+  Object.defineProperty(copy, "REDCOUNT_POLICIES", { enumerable: true, get: () => (reads++ === 0 ? env.REDCOUNT_POLICIES : "{}") });
+  return copy;
+}
 test.post("/test/engine-env/:kind/:subject", async (c) => {
-  const env = c.req.param("kind") === "same" ? { ...c.env } : { ...c.env, REDCOUNT_POLICIES: "{}" };
   try {
-    const client = new lib.Redcount({ binding: engine(env, c.executionCtx) });
+    const client = new lib.Redcount({ binding: engine(otherEnv(c.env, c.req.param("kind")), c.executionCtx) });
     return c.json({ value: await client.take("one-a-day", c.req.param("subject")) });
   } catch (e) {
     return c.json({ thrown: e instanceof Error ? `${e.name}: ${e.message}` : String(e) });
+  }
+});
+
+// A take through an engine made with props `{}`, the props object then given a prop that is
+// no right before the call: the call is made with the props as they were.
+test.post("/test/engine-props-changed/:subject", async (c) => {
+  const props: { [k: string]: unknown } = {};
+  const client = new lib.Redcount({ binding: engine(c.env, c.executionCtx, props) });
+  props.zzz = 1;
+  try {
+    return c.json({ value: await client.take("one-a-day", c.req.param("subject")) });
+  } catch (e) {
+    if (e instanceof lib.RedcountError) return c.json({ error: { status: e.status, message: e.message, field: e.field } });
+    return c.json({ thrown: String(e) });
   }
 });
 

@@ -30,12 +30,20 @@ const TARGETS = 1024;
 // switched to under those calls.
 let configuration: string | undefined;
 
-function configurationOf(env: object): string {
-  const parts: string[] = [];
+// The env as the module reads it, each of its values read once (a getter or a proxy cannot
+// answer the check one way and the module another), the REDCOUNT_* vars in one order (the
+// module compares their text), frozen (no one changes it under the module), and their text.
+function snapshot(env: object): { env: object; vars: string } {
+  const copy: { [name: string]: unknown } = {};
+  const vars: [string, string][] = [];
   for (const [name, value] of Object.entries(env)) {
-    if (typeof value === "string" && name.startsWith("REDCOUNT_")) parts.push(name, value);
+    if (name.startsWith("REDCOUNT_") && typeof value === "string") vars.push([name, value]);
+    else copy[name] = value;
   }
-  return parts.join("\0");
+  vars.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  for (const [name, value] of vars) copy[name] = value;
+  copy.ASSETS = ASSETS;
+  return { env: Object.freeze(copy), vars: vars.flat().join("\0") };
 }
 
 function json(value: unknown): string | undefined {
@@ -89,20 +97,25 @@ export function engine(env: object, ctx: EngineContext, props?: EngineProps): Bi
   // The entrypoint's methods read `this.env` and `this.ctx` (its `waitUntil` and `props`).
   let own = envs.get(env);
   if (own === undefined) {
-    const vars = configurationOf(env);
+    const { env: copy, vars } = snapshot(env);
     configuration ??= vars;
     if (vars !== configuration) {
       throw new TypeError("engine(env, ctx): one redcount configuration per isolate, and this env's REDCOUNT_* vars differ from the first one's");
     }
-    own = { env: { ...env, ASSETS }, targets: new Map() };
+    own = { env: copy, targets: new Map() };
     envs.set(env, own);
   }
-  const self = Object.create(Entrypoint.prototype);
-  self.env = own.env;
-  self.ctx = { waitUntil: (p: Promise<unknown>) => ctx.waitUntil(p), props };
+  // The props as they are now, as JSON: what the module reads and the cache's target are one
+  // (props changed after this call change neither); props that are not JSON go as they are,
+  // for the module to refuse.
+  const scope = json(props);
+  const seen = scope === undefined ? props : JSON.parse(scope);
+  const self = Object.create(Entrypoint.prototype, {
+    env: { value: own.env },
+    ctx: { value: Object.freeze({ waitUntil: (p: Promise<unknown>) => ctx.waitUntil(p), props: seen }) },
+  });
   // Engines of one env and the same props answer alike: one target for the client's cache
   // (props that are not JSON, or longer than any valid ones, get none: the module refuses them).
-  const scope = json(props);
   if (scope !== undefined && scope.length <= 256) {
     let target = own.targets.get(scope);
     if (target === undefined) {
