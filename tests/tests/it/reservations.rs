@@ -1081,13 +1081,24 @@ fn level_word(l: Level) -> &'static str {
 }
 
 impl Via {
-    /// POSTs `body` to `path` (in turn when `gated`): the answer, which must be a 200.
-    async fn post(&self, path: &str, body: serde_json::Value, gated: bool) -> serde_json::Value {
+    /// POSTs `body` to `path` (in turn when `gated`): the answer, which must be a 200. With
+    /// `again` (a call whose repeat answers the first: a settle), sent again when wrangler dev's
+    /// proxy answered that its runtime restarted mid-request (on a loaded machine; whether or
+    /// not the worker ran it).
+    async fn post(&self, path: &str, body: serde_json::Value, gated: bool, again: bool) -> serde_json::Value {
         let Via::Http(api, gate) = self else { unreachable!("only HTTP calls post") };
         let _turn = if gated { Some(gate.acquire().await.unwrap()) } else { None };
-        let (status, json) = api.post(path, &body.to_string()).await.parts();
-        assert_eq!(status, 200, "POST {path} {body}: {json}");
-        json
+        for attempt in 1.. {
+            let (status, json) = api.post(path, &body.to_string()).await.parts();
+            let restarted = json.as_str().is_some_and(|t| t.contains("Your worker restarted mid-request"));
+            if again && status == 503 && restarted && attempt < 5 {
+                println!("POST {path}: wrangler dev restarted its runtime mid-request; sent again");
+                continue;
+            }
+            assert_eq!(status, 200, "POST {path} {body}: {json}");
+            return json;
+        }
+        unreachable!()
     }
 
     /// Reserves what `op` says (through the API: its subject, parts and lease; the API makes
@@ -1109,7 +1120,7 @@ impl Via {
             })
             .collect();
         let path = format!("/api/reservations/{subject}");
-        let r = self.post(&path, serde_json::json!({"parts": body, "lease_ms": lease_ms}), true).await;
+        let r = self.post(&path, serde_json::json!({"parts": body, "lease_ms": lease_ms}), true, false).await;
         let got = reservation_of(&r, parts);
         let held = Held::Ticket {
             path: format!("{path}/{}", r["reservation"].as_str().unwrap_or("")),
@@ -1129,7 +1140,7 @@ impl Via {
                     .filter(|((_, _, quota), _)| *quota)
                     .map(|((name, level, _), n)| serde_json::json!({"policy": name, "units": n, "level": level_word(*level)}))
                     .collect();
-                let s = self.post(&format!("{path}/settle"), serde_json::json!({"actual": items}), false).await;
+                let s = self.post(&format!("{path}/settle"), serde_json::json!({"actual": items}), false, true).await;
                 settlement_of(&s)
             }
             _ => unreachable!("a reservation is settled the way it was made"),
@@ -1146,7 +1157,7 @@ impl Via {
             .iter()
             .map(|p| serde_json::json!({"policy": p.policy(), "cost": 1, "level": level_word(p.level())}))
             .collect();
-        let d = self.post(&format!("/api/decisions/{subject}"), serde_json::json!({"parts": body}), true).await;
+        let d = self.post(&format!("/api/decisions/{subject}"), serde_json::json!({"parts": body}), true, false).await;
         let denied = d["parts"].as_array().unwrap().iter().position(|p| p["allowed"] == false);
         (d["allowed"] == true, if d["allowed"] == true { None } else { denied })
     }
