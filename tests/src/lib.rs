@@ -778,7 +778,105 @@ pub fn http_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
-/// The real worker (the wasm that `cargo xtask build-worker` built) under `wrangler dev`.
+/// The real worker as it is uploaded (the bundle `wrangler deploy --dry-run` makes of what
+/// `cargo xtask build-worker` built), served by workerd, the runtime `wrangler dev` runs, with
+/// no local proxy in front: wrangler dev's proxy restarts its runtime on a loaded machine and
+/// answers the requests in flight 503 "Your worker restarted mid-request" whether the worker
+/// ran them or not (RELIABILITY.md), and takes seconds to start. Vars and secrets are text
+/// bindings, `env.ASSETS` the `www/` directory (the Lua scripts the worker loads after a
+/// `SCRIPT FLUSH`). The static page is not served here: Cloudflare's assets layer answers it
+/// before the worker, as [`Wrangler`] shows.
+#[derive(Debug)]
+pub struct Workerd {
+    child: Option<Proc>,
+    port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Workerd {
+    /// Starts workerd with the worker and `vars`, and waits until the worker answers.
+    pub fn start(vars: &[(&str, &str)]) -> Self {
+        use redcount_procs::workerd::{self, Binding};
+        let root = root();
+        let mut worker = worker_bundle().clone();
+        worker.bindings = vars.iter().map(|(k, v)| Binding::Text(k.to_string(), v.to_string())).collect();
+        worker.bindings.push(Binding::Disk("ASSETS".into(), root.join("www")));
+        let dir = scratch_dir("workerd");
+        let log = dir.join("workerd.log");
+        let port = free_port();
+        let config = workerd::write(&dir.join("config"), &[(&worker, Some(port))]).unwrap();
+        let mut cmd = workerd::command(&root, &config, Some(&log)).unwrap();
+        // Its `console` output in the log, as wrangler dev prints it.
+        cmd.arg("--verbose");
+        let child = Proc::spawn("workerd", &mut cmd).unwrap();
+        let w = Workerd { child: Some(child), port, dir, log };
+        assert!(wait_worker(port, Duration::from_secs(60)), "workerd did not serve the worker:\n{}", w.log());
+        w
+    }
+
+    /// The worker's base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What workerd printed so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Workerd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.stop(Duration::from_secs(5));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The worker's bundle, made once per test process (the vars are bindings, not in it).
+fn worker_bundle() -> &'static redcount_procs::workerd::Worker {
+    static BUNDLE: std::sync::OnceLock<redcount_procs::workerd::Worker> = std::sync::OnceLock::new();
+    BUNDLE.get_or_init(|| {
+        let root = root();
+        let main = root.join("crates/redcount-worker/build/index.js");
+        assert!(main.exists(), "{} is missing: run `cargo xtask test` (it builds the worker first)", main.display());
+        let wrangler = std::fs::read_to_string(root.join("wrangler.toml")).expect("wrangler.toml");
+        let date = wrangler.lines().find(|l| l.starts_with("compatibility_date")).expect("a compatibility_date");
+        // Left in the target directory for the process's lifetime: its modules are copied into
+        // each workerd config.
+        let dir = scratch_dir("worker-bundle");
+        let toml = format!("name = \"redcount-test\"\nmain = \"{}\"\n{date}\nkeep_names = false\n", main.display());
+        std::fs::write(dir.join("wrangler.toml"), toml).unwrap();
+        redcount_procs::workerd::Worker::from_dir(&root, &dir, &dir.join("bundle")).unwrap()
+    })
+}
+
+/// Whether the worker on `port` answers `GET /api/policies` (200, or 500 for a bad
+/// configuration) within `timeout`.
+fn wait_worker(port: u16, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+            let _ = s.write_all(b"GET /api/policies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut buf = String::new();
+            let _ = s.read_to_string(&mut buf);
+            if buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.1 500") {
+                return true;
+            }
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The real worker (the wasm that `cargo xtask build-worker` built) under `wrangler dev`, as
+/// `cargo xtask dev` runs it: its assets layer serves the page before the worker.
 #[derive(Debug)]
 pub struct Wrangler {
     child: Option<Proc>,
@@ -823,7 +921,7 @@ impl Wrangler {
         // reproduced): give it one more try on fresh ports rather than fail the suite.
         for attempt in 1..=2 {
             w.spawn();
-            if w.wait_ready(Duration::from_secs(90)) {
+            if wait_worker(w.port, Duration::from_secs(90)) {
                 return w;
             }
             eprintln!("wrangler dev attempt {attempt} did not serve within 90 s; its output:\n{}", w.log());
@@ -836,26 +934,6 @@ impl Wrangler {
         self.port = free_port();
         let mut cmd = redcount_procs::wrangler_command(&root(), &self.dir, self.port).unwrap();
         self.child = Some(Proc::spawn("wrangler dev", &mut cmd).unwrap());
-    }
-
-    fn wait_ready(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
-                use std::io::{Read, Write};
-                let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
-                let _ = s.write_all(b"GET /api/policies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-                let mut buf = String::new();
-                let _ = s.read_to_string(&mut buf);
-                if buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.1 500") {
-                    return true;
-                }
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
     }
 
     /// The worker's base URL.

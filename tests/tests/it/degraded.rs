@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use redcount_tests::{NativeServer, RedisServer, RestFront, Wrangler, secret};
+use redcount_tests::{NativeServer, RedisServer, RestFront, Workerd, secret};
 use serde_json::Value;
 
 const POLICIES: &str = r#"{
@@ -122,7 +122,7 @@ async fn a_killed_front_gets_each_policys_declared_answer_native_and_worker() {
         &admin,
         POLICIES,
     );
-    let worker = Wrangler::start(&[
+    let worker = Workerd::start(&[
         ("REDCOUNT_REST_URL", &front.url()),
         ("REDCOUNT_REST_TOKEN", &front.token),
         ("REDCOUNT_ADMIN_TOKEN", &admin),
@@ -169,7 +169,7 @@ async fn a_silent_front_gets_the_workers_declared_answer_within_its_timeout() {
     // stops after its head.
     for head in [false, true] {
         let silent = Silent::start(head);
-        let worker = Wrangler::start(&[
+        let worker = Workerd::start(&[
             ("REDCOUNT_REST_URL", &format!("http://127.0.0.1:{}", silent.port)),
             ("REDCOUNT_REST_TOKEN", &secret("rest")),
             ("REDCOUNT_ADMIN_TOKEN", &secret("admin")),

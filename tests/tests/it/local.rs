@@ -912,10 +912,10 @@ async fn refund_into_the_lease(api: &redcount_tests::Api, redis: &RedisServer, l
     assert_eq!(hot_count(redis, &subject), 1, "three takes, two refunded\n{log}");
 }
 
-/// The worker under wrangler dev with [`SHELL_POLICIES`], through a REST front of `redis`.
-fn worker_on(redis: &RedisServer, admin: &str) -> (redcount_tests::RestFront, redcount_tests::Wrangler) {
+/// The worker under workerd with [`SHELL_POLICIES`], through a REST front of `redis`.
+fn worker_on(redis: &RedisServer, admin: &str) -> (redcount_tests::RestFront, redcount_tests::Workerd) {
     let front = redcount_tests::RestFront::start(&redis.url(), false);
-    let worker = redcount_tests::Wrangler::start(&[
+    let worker = redcount_tests::Workerd::start(&[
         ("REDCOUNT_REST_URL", &front.url()),
         ("REDCOUNT_REST_TOKEN", &front.token),
         ("REDCOUNT_ADMIN_TOKEN", admin),
@@ -1012,7 +1012,7 @@ async fn lease_storm(worker: bool) {
     while hot_count(&redis, &fresh) != taken && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // (On a failure, the worker's log says whether wrangler dev restarted its isolate, which
+    // (On a failure, the worker's log says whether workerd restarted its isolate, which
     // loses what it held: the documented price of an evicted isolate.)
     assert_eq!(hot_count(&redis, &fresh), taken, "units lent and not used are given back\n{}", log());
     assert_eq!(hot_count(&redis, &subject), admitted as i64, "units lent and not used are given back\n{}", log());

@@ -18,7 +18,7 @@ use redcount_core::ops::reservation::{
 use redcount_core::ops::{Idempotency, Idempotent};
 use redcount_core::script::{self, Script};
 use redcount_core::{ErrorKind, Operation};
-use redcount_tests::{Api, NativeServer, RedisServer, RestFront, Wrangler, secret, uid};
+use redcount_tests::{Api, NativeServer, RedisServer, RestFront, Workerd, secret, uid};
 
 /// Long enough that nothing comes back by time during a test.
 const LONG: i64 = 1_000_000_000_000;
@@ -640,7 +640,7 @@ async fn reservation_crowds_through_redcount_serve() {
     crowds_through(false).await;
 }
 
-/// The same through the real worker under wrangler dev (REST front, Redis).
+/// The same through the real worker under workerd (REST front, Redis).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reservation_crowds_through_the_worker() {
     crowds_through(true).await;
@@ -993,12 +993,12 @@ enum Via {
 }
 
 /// A shell of the API before a test's Redis: `redcount serve` over RESP, or the worker under
-/// wrangler dev through the REST front.
+/// workerd through the REST front.
 enum Shell {
     Serve(NativeServer),
     /// The front lives as long as the worker that calls it.
     Worker {
-        worker: Box<Wrangler>,
+        worker: Box<Workerd>,
         _front: Box<RestFront>,
     },
 }
@@ -1009,7 +1009,7 @@ impl Shell {
         let admin = secret("admin");
         let shell = if worker {
             let front = RestFront::start(&redis.url(), false);
-            let w = Wrangler::start(&[
+            let w = Workerd::start(&[
                 ("REDCOUNT_REST_URL", &front.url()),
                 ("REDCOUNT_REST_TOKEN", &front.token),
                 ("REDCOUNT_ADMIN_TOKEN", &admin),
@@ -1023,7 +1023,7 @@ impl Shell {
             Shell::Serve(n) => n.url(),
             Shell::Worker { worker, .. } => worker.url(),
         };
-        // wrangler dev's local runtime serves a fraction of what `redcount serve` does at once.
+        // One workerd isolate on this 2-core machine, beside Redis and the front.
         let at_once = if worker { 16 } else { 64 };
         let via = Via::Http(Arc::new(Api::new(base, &admin)), Arc::new(tokio::sync::Semaphore::new(at_once)));
         (shell, via)
@@ -1081,24 +1081,13 @@ fn level_word(l: Level) -> &'static str {
 }
 
 impl Via {
-    /// POSTs `body` to `path` (in turn when `gated`): the answer, which must be a 200. With
-    /// `again` (a call whose repeat answers the first: a settle), sent again when wrangler dev's
-    /// proxy answered that its runtime restarted mid-request (on a loaded machine; whether or
-    /// not the worker ran it).
-    async fn post(&self, path: &str, body: serde_json::Value, gated: bool, again: bool) -> serde_json::Value {
+    /// POSTs `body` to `path` (in turn when `gated`): the answer, which must be a 200.
+    async fn post(&self, path: &str, body: serde_json::Value, gated: bool) -> serde_json::Value {
         let Via::Http(api, gate) = self else { unreachable!("only HTTP calls post") };
         let _turn = if gated { Some(gate.acquire().await.unwrap()) } else { None };
-        for attempt in 1.. {
-            let (status, json) = api.post(path, &body.to_string()).await.parts();
-            let restarted = json.as_str().is_some_and(|t| t.contains("Your worker restarted mid-request"));
-            if again && status == 503 && restarted && attempt < 5 {
-                println!("POST {path}: wrangler dev restarted its runtime mid-request; sent again");
-                continue;
-            }
-            assert_eq!(status, 200, "POST {path} {body}: {json}");
-            return json;
-        }
-        unreachable!()
+        let (status, json) = api.post(path, &body.to_string()).await.parts();
+        assert_eq!(status, 200, "POST {path} {body}: {json}");
+        json
     }
 
     /// Reserves what `op` says (through the API: its subject, parts and lease; the API makes
@@ -1120,7 +1109,7 @@ impl Via {
             })
             .collect();
         let path = format!("/api/reservations/{subject}");
-        let r = self.post(&path, serde_json::json!({"parts": body, "lease_ms": lease_ms}), true, false).await;
+        let r = self.post(&path, serde_json::json!({"parts": body, "lease_ms": lease_ms}), true).await;
         let got = reservation_of(&r, parts);
         let held = Held::Ticket {
             path: format!("{path}/{}", r["reservation"].as_str().unwrap_or("")),
@@ -1140,7 +1129,7 @@ impl Via {
                     .filter(|((_, _, quota), _)| *quota)
                     .map(|((name, level, _), n)| serde_json::json!({"policy": name, "units": n, "level": level_word(*level)}))
                     .collect();
-                let s = self.post(&format!("{path}/settle"), serde_json::json!({"actual": items}), false, true).await;
+                let s = self.post(&format!("{path}/settle"), serde_json::json!({"actual": items}), false).await;
                 settlement_of(&s)
             }
             _ => unreachable!("a reservation is settled the way it was made"),
@@ -1157,7 +1146,7 @@ impl Via {
             .iter()
             .map(|p| serde_json::json!({"policy": p.policy(), "cost": 1, "level": level_word(p.level())}))
             .collect();
-        let d = self.post(&format!("/api/decisions/{subject}"), serde_json::json!({"parts": body}), true, false).await;
+        let d = self.post(&format!("/api/decisions/{subject}"), serde_json::json!({"parts": body}), true).await;
         let denied = d["parts"].as_array().unwrap().iter().position(|p| p["allowed"] == false);
         (d["allowed"] == true, if d["allowed"] == true { None } else { denied })
     }
