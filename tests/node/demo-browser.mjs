@@ -60,13 +60,14 @@ try {
   if (by !== "calls-per-minute ×20") fail(`denied by: ${by}`);
   await page.locator(".decide").screenshot({ path: `${artifacts}/demo-decisions.png` });
 
-  // Reserve, then settle: 1,200 tokens held, 900 used, 300 back; then 7,000 held with 10,000
-  // used: the overrun charged up to the policy's max_debt (2,000 above its 8,000), the rest
-  // reported uncharged; the meter moves exactly as each answer says.
+  // Reserve, then settle: 4,500 tokens held, 4,000 used, 500 back; then 3,000 held with 8,000
+  // used (the most a public settle may report: max_cost): the overrun charged up to the
+  // policy's max_debt (2,000 above its 8,000), the rest reported uncharged; the meter moves
+  // exactly as each answer says.
   const user = `page-${Date.now()}`;
   const rounds = [
-    { estimate: "1200", actual: "900", want: { refunded: "300", charged: "0", debt: "0", uncharged: "0", used: "900" } },
-    { estimate: "7000", actual: "10000", want: { refunded: "0", charged: "2100", debt: "2000", uncharged: "900", used: "8000" } },
+    { estimate: "4500", actual: "4000", want: { refunded: "500", charged: "0", debt: "0", uncharged: "0", used: "4000" } },
+    { estimate: "3000", actual: "8000", want: { refunded: "0", charged: "3000", debt: "2000", uncharged: "2000", used: "8000" } },
   ];
   await page.fill("#r-subject", user);
   for (const { estimate, actual, want } of rounds) {

@@ -456,9 +456,11 @@ async fn a_quota_never_stands_past_its_limit_and_max_debt() {
         }
         let id = a.json["reservation"].as_str().unwrap();
         let actual = [0, 100_000, 250_000, 1_000_000_000][round % 4];
-        let s = env
-            .post(&format!("/api/reservations/jo/{id}/settle"), json!({"actual": [{"policy": "usd", "units": actual}]}))
-            .await;
+        // Past the public limit (max_cost 10^6): the admin's settle.
+        let body = json!({"actual": [{"policy": "usd", "units": actual}]}).to_string();
+        let admin = format!("Bearer {ADMIN}");
+        let s =
+            env.send("POST", &format!("/api/reservations/jo/{id}/settle"), &body, &[("authorization", &admin)]).await;
         let [reserved, got, refunded, charged, unch, debt] = settled(&s, 0);
         assert_eq!((reserved, got), (100_000, actual), "{}", s.json);
         assert_eq!((refunded, charged + unch), ((100_000 - actual).max(0), (actual - 100_000).max(0)), "{}", s.json);
@@ -505,10 +507,11 @@ async fn extend_charges_what_was_used_and_release_gives_back_the_rest() {
     assert_eq!(env.remaining("burst", "kim").await, 96);
     // Used past the reservation while streaming: the overrun charged at the extend, within
     // max_debt (burst: 20).
+    // Past the public limit (max_cost 100): the admin's extend.
     let id = env.reserve("kim", body).await;
-    let e = env
-        .post(&format!("/api/reservations/kim/{id}/extend"), json!({"used": [{"policy": "burst", "units": 130}]}))
-        .await;
+    let used = json!({"used": [{"policy": "burst", "units": 130}]}).to_string();
+    let admin = format!("Bearer {ADMIN}");
+    let e = env.send("POST", &format!("/api/reservations/kim/{id}/extend"), &used, &[("authorization", &admin)]).await;
     // 14 stood (4 used before, 10 held): 106 more reach the capacity plus the debt of 20.
     assert_eq!(settled(&e, 0), [10, 130, 0, 106, 14, 20], "{}", e.json);
     let r = env.send("POST", &format!("/api/reservations/kim/{id}/release"), "", &[]).await;
@@ -645,6 +648,87 @@ async fn a_public_lease_is_bounded_on_every_route_that_takes_one() {
             assert_eq!(a.status, 200, "{route} {policy}: {}", a.json);
             let a = env.send("POST", &path, &body(most + 1).to_string(), &[("authorization", &admin)]).await;
             assert_eq!(a.status, 200, "{route} {policy}, admin: {}", a.json);
+        }
+    }
+}
+
+/// A public settle or extend charges at most a policy's public limit (`max_cost`) per part, as
+/// a public take or reserve does: every route whose body reports units (`actual`, `used`; from
+/// the OpenAPI document), every quota policy (one per algorithm), at the user and the tenant
+/// level, refuses more with 403 naming the item's `units` and Redis unchanged, grants the limit
+/// itself, and grants an admin past it. (A tokenless reserve of 1 settled at 10^9 charged the
+/// tenant's whole limit and debt before.)
+#[tokio::test]
+async fn a_public_settle_or_extend_is_bounded_by_the_public_limit() {
+    let mut env = env().await;
+    let doc: Value = serde_json::from_str(redcount_api::openapi::document()).unwrap();
+    let routes: Vec<(&str, &str)> = redcount_api::ROUTES
+        .iter()
+        .map(|r| r.path)
+        .filter_map(|p| {
+            let schema = &doc["paths"][p]["post"]["requestBody"]["content"]["application/json"]["schema"];
+            ["actual", "used"].into_iter().find(|l| schema["properties"][*l].is_object()).map(|l| (p, l))
+        })
+        .collect();
+    assert_eq!(routes.len(), 4, "settle and extend, by subject and by tenant/user: {routes:?}");
+    let config: Value = serde_json::from_str(&policies()).unwrap();
+    let quotas: Vec<(&str, i64)> = config
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| p["kind"] == "quota")
+        .map(|(name, p)| (name.as_str(), p["max_cost"].as_i64().unwrap()))
+        .collect();
+    let algorithms: std::collections::BTreeSet<&str> =
+        quotas.iter().map(|(q, _)| config[*q]["algorithm"].as_str().unwrap()).collect();
+    assert_eq!(algorithms.len(), 4, "one policy per algorithm at least: {algorithms:?}");
+    let admin = format!("Bearer {ADMIN}");
+    for (r, (route, list)) in routes.iter().enumerate() {
+        for (n, (policy, most)) in quotas.iter().enumerate() {
+            let tenant = route.contains("{tenant}");
+            let levels: &[Option<&str>] = if tenant { &[Some("user"), Some("tenant")] } else { &[None] };
+            for (l, level) in levels.iter().enumerate() {
+                // A tenant of its own (a tenant part's units are the tenant's, whatever the user).
+                let subject = if tenant { format!("t{r}-{n}-{l}/u") } else { format!("p{r}-{n}") };
+                let mut item = json!({"policy": policy, "units": 1});
+                if let Some(level) = level {
+                    item["level"] = json!(level);
+                }
+                let path = |id: &str, subject: &str| {
+                    route.replace("{subject}", subject).replace("{tenant}/{user}", subject).replace("{id}", id)
+                };
+                let body = |units: i64| {
+                    let mut i = item.clone();
+                    i["units"] = json!(units);
+                    json!({*list: [i]})
+                };
+                let id = env.reserve(&subject, json!({"parts": [item.clone()]})).await;
+                let before = env.snapshot();
+                for past in [most + 1, 1_000_000_000] {
+                    let a = env.post(&path(&id, &subject), body(past)).await;
+                    let field = format!("{list}[0].units");
+                    assert_eq!(
+                        (a.status, a.field()),
+                        (403, field.as_str()),
+                        "{route} {policy} {level:?} {past}: {}",
+                        a.json
+                    );
+                }
+                assert_eq!(
+                    diff(&before, &env.snapshot()),
+                    Vec::<String>::new(),
+                    "{route} {policy}: a refused call wrote"
+                );
+                let a = env.post(&path(&id, &subject), body(*most)).await;
+                assert_eq!(a.status, 200, "{route} {policy} {level:?}: {}", a.json);
+                // An admin may report more (another reservation: the one above may be settled).
+                let subject = if tenant { format!("t{r}-{n}-{l}a/u") } else { format!("p{r}-{n}a") };
+                let id = env.reserve(&subject, json!({"parts": [item.clone()]})).await;
+                let a = env
+                    .send("POST", &path(&id, &subject), &body(most + 1).to_string(), &[("authorization", &admin)])
+                    .await;
+                assert_eq!(a.status, 200, "{route} {policy} {level:?}, admin: {}", a.json);
+            }
         }
     }
 }

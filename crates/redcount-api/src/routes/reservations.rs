@@ -20,7 +20,7 @@ use redcount_core::b64;
 use redcount_core::json::{Json, Map};
 
 use super::{
-    ApiError, ApiResponse, Cx, Exchange, Field, Fields, Held, Policy, Routed, Verdict, beyond, body, part_object, send,
+    ApiError, ApiResponse, Cx, Exchange, Field, Fields, Held, Policy, Routed, Verdict, body, part_object, send, within,
 };
 use crate::{Config, list, object};
 use redcount_core::keys::Level;
@@ -197,10 +197,8 @@ fn lease_ms(cx: &Cx<'_>, b: &Fields, parts: &[Named<'_>]) -> Result<i64, ApiErro
     let bound = lease_bound(parts);
     let ms = b.int("lease_ms", 1, MAX_LEASE_MS, Some(bound.unwrap_or(DEFAULT_LEASE_MS)))?;
     let most = bound.unwrap_or(MAX_PUBLIC_LEASE_MS);
-    match !cx.admin() && ms > most {
-        true => Err(beyond("lease_ms", format!("{ms} > {most}"))),
-        false => Ok(ms),
-    }
+    within(cx.admin(), "lease_ms", ms, most)?;
+    Ok(ms)
 }
 
 /// The whole call's bound: the shortest `timeout_ms` its policies declare.
@@ -295,9 +293,7 @@ fn reserve_part<'c>(
         Policy::Quota { algorithm, max_cost, max_debt, on_expiry } => {
             super::known_fields(map, &["policy", "units", "level", "min_units"])?;
             let units = fields.int("units", 1, algorithm.limit(), None)?;
-            if !cx.admin() && units > max_cost {
-                return Err(beyond("units", format!("{units} > {max_cost}")));
-            }
+            within(cx.admin(), "units", units, max_cost)?;
             let mut part = Part::quota(name, algorithm, units)?.max_debt(max_debt)?.on_expiry(on_expiry);
             if let Some(min) = fields.opt_int("min_units", 1, units)? {
                 if mode != Mode::Capped {
@@ -383,7 +379,7 @@ pub(super) fn close(cx: &Cx<'_>, subject: &str, id: &str, act: Close) -> Routed 
     let map = body(cx.input.body(), known)?;
     let units = match act {
         Close::Release => alloc::vec![0; named.len()],
-        _ => units(map.get(list), list, &named, act == Close::Settle)?,
+        _ => units(map.get(list), list, &named, act == Close::Settle, cx.admin())?,
     };
     // A loop, not a collect into a Result: that adapter is a kilobyte of its own in the bundle.
     let mut parts = Vec::with_capacity(named.len());
@@ -404,8 +400,16 @@ pub(super) fn close(cx: &Cx<'_>, subject: &str, id: &str, act: Close) -> Routed 
 
 /// The units per part of `field`'s list (`[{"policy": …, "units": …, "level": …}]`): an item
 /// without `level` gives its units to the policy's parts at every level. Every quota part
-/// needs its units when `every` (a settle), else it has 0 (an extend: nothing used yet).
-fn units(given: Option<&Json>, field: &'static str, parts: &[Named<'_>], every: bool) -> Result<Vec<i64>, ApiError> {
+/// needs its units when `every` (a settle), else it has 0 (an extend: nothing used yet). A
+/// public caller's (not `admin`) at most the policy's `max_cost`, as a take's: what it reports
+/// is charged.
+fn units(
+    given: Option<&Json>,
+    field: &'static str,
+    parts: &[Named<'_>],
+    every: bool,
+    admin: bool,
+) -> Result<Vec<i64>, ApiError> {
     let items: &[Json] = match given {
         Some(Json::Array(items)) => items,
         None if !every => &[],
@@ -439,6 +443,9 @@ fn units(given: Option<&Json>, field: &'static str, parts: &[Named<'_>], every: 
             }
             if slot.is_some() {
                 return Err(at(ApiError::new(400, format!("units for {name} are given twice")).at("policy")));
+            }
+            if let Policy::Quota { max_cost, .. } = *p.policy {
+                within(admin, "units", n, max_cost).map_err(at)?;
             }
             *slot = Some(n);
             matched += 1;
