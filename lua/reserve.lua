@@ -55,8 +55,9 @@ if replay then
   return replay
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  -- Its own first word, so a client tells this conflict from bad input by code.
-  return error({err = 'CONFLICT redcount: reservation id is in use'})
+  -- Its own first word, so a client tells this conflict from bad input by code; returned,
+  -- not raised (Redis adds the script's SHA and line to an error a script raises).
+  return {err = 'CONFLICT redcount: reservation id is in use'}
 end
 
 local now = now_us()

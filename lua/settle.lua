@@ -64,7 +64,8 @@ end
 local st, ends = stored(rec[1]), stored(rec[2])
 if not st or st < 1 or st > 4 or not ends then return tampered('the reservation') end
 if rec[3] ~= sha then
-  return error({err = 'CONFLICT redcount: the parts do not match the reservation'})
+  -- Returned, not raised: Redis adds the script's SHA and line to an error a script raises.
+  return {err = 'CONFLICT redcount: the reservation was made with other policy settings'}
 end
 for i = 1, n do parts[i].rec = reserve_read_part(rec[4 + i], parts[i].se) end
 if st ~= 1 then

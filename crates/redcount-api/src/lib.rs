@@ -709,12 +709,13 @@ impl Exchange {
                 Some("Idempotency-Key"),
             ),
             // A script refused the call as clashing with what it keeps (a reservation's id in
-            // use, a settle naming other parts): the client's to resolve, nothing written.
+            // use, a settle of a reservation made with other policy settings): the client's to
+            // resolve, nothing written.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Conflict => {
                 // A byte-window search (a `&str` pattern would link the two-way searcher in).
                 let after = e.message.as_bytes().windows(2).position(|w| w == b": ").map(|i| i + 2);
                 let why = after.map_or(e.message.as_str(), |i| &e.message[i..]);
-                ApiResponse::error(409, why, None)
+                ApiResponse::error(409, why, Some("id"))
             }
             // BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS: retryable, so 503 rather than 502.
             Err(RestError::Reply(e)) if e.kind == ErrorKind::Unavailable => {

@@ -342,7 +342,7 @@ pub(crate) fn preflight(config: &Config, origin: Option<&str>) -> ApiResponse {
 
 /// A public request asking for more than the policy grants the public.
 fn beyond(field: &'static str, what: String) -> ApiError {
-    ApiError::new(403, format!("{field}: {what} is past the policy's public limit (admin only)")).at(field)
+    ApiError::new(403, format!("{field}: {what} is past the public limit (admin only)")).at(field)
 }
 
 /// Refuses `n` of `field` past `most`, the policy's public limit, unless the caller is `admin`

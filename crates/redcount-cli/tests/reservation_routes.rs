@@ -732,3 +732,39 @@ async fn a_public_settle_or_extend_is_bounded_by_the_public_limit() {
         }
     }
 }
+
+/// A reservation made before a redeploy changed one of its policies (its algorithm, here):
+/// the settle, extend or release is refused 409 naming `id`, with redcount's own words (not
+/// the script's SHA and line Redis adds to an error a script raises), Redis unchanged. (Before:
+/// the raw text "… the reservation script: <sha>, on @user_script:<line>." and no field.)
+#[tokio::test]
+async fn a_reservation_whose_policy_changed_since_is_a_clear_409() {
+    let mut env = env().await;
+    let id = env.reserve("chg", json!({"parts": [{"policy": "tpm", "units": 10}]})).await;
+    // The same Redis and id secret, `tpm` now a token bucket.
+    let mut changed: Value = serde_json::from_str(&policies()).unwrap();
+    changed["tpm"] = json!({"kind": "quota", "algorithm": "bucket", "capacity": 10_000, "refill": 1,
+                            "interval_ms": 60_000, "max_cost": 5_000});
+    let config = redcount_api::Config::from_env(|name| match name {
+        "REDCOUNT_POLICIES" => Some(changed.to_string()),
+        "REDCOUNT_ADMIN_TOKEN" => Some(ADMIN.to_string()),
+        _ => None,
+    })
+    .unwrap();
+    let direct = redcount::Direct::connect(&env._server.url).await.unwrap();
+    let redeployed = app(config, Backend::Direct(direct), std::env::temp_dir(), Duration::from_secs(5));
+    let before = env.snapshot();
+    for (act, body) in
+        [("settle", json!({"actual": [{"policy": "tpm", "units": 5}]})), ("extend", json!({})), ("release", json!({}))]
+    {
+        let request = Request::post(format!("/api/reservations/chg/{id}/{act}")).body(Body::from(body.to_string()));
+        let response = redeployed.clone().oneshot(request.unwrap()).await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let json: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!((status, json["field"].as_str()), (409, Some("id")), "{act}: {json}");
+        let error = json["error"].as_str().unwrap();
+        assert!(!error.contains("script") && !error.contains('@'), "{act}: Redis's decoration: {error}");
+    }
+    assert_eq!(diff(&before, &env.snapshot()), Vec::<String>::new(), "a refused call wrote");
+}
