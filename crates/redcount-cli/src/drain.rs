@@ -101,7 +101,60 @@ impl Store {
         if stored != ns.as_str() {
             return Err(Error::OtherNamespace { stored, asked: ns.as_str().to_string() });
         }
+        // Stores made before packets' creation times were kept: the column added, empty.
+        let born: i64 =
+            db.query_row("SELECT COUNT(*) FROM pragma_table_info('cursors') WHERE name = 'born'", [], |r| r.get(0))?;
+        if born == 0 {
+            db.execute_batch("ALTER TABLE cursors ADD COLUMN born INTEGER")?;
+        }
         Ok(Store { db })
+    }
+
+    /// The name `packet`'s grabs are stored under, for the packet Redis holds now, created at
+    /// `created` (ms; `None`: Redis no longer knows it, its log may remain): the id itself for
+    /// the first packet of that id, `<id>@<created>` for one made again later (the same
+    /// `Idempotency-Key` after its record expired, so the same id), whose log starts afresh.
+    pub fn generation(&mut self, packet: &str, created: Option<i64>) -> Result<String, Error> {
+        let rows: Vec<(String, Option<i64>)> = {
+            let mut st = self.db.prepare_cached(
+                "SELECT packet, born FROM cursors WHERE packet = ?1 OR substr(packet, 1, length(?1) + 1) = ?1 || '@'
+                 ORDER BY born",
+            )?;
+            st.query_map(params![packet], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
+        };
+        let Some(created) = created else {
+            return Ok(rows.last().map_or_else(|| packet.to_string(), |(name, _)| name.clone()));
+        };
+        if let Some((name, _)) = rows.iter().find(|(_, born)| *born == Some(created)) {
+            return Ok(name.clone());
+        }
+        // The first packet of that id, or a row from before creation times were kept (taken
+        // to be the packet Redis holds now).
+        let name = match rows.iter().any(|(name, born)| name == packet && born.is_some()) {
+            false => packet.to_string(),
+            true => format!("{packet}@{created}"),
+        };
+        self.db.execute(
+            "INSERT INTO cursors (packet, next, born) VALUES (?1, 0, ?2) ON CONFLICT(packet) DO UPDATE SET born = excluded.born",
+            params![name, created],
+        )?;
+        Ok(name)
+    }
+
+    /// Every packet stored under id `packet`, oldest first: its name ([`Store::generation`]),
+    /// grabs stored and their sum.
+    pub fn generations(&self, packet: &str) -> Result<Vec<(String, i64, i64)>, Error> {
+        let mut st = self.db.prepare_cached(
+            "SELECT packet FROM cursors WHERE packet = ?1 OR substr(packet, 1, length(?1) + 1) = ?1 || '@' ORDER BY born",
+        )?;
+        let names: Vec<String> = st.query_map(params![packet], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        names
+            .into_iter()
+            .map(|name| {
+                let (count, sum) = self.totals(&name)?;
+                Ok((name, count, sum))
+            })
+            .collect()
     }
 
     /// Position of the next grab record to copy for `packet`.
@@ -143,8 +196,9 @@ impl Store {
     }
 }
 
-/// Copies every grab record of `packet` (in namespace `ns`) not yet stored. Returns how many were
-/// copied. One store holds one namespace's packets (ids are unique only within one).
+/// Copies every grab record of `packet` (in namespace `ns`) not yet stored, under the name
+/// [`Store::generation`] gives the packet Redis holds now. Returns how many were copied. One
+/// store holds one namespace's packets (ids are unique only within one).
 pub async fn drain_packet(
     redis: &Direct,
     ns: &Namespace,
@@ -152,14 +206,16 @@ pub async fn drain_packet(
     packet: &str,
     batch: i64,
 ) -> Result<u64, Error> {
+    let created = redis.run(&Namespaced::new(ReadStatus::new(packet)?, ns.clone())).await?.map(|s| s.created_ms);
+    let name = store.generation(packet, created)?;
     let mut copied = 0;
     loop {
-        let from = store.cursor(packet)?;
+        let from = store.cursor(&name)?;
         let claims = redis.run(&Namespaced::new(ReadGrabs::new(packet, from, batch)?, ns.clone())).await?;
         if claims.is_empty() {
             return Ok(copied);
         }
-        store.commit(packet, from, &claims)?;
+        store.commit(&name, from, &claims)?;
         copied += claims.len() as u64;
     }
 }

@@ -257,8 +257,8 @@ async fn drain(
         for id in &ids {
             let n = drain::drain_packet(direct, &namespace, &mut store, id, batch).await?;
             if n > 0 {
-                let (count, sum) = store.totals(id)?;
-                eprintln!("drain: packet {id}: +{n} claims ({count} stored, {sum} cents)");
+                let (name, count, sum) = store.generations(id)?.pop().unwrap_or_default();
+                eprintln!("drain: packet {name}: +{n} claims ({count} stored, {sum} cents)");
             }
             pass += n;
         }
