@@ -323,7 +323,7 @@ fn doc(route: RouteId) -> Doc {
             )
         },
         RouteId::Settle | RouteId::SettleTenant => {
-            write(Public, object(&[("actual", units_list())], &["actual"]), true, reference("Settlement"), &[409])
+            write(Public, object(&[("actual", units_list())], &["actual"]), true, reference("Settlement"), &[403, 409])
         }
         RouteId::Extend | RouteId::ExtendTenant => write(
             Public,
