@@ -115,13 +115,7 @@ impl Store {
     /// the first packet of that id, `<id>@<created>` for one made again later (the same
     /// `Idempotency-Key` after its record expired, so the same id), whose log starts afresh.
     pub fn generation(&mut self, packet: &str, created: Option<i64>) -> Result<String, Error> {
-        let rows: Vec<(String, Option<i64>)> = {
-            let mut st = self.db.prepare_cached(
-                "SELECT packet, born FROM cursors WHERE packet = ?1 OR substr(packet, 1, length(?1) + 1) = ?1 || '@'
-                 ORDER BY born",
-            )?;
-            st.query_map(params![packet], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
-        };
+        let rows = self.names(packet)?;
         let Some(created) = created else {
             return Ok(rows.last().map_or_else(|| packet.to_string(), |(name, _)| name.clone()));
         };
@@ -144,17 +138,29 @@ impl Store {
     /// Every packet stored under id `packet`, oldest first: its name ([`Store::generation`]),
     /// grabs stored and their sum.
     pub fn generations(&self, packet: &str) -> Result<Vec<(String, i64, i64)>, Error> {
-        let mut st = self.db.prepare_cached(
-            "SELECT packet FROM cursors WHERE packet = ?1 OR substr(packet, 1, length(?1) + 1) = ?1 || '@' ORDER BY born",
-        )?;
-        let names: Vec<String> = st.query_map(params![packet], |r| r.get(0))?.collect::<Result<_, _>>()?;
-        names
+        self.names(packet)?
             .into_iter()
-            .map(|name| {
+            .map(|(name, _)| {
                 let (count, sum) = self.totals(&name)?;
                 Ok((name, count, sum))
             })
             .collect()
+    }
+
+    /// The names stored under id `packet`, oldest first, each with its packet's creation time
+    /// (ms; `None` for a store from before creation times were kept).
+    pub fn names(&self, packet: &str) -> Result<Vec<(String, Option<i64>)>, Error> {
+        let mut st = self.db.prepare_cached(
+            "SELECT packet, born FROM cursors WHERE packet = ?1 OR substr(packet, 1, length(?1) + 1) = ?1 || '@'
+             ORDER BY born",
+        )?;
+        Ok(st.query_map(params![packet], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
+    }
+
+    /// The grabs stored under `name`: user and amount.
+    pub fn claims(&self, name: &str) -> Result<Vec<(String, i64)>, Error> {
+        let mut st = self.db.prepare_cached("SELECT user, amount FROM claims WHERE packet = ?1 ORDER BY user")?;
+        Ok(st.query_map(params![name], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
     }
 
     /// Position of the next grab record to copy for `packet`.
@@ -206,12 +212,21 @@ pub async fn drain_packet(
     packet: &str,
     batch: i64,
 ) -> Result<u64, Error> {
-    let created = redis.run(&Namespaced::new(ReadStatus::new(packet)?, ns.clone())).await?.map(|s| s.created_ms);
-    let name = store.generation(packet, created)?;
+    let created = || async {
+        Ok::<_, Error>(redis.run(&Namespaced::new(ReadStatus::new(packet)?, ns.clone())).await?.map(|s| s.created_ms))
+    };
     let mut copied = 0;
     loop {
+        // The packet's creation time read before and after each batch of its log (two calls:
+        // the log is read apart from it): a batch read while the id was made again may be
+        // the new packet's log, read from the old one's cursor, and is read again.
+        let before = created().await?;
+        let name = store.generation(packet, before)?;
         let from = store.cursor(&name)?;
         let claims = redis.run(&Namespaced::new(ReadGrabs::new(packet, from, batch)?, ns.clone())).await?;
+        if created().await? != before {
+            continue;
+        }
         if claims.is_empty() {
             return Ok(copied);
         }
