@@ -104,3 +104,79 @@ async fn drain_killed_at_random_points_loses_nothing_and_doubles_nothing() {
     assert_eq!(sum, 3 * 1_000_000);
     println!("drain was killed {interrupted} times mid-way; {} claims, each once", have.len());
 }
+
+/// Grabs of every share of `id` by users `{tag}-{i}`, from 8 connections at once.
+async fn grab_all(redis: &RedisServer, id: &str, shares: usize, tag: &str) {
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (d, id, tag) = (redis.direct().await, id.to_string(), tag.to_string());
+        tasks.push(tokio::spawn(async move {
+            for i in (t..shares).step_by(8) {
+                let op = Grab::new(&id, &format!("{tag}-{i}")).unwrap();
+                assert!(matches!(d.run(&op).await.unwrap(), GrabOutcome::Won { .. }));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// A drain paused (SIGSTOP) in the middle of a packet's log while every key of the packet
+/// goes and a packet of the same id is made and grabbed whole (what a create retried under
+/// its `Idempotency-Key` a day later does), then let go and run again: the first packet's
+/// grabs under its id and nothing else, the second's whole under `<id>@<created_ms>`, none
+/// twice. (Before: the paused pass read the second log from the first one's cursor, storing
+/// most of the second packet under the first's name, then all of it again under its own.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_paused_while_its_packet_id_is_made_again_misfiles_nothing() {
+    let redis = RedisServer::start();
+    let d = redis.direct().await;
+    let mut rng = rand::rng();
+    let id = redpacket::new_id(&mut rng);
+    let shares = 1500;
+    d.run(&Create::new(&id, 1_000_000, shares as i64, 1, 3_600_000, &mut rng).unwrap()).await.unwrap();
+    grab_all(&redis, &id, shares, "first").await;
+    let first = redis_claims(&redis, std::slice::from_ref(&id));
+
+    let db = scratch_dir("drain").join("claims.sqlite");
+    let run = || {
+        Command::new(bin("redcount"))
+            .args(["drain", "--redis", &redis.url(), "--batch", "1", "--packet", &id, "--db"])
+            .arg(&db)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = run();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db_claims(&db).len() < 50 {
+        assert!(Instant::now() < deadline, "drain stored under 50 grabs in 30 s");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let paused = redcount_tests::Stopped::stop(child.id());
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    d.run(&Create::new(&id, 1_000_000, shares as i64, 1, 3_600_000, &mut rng).unwrap()).await.unwrap();
+    grab_all(&redis, &id, shares, "second").await;
+    let second = redis_claims(&redis, std::slice::from_ref(&id));
+    drop(paused);
+    assert!(child.wait().unwrap().success());
+    assert!(run().wait().unwrap().success());
+
+    let have = db_claims(&db);
+    let (mut under_id, mut under_new) = (0, 0);
+    for ((name, user), v) in &have {
+        if *name == id {
+            assert_eq!(first.get(&(id.clone(), user.clone())), Some(v), "{user} under the first packet's id");
+            under_id += 1;
+        } else {
+            assert!(name.starts_with(&format!("{id}@")), "{name}");
+            assert_eq!(second.get(&(id.clone(), user.clone())), Some(v), "{user} under {name}");
+            under_new += 1;
+        }
+    }
+    assert_eq!(under_new, shares, "the second packet whole");
+    println!("the first packet: {under_id} grabs stored before it went; the second: {under_new}");
+}
