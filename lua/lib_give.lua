@@ -116,10 +116,16 @@ end
 -- this one: the time elapsed already gave the rest back; whole units, so that a unit given
 -- back is a unit the quota no longer counts). Reads only; returns the units given and the
 -- function that writes them.
-local function gcra_give(p, key, ovr, units, clock, q, since)
+-- With `stamp` (a reservation's: gcra_stamp of the policy it was taken under), nothing back
+-- once the rate or period has changed: its units were spans of the old emission interval, and
+-- moving the TAT back by the new one could give back more time than they took.
+local function gcra_stamp(p) return ':' .. s(p.rate) .. ':' .. s(p.period) end
+local function gcra_give(p, key, ovr, units, clock, q, since, stamp)
   q = q or gcra_eval(p, key, ovr, clock)
   local most = units
-  if since then
+  if stamp and stamp ~= '' and stamp ~= gcra_stamp(p) then
+    most = 0
+  elseif since then
     local T = p.period * 1000 -- one unit's span, in 1/rate µs (lib_gcra.lua)
     local left = units * T - math.max(0, clock() - since) * p.rate
     most = left > 0 and floor_div(left, T) or 0

@@ -75,8 +75,15 @@ local function reserve_keys(n, nargs)
 end
 
 -- A part's record ("q:…" or "l:…", see above), and back: refused when redcount did not write it.
-local function reserve_quota_record(r, charged, used, where, refund)
+-- A GCRA part's ends with its stamp (gcra_stamp: the rate and period it was taken at); a
+-- record written before stamps has none.
+local function reserve_quota_record(r, charged, used, where, refund, stamp)
   return 'q:' .. s(r) .. ':' .. s(charged) .. ':' .. s(used) .. ':' .. s(where) .. ':' .. (refund and '1' or '0')
+    .. stamp
+end
+-- A stamp as stored ('' or ':rate:period'), nil when it is not one.
+local function reserve_stamp(t)
+  if t == '' or string.match(t, '^:%d+:%d+$') then return t end
 end
 local function reserve_read_part(v, lease)
   if lease then
@@ -85,19 +92,21 @@ local function reserve_read_part(v, lease)
     if not token or #holder > 64 then return tampered('the reservation') end
     return {token = token, holder = holder}
   end
-  local r, c, u, w, x = string.match(v or '', '^q:(%d+):(%d+):(%d+):(%d+):([01])$')
-  r, c, u, w = stored(r), stored(c), stored(u), stored(w)
-  if not (r and c and u and w) then return tampered('the reservation') end
-  return {reserved = r, charged = c, used = u, where = w, refund = x == '1'}
+  local r, c, u, w, x, t = string.match(v or '', '^q:(%d+):(%d+):(%d+):(%d+):([01])(.*)$')
+  r, c, u, w, t = stored(r), stored(c), stored(u), stored(w), reserve_stamp(t or '-')
+  if not (r and c and u and w and t) then return tampered('the reservation') end
+  return {reserved = r, charged = c, used = u, where = w, refund = x == '1', stamp = t}
 end
 
 -- An expiry queue's entry, and back (refused when redcount did not write it).
-local function reserve_entry(rid, units, where) return rid .. ':' .. s(units) .. ':' .. s(where) end
+local function reserve_entry(rid, units, where, stamp)
+  return rid .. ':' .. s(units) .. ':' .. s(where) .. stamp
+end
 local function reserve_read_entry(m)
-  local rid, units, where = string.match(m, '^([%w_%-]+):(%d+):(%d+)$')
-  units, where = stored(units), stored(where)
-  if not rid or #rid > 64 or not units or not where then return tampered('an expiry queue') end
-  return rid, units, where
+  local rid, units, where, t = string.match(m, '^([%w_%-]+):(%d+):(%d+)(.*)$')
+  units, where, t = stored(units), stored(where), reserve_stamp(t or '-')
+  if not rid or #rid > 64 or not units or not where or not t then return tampered('an expiry queue') end
+  return rid, units, where, t
 end
 
 -- The entries of an expiry queue due at `ms` (their lease ended), at most `most`, `own`
@@ -106,8 +115,10 @@ local function reserve_due(rx, ms, most, own)
   local out = {}
   if most <= 0 then return out end
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', rx, '-inf', s(ms), 'LIMIT', 0, most + 1)) do
-    local rid, units, where = reserve_read_entry(m)
-    if rid ~= own and #out < most then out[#out + 1] = {m = m, rid = rid, units = units, where = where} end
+    local rid, units, where, stamp = reserve_read_entry(m)
+    if rid ~= own and #out < most then
+      out[#out + 1] = {m = m, rid = rid, units = units, where = where, stamp = stamp}
+    end
   end
   return out
 end
@@ -116,11 +127,15 @@ end
 -- where the reservation `rid` logged them; part.q is the quota as read (a sliding window's
 -- give reads its log itself: part.q is then out of date). Reads only; returns the units and
 -- the writer.
-local function reserve_give(part, key, ovr, units, where, rid, clock)
+local function reserve_give(part, key, ovr, units, where, rid, clock, stamp)
   if part.tag == 'fw' then return fixed_give(part.p, key, ovr, units, where, clock, part.q) end
   if part.tag == 'sw' then return sliding_give(part.p, key, units, where, rid, clock) end
   if part.tag == 'tb' then return bucket_give(part.p, key, ovr, units, clock, part.q, where) end
-  return gcra_give(part.p, key, ovr, units, clock, part.q, where)
+  return gcra_give(part.p, key, ovr, units, clock, part.q, where, stamp)
+end
+-- A part's stamp when its units are taken: a GCRA part's rate and period.
+local function reserve_stamp_of(part)
+  return part.tag == 'gc' and gcra_stamp(part.p) or ''
 end
 
 -- Gives back what each due entry (reserve_due) held, and drops it; returns the units back.
@@ -128,7 +143,7 @@ end
 local function reserve_settle_due(part, key, ovr, rx, due, clock)
   local back = 0
   for _, d in ipairs(due) do
-    local n, apply = reserve_give(part, key, ovr, d.units, d.where, d.rid, clock)
+    local n, apply = reserve_give(part, key, ovr, d.units, d.where, d.rid, clock, d.stamp)
     apply()
     back = back + n
     redis.call('ZREM', rx, d.m)

@@ -148,9 +148,10 @@ if allowed and not peek then
           where = now
         end
       end
-      record[#record + 1], record[#record + 2] = 'p' .. i, reserve_quota_record(part.p.cost, part.p.cost, 0, where, part.refund)
+      local stamp = reserve_stamp_of(part)
+      record[#record + 1], record[#record + 2] = 'p' .. i, reserve_quota_record(part.p.cost, part.p.cost, 0, where, part.refund, stamp)
       if part.refund then
-        redis.call('ZADD', KEYS[k + 2], s(ends), reserve_entry(rid, part.p.cost, where))
+        redis.call('ZADD', KEYS[k + 2], s(ends), reserve_entry(rid, part.p.cost, where, stamp))
         reserve_keep_queue(KEYS[k + 2], part, ends)
       end
     end

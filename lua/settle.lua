@@ -126,7 +126,7 @@ if expired or op ~= 'extend' then
       for _, v in ipairs({released, 0, 0, 0, 0, 0, 0}) do out[#out + 1] = v end
     else
       local owed = r.refund and math.max(0, r.reserved - r.used) or 0
-      local entry = reserve_entry(rid, owed, r.where)
+      local entry = reserve_entry(rid, owed, r.where, r.stamp)
       local actual, refunded, charged, over = 0, 0, 0, math.max(0, q.count() - q.limit)
       if expired then
         -- The policy's on_expiry: the units stand, or (refund) those not reported used come
@@ -134,14 +134,14 @@ if expired or op ~= 'extend' then
         actual = r.charged - owed
         if owed > 0 and redis.call('ZSCORE', KEYS[k + 2], entry) then
           local apply
-          refunded, apply = reserve_give(part, KEYS[k], KEYS[k + 1], owed, r.where, rid, clock)
+          refunded, apply = reserve_give(part, KEYS[k], KEYS[k + 1], owed, r.where, rid, clock, r.stamp)
           apply()
         end
       else
         actual = op == 'release' and r.used or math.max(part.amount, r.used)
         if actual < r.reserved then
           local apply
-          refunded, apply = reserve_give(part, KEYS[k], KEYS[k + 1], r.reserved - actual, r.where, rid, clock)
+          refunded, apply = reserve_give(part, KEYS[k], KEYS[k + 1], r.reserved - actual, r.where, rid, clock, r.stamp)
           apply()
         elseif actual > r.charged then
           local apply
@@ -186,13 +186,13 @@ for i = 1, n do
     end
     if r.refund then
       local before, after = math.max(0, r.reserved - r.used), math.max(0, r.reserved - used)
-      if before > 0 then redis.call('ZREM', KEYS[k + 2], reserve_entry(rid, before, r.where)) end
+      if before > 0 then redis.call('ZREM', KEYS[k + 2], reserve_entry(rid, before, r.where, r.stamp)) end
       if after > 0 then
-        redis.call('ZADD', KEYS[k + 2], s(ends2), reserve_entry(rid, after, r.where))
+        redis.call('ZADD', KEYS[k + 2], s(ends2), reserve_entry(rid, after, r.where, r.stamp))
         reserve_keep_queue(KEYS[k + 2], part, ends2)
       end
     end
-    record[#record + 1], record[#record + 2] = 'p' .. i, reserve_quota_record(r.reserved, r.charged + charged, used, r.where, r.refund)
+    record[#record + 1], record[#record + 2] = 'p' .. i, reserve_quota_record(r.reserved, r.charged + charged, used, r.where, r.refund, r.stamp)
     local uncharged = math.max(0, used - r.charged - charged)
     for _, v in ipairs({r.reserved, used, 0, charged, uncharged, over, part.back}) do out[#out + 1] = v end
   end

@@ -768,3 +768,65 @@ async fn a_reservation_whose_policy_changed_since_is_a_clear_409() {
     }
     assert_eq!(diff(&before, &env.snapshot()), Vec::<String>::new(), "a refused call wrote");
 }
+
+/// A GCRA reservation open while a redeploy changes the quota's rate (each unit's emission
+/// interval ten times longer): its release gives nothing back, as the units it took were
+/// spans of the old interval, and moving the arrival time back by units of the new one let
+/// the quota admit past its limit (an outside re-check: 1,080 takes of a burst of 1,000). With
+/// the rate unchanged it gives back as before.
+#[tokio::test]
+async fn a_gcra_reservation_across_a_change_of_rate_gives_nothing_back() {
+    let mut env = env().await;
+    let slower = |rate: i64| {
+        let mut p: Value = serde_json::from_str(&policies()).unwrap();
+        p["gtok"]["rate"] = json!(rate);
+        let config = redcount_api::Config::from_env(|name| match name {
+            "REDCOUNT_POLICIES" => Some(p.to_string()),
+            "REDCOUNT_ADMIN_TOKEN" => Some(ADMIN.to_string()),
+            _ => None,
+        })
+        .unwrap();
+        config
+    };
+    let release = |app: &axum::Router, subject: &str, id: &str| {
+        let request = Request::post(format!("/api/reservations/{subject}/{id}/release")).body(Body::empty()).unwrap();
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(request).await.unwrap();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    let remaining = |app: &axum::Router, subject: &str| {
+        let request = Request::get(format!("/api/quotas/gtok/{subject}")).body(Body::empty()).unwrap();
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(request).await.unwrap();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            serde_json::from_slice::<Value>(&bytes).unwrap()["remaining"].as_i64().unwrap()
+        }
+    };
+    let direct = redcount::Direct::connect(&env._server.url).await.unwrap();
+    let redeployed = app(slower(10), Backend::Direct(direct.clone()), std::env::temp_dir(), Duration::from_secs(5));
+    let same = app(slower(100), Backend::Direct(direct), std::env::temp_dir(), Duration::from_secs(5));
+
+    let id = env.reserve("gr", json!({"parts": [{"policy": "gtok", "units": 100}]})).await;
+    let before = remaining(&redeployed, "gr").await;
+    let snapshot = env.snapshot();
+    let r = release(&redeployed, "gr", &id).await;
+    assert_eq!((&r["state"], &part_of(&r)["refunded"]), (&json!("released"), &json!(0)), "{r}");
+    assert_eq!(remaining(&redeployed, "gr").await, before, "the arrival time stayed: {r}");
+    assert!(
+        !diff(&snapshot, &env.snapshot()).iter().any(|k| k.contains(":q:gtok:")),
+        "the quota's state was not moved"
+    );
+
+    // The rate as it was (its own config, as a redeploy that changed nothing): given back.
+    let id = env.reserve("gs", json!({"parts": [{"policy": "gtok", "units": 100}]})).await;
+    let r = release(&same, "gs", &id).await;
+    assert!(part_of(&r)["refunded"].as_i64().unwrap() >= 90, "{r}");
+}
+
+fn part_of(a: &Value) -> &Value {
+    &a["parts"][0]
+}
