@@ -780,13 +780,12 @@ async fn a_gcra_reservation_across_a_change_of_rate_gives_nothing_back() {
     let slower = |rate: i64| {
         let mut p: Value = serde_json::from_str(&policies()).unwrap();
         p["gtok"]["rate"] = json!(rate);
-        let config = redcount_api::Config::from_env(|name| match name {
+        redcount_api::Config::from_env(|name| match name {
             "REDCOUNT_POLICIES" => Some(p.to_string()),
             "REDCOUNT_ADMIN_TOKEN" => Some(ADMIN.to_string()),
             _ => None,
         })
-        .unwrap();
-        config
+        .unwrap()
     };
     let release = |app: &axum::Router, subject: &str, id: &str| {
         let request = Request::post(format!("/api/reservations/{subject}/{id}/release")).body(Body::empty()).unwrap();
