@@ -27,11 +27,17 @@ async fn post(app: &axum::Router, path: &str, body: &str, key: Option<&str>) -> 
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
-/// The same id made twice: the second packet's five grabs (two by users of the first) are
-/// copied whole beside the first's three. (Before: its cursor stood at the first log's
-/// length, so its first three grabs were never copied.)
-#[tokio::test]
-async fn a_packet_id_made_again_after_the_first_expired_is_copied_whole() {
+/// A redis-server, `redcount serve`'s app over it with one red-packet policy, and a scratch
+/// directory for the store.
+struct Setup {
+    server: support::Server,
+    direct: redcount::Direct,
+    app: axum::Router,
+    dir: std::path::PathBuf,
+    ns: Namespace,
+}
+
+async fn setup() -> Setup {
     let server = server();
     let policies =
         r#"{"packets": {"kind": "redpackets", "max_shares": 10, "max_total_cents": 5000, "ttl_ms": 3600000}}"#;
@@ -43,8 +49,15 @@ async fn a_packet_id_made_again_after_the_first_expired_is_copied_whole() {
     .unwrap();
     let direct = redcount::Direct::connect(&server.url).await.unwrap();
     let app = app(config, Backend::Direct(direct.clone()), std::env::temp_dir(), Duration::from_secs(5));
-    let dir = redcount_procs::scratch_dir("drain-store");
-    let ns = Namespace::default();
+    Setup { server, direct, app, dir: redcount_procs::scratch_dir("drain-store"), ns: Namespace::default() }
+}
+
+/// The same id made twice: the second packet's five grabs (two by users of the first) are
+/// copied whole beside the first's three. (Before: its cursor stood at the first log's
+/// length, so its first three grabs were never copied.)
+#[tokio::test]
+async fn a_packet_id_made_again_after_the_first_expired_is_copied_whole() {
+    let Setup { server, direct, app, dir, ns } = setup().await;
     let mut store = Store::open(&dir.join("claims.db"), &ns).unwrap();
     let make = || post(&app, "/api/redpackets", r#"{"total_cents":1000,"count":8}"#, Some("the-same-key"));
 
@@ -97,19 +110,7 @@ async fn drain_beside_an_id_made_again_stores_each_grab_under_its_own_packet_onc
     });
     println!("seed {seed} (REDCOUNT_SEED={seed} to replay)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let server = server();
-    let policies =
-        r#"{"packets": {"kind": "redpackets", "max_shares": 10, "max_total_cents": 5000, "ttl_ms": 3600000}}"#;
-    let config = redcount_api::Config::from_env(|name| match name {
-        "REDCOUNT_POLICIES" => Some(policies.to_string()),
-        "REDCOUNT_ADMIN_TOKEN" => Some("admin-token-of-drain-store-0123".to_string()),
-        _ => None,
-    })
-    .unwrap();
-    let direct = redcount::Direct::connect(&server.url).await.unwrap();
-    let app = app(config, Backend::Direct(direct.clone()), std::env::temp_dir(), Duration::from_secs(5));
-    let dir = redcount_procs::scratch_dir("drain-store");
-    let ns = Namespace::default();
+    let Setup { server, direct, app, dir, ns } = setup().await;
     let store = Store::open(&dir.join("claims.db"), &ns).unwrap();
     let make = || post(&app, "/api/redpackets", r#"{"total_cents":1000,"count":8}"#, Some("made-again"));
     let (_, first) = make().await;
