@@ -807,7 +807,7 @@ impl Workerd {
         let port = free_port();
         let config = workerd::write(&dir.join("config"), &[(&worker, Some(port))]).unwrap();
         let mut cmd = workerd::command(&root, &config, Some(&log)).unwrap();
-        // Its `console` output in the log, as wrangler dev prints it.
+        // workerd's informational messages in the log too (`--verbose`), for a failing test to show.
         cmd.arg("--verbose");
         let child = Proc::spawn("workerd", &mut cmd).unwrap();
         let w = Workerd { child: Some(child), port, dir, log };
